@@ -1,0 +1,107 @@
+//! CBOR helpers: one place that turns serde values into bytes and back.
+
+use serde::{de::DeserializeOwned, Serialize};
+
+use crate::errors::{ErrorKind, RemoteError};
+
+/// Bytes that travel as one CBOR byte string (not an array of integers).
+///
+/// Use it for binary arguments and results: `Vec<u8>` would be encoded one
+/// integer per byte.
+pub type Blob = serde_bytes::ByteBuf;
+
+/// Encodes `value` as CBOR.
+pub fn to_vec<T: Serialize + ?Sized>(value: &T) -> Result<Vec<u8>, RemoteError> {
+    let mut out = Vec::with_capacity(64);
+    ciborium::into_writer(value, &mut out).map_err(|e| {
+        RemoteError::new(
+            ErrorKind::TypeMismatch,
+            format!("value could not be encoded as CBOR: {e}"),
+        )
+    })?;
+    Ok(out)
+}
+
+/// Why CBOR bytes did not decode to the requested type.
+#[derive(Debug)]
+pub enum DecodeFailure {
+    /// The bytes are not valid CBOR.
+    Malformed(String),
+    /// Valid CBOR, but not of the requested shape.
+    Mismatch(String),
+}
+
+/// Decodes CBOR `bytes` as `T`, telling malformed input from a type mismatch.
+pub fn from_slice<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, DecodeFailure> {
+    use ciborium::de::Error;
+    match ciborium::from_reader(bytes) {
+        Ok(v) => Ok(v),
+        // ciborium reports some malformed input (a stray break byte) as a
+        // semantic error; only input that is valid CBOR is a mismatch.
+        Err(Error::Semantic(_, msg)) => match ciborium::from_reader::<ciborium::Value, _>(bytes) {
+            Ok(_) => Err(DecodeFailure::Mismatch(msg)),
+            Err(e) => Err(DecodeFailure::Malformed(e.to_string())),
+        },
+        Err(Error::Syntax(at)) => Err(DecodeFailure::Malformed(format!(
+            "invalid CBOR at byte {at}"
+        ))),
+        Err(Error::Io(e)) => Err(DecodeFailure::Malformed(format!("truncated CBOR: {e}"))),
+        Err(Error::RecursionLimitExceeded) => Err(DecodeFailure::Malformed(
+            "CBOR nesting is too deep".to_owned(),
+        )),
+    }
+}
+
+/// Decodes a CBOR value into JSON for untyped callers (byte strings become arrays).
+pub fn to_json(bytes: &[u8]) -> Result<serde_json::Value, RemoteError> {
+    let value: ciborium::Value = from_slice(bytes).map_err(|f| match f {
+        DecodeFailure::Malformed(m) | DecodeFailure::Mismatch(m) => RemoteError::new(
+            ErrorKind::Protocol,
+            format!("result is not valid CBOR: {m}"),
+        ),
+    })?;
+    serde_json::to_value(&value).map_err(|e| {
+        RemoteError::new(
+            ErrorKind::TypeMismatch,
+            format!("result has no JSON form: {e}"),
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn blobs_encode_as_one_byte_string() {
+        let blob = Blob::from(vec![7u8; 1000]);
+        let bytes = to_vec(&blob).unwrap();
+        // 3 header bytes (major type 2, 16-bit length) + payload.
+        assert_eq!(bytes.len(), 1003);
+        let back: Blob = from_slice(&bytes).unwrap();
+        assert_eq!(back, blob);
+    }
+
+    #[test]
+    fn garbage_is_malformed_and_wrong_shapes_are_mismatches() {
+        assert!(matches!(
+            from_slice::<String>(&[0xff, 0x00]),
+            Err(DecodeFailure::Malformed(_))
+        ));
+        let number = to_vec(&5u32).unwrap();
+        assert!(matches!(
+            from_slice::<String>(&number),
+            Err(DecodeFailure::Mismatch(_))
+        ));
+        assert!(matches!(
+            from_slice::<String>(&number[..0]),
+            Err(DecodeFailure::Malformed(_))
+        ));
+    }
+
+    #[test]
+    fn results_convert_to_json() {
+        let bytes = to_vec(&("a", 3u8, true)).unwrap();
+        assert_eq!(to_json(&bytes).unwrap(), serde_json::json!(["a", 3, true]));
+    }
+}

@@ -1,0 +1,307 @@
+//! Length-prefixed CBOR framing for the server <-> worker pipes.
+//!
+//! A frame on the pipe is a 4-byte big-endian length followed by that many
+//! bytes of CBOR encoding one [`Frame`]. A frame whose CBOR does not decode is
+//! skipped (the length tells where the next one starts); a length past the
+//! limit means the stream can no longer be trusted, so the reader stops.
+
+use std::io;
+
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader, BufWriter};
+use tokio::sync::mpsc;
+
+use crate::wire::Frame;
+
+/// Default upper bound on one frame's CBOR body (64 MiB).
+pub const DEFAULT_MAX_FRAME: usize = 64 << 20;
+
+/// Why reading a frame failed.
+#[derive(Debug, thiserror::Error)]
+pub enum FrameError {
+    /// The length prefix is larger than the limit; the stream is unusable.
+    #[error("frame of {len} bytes exceeds the {max}-byte limit")]
+    Oversized {
+        /// Announced length.
+        len: usize,
+        /// Configured limit.
+        max: usize,
+    },
+    /// The body is not a valid frame; the stream stays usable.
+    #[error("malformed frame: {0}")]
+    Malformed(String),
+    /// The stream ended in the middle of a frame.
+    #[error("stream ended inside a frame ({got} of {want} bytes)")]
+    Truncated {
+        /// Bytes received.
+        got: usize,
+        /// Bytes announced.
+        want: usize,
+    },
+    /// The pipe failed.
+    #[error("pipe error: {0}")]
+    Io(#[from] io::Error),
+}
+
+impl FrameError {
+    /// Whether the reader can go on to the next frame after this error.
+    pub fn is_recoverable(&self) -> bool {
+        matches!(self, FrameError::Malformed(_))
+    }
+}
+
+/// Appends `frame`, length prefix included, to `out`.
+pub fn encode_into(frame: &Frame, out: &mut Vec<u8>) {
+    let start = out.len();
+    out.extend_from_slice(&[0; 4]);
+    // Writing into a Vec cannot fail, and every Frame field is serialisable.
+    ciborium::into_writer(frame, &mut *out).expect("frames always encode");
+    let len = (out.len() - start - 4) as u32;
+    out[start..start + 4].copy_from_slice(&len.to_be_bytes());
+}
+
+/// Decodes one frame from the front of `buf`.
+///
+/// Returns `Ok(None)` when `buf` holds less than one whole frame, else the
+/// frame and the number of bytes it used.
+pub fn decode(buf: &[u8], max: usize) -> Result<Option<(Frame, usize)>, FrameError> {
+    let Some(prefix) = buf.get(..4) else {
+        return Ok(None);
+    };
+    let len = u32::from_be_bytes(prefix.try_into().expect("4 bytes")) as usize;
+    if len > max {
+        return Err(FrameError::Oversized { len, max });
+    }
+    let Some(body) = buf.get(4..4 + len) else {
+        return Ok(None);
+    };
+    Ok(Some((decode_body(body)?, 4 + len)))
+}
+
+fn decode_body(body: &[u8]) -> Result<Frame, FrameError> {
+    ciborium::from_reader(body).map_err(|e| FrameError::Malformed(e.to_string()))
+}
+
+/// Reads frames from a pipe.
+pub struct FrameReader<R> {
+    inner: BufReader<R>,
+    max: usize,
+    body: Vec<u8>,
+}
+
+impl<R: AsyncRead + Unpin> FrameReader<R> {
+    /// Wraps `reader`, refusing frames larger than `max` bytes.
+    pub fn new(reader: R, max: usize) -> Self {
+        FrameReader {
+            inner: BufReader::with_capacity(64 * 1024, reader),
+            max,
+            body: Vec::new(),
+        }
+    }
+
+    /// The next frame, or `Ok(None)` at a clean end of stream.
+    pub async fn next(&mut self) -> Result<Option<Frame>, FrameError> {
+        let mut prefix = [0u8; 4];
+        let mut got = 0;
+        while got < 4 {
+            let n = self.inner.read(&mut prefix[got..]).await?;
+            if n == 0 {
+                return if got == 0 {
+                    Ok(None)
+                } else {
+                    Err(FrameError::Truncated { got, want: 4 })
+                };
+            }
+            got += n;
+        }
+        let len = u32::from_be_bytes(prefix) as usize;
+        if len > self.max {
+            return Err(FrameError::Oversized { len, max: self.max });
+        }
+        self.body.clear();
+        self.body.resize(len, 0);
+        let mut got = 0;
+        while got < len {
+            let n = self.inner.read(&mut self.body[got..]).await?;
+            if n == 0 {
+                return Err(FrameError::Truncated { got, want: len });
+            }
+            got += n;
+        }
+        let frame = decode_body(&self.body);
+        if self.body.capacity() > 1 << 20 {
+            // Do not keep a huge buffer alive after one large frame.
+            self.body = Vec::new();
+        }
+        frame.map(Some)
+    }
+}
+
+/// A queue of frames waiting for the pipe: a bounded channel where the
+/// producer can wait (worker), an unbounded one where it cannot (an actor).
+pub trait FrameQueue {
+    /// The next frame; `None` once every sender is gone.
+    fn recv(&mut self) -> impl std::future::Future<Output = Option<Frame>> + Send;
+    /// A frame that is already queued, if any.
+    fn try_recv(&mut self) -> Option<Frame>;
+    /// Whether nothing is queued right now.
+    fn is_empty(&self) -> bool;
+}
+
+impl FrameQueue for mpsc::Receiver<Frame> {
+    fn recv(&mut self) -> impl std::future::Future<Output = Option<Frame>> + Send {
+        mpsc::Receiver::recv(self)
+    }
+    fn try_recv(&mut self) -> Option<Frame> {
+        mpsc::Receiver::try_recv(self).ok()
+    }
+    fn is_empty(&self) -> bool {
+        mpsc::Receiver::is_empty(self)
+    }
+}
+
+impl FrameQueue for mpsc::UnboundedReceiver<Frame> {
+    fn recv(&mut self) -> impl std::future::Future<Output = Option<Frame>> + Send {
+        mpsc::UnboundedReceiver::recv(self)
+    }
+    fn try_recv(&mut self) -> Option<Frame> {
+        mpsc::UnboundedReceiver::try_recv(self).ok()
+    }
+    fn is_empty(&self) -> bool {
+        mpsc::UnboundedReceiver::is_empty(self)
+    }
+}
+
+/// Writes every frame from `rx` to `writer`, batching while more are queued.
+///
+/// Ends when all senders are gone or the pipe fails; the error is returned.
+pub async fn write_frames<W: AsyncWrite + Unpin>(
+    writer: W,
+    mut rx: impl FrameQueue,
+) -> io::Result<()> {
+    let mut out = BufWriter::with_capacity(64 * 1024, writer);
+    let mut buf = Vec::with_capacity(64 * 1024);
+    while let Some(frame) = rx.recv().await {
+        buf.clear();
+        encode_into(&frame, &mut buf);
+        // Batch whatever is already queued into one write.
+        while buf.len() < 1 << 20 {
+            match rx.try_recv() {
+                Some(frame) => encode_into(&frame, &mut buf),
+                None => break,
+            }
+        }
+        out.write_all(&buf).await?;
+        if rx.is_empty() {
+            out.flush().await?;
+        }
+        if buf.capacity() > 4 << 20 {
+            buf = Vec::with_capacity(64 * 1024);
+        }
+    }
+    out.flush().await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_bytes::ByteBuf;
+
+    fn call(id: u64) -> Frame {
+        Frame::Call {
+            id,
+            target: "app::run".into(),
+            args: ByteBuf::from(vec![0x1e, 0, 255]),
+        }
+    }
+
+    #[test]
+    fn round_trip_and_partial_input() {
+        let mut buf = Vec::new();
+        encode_into(&call(1), &mut buf);
+        encode_into(&Frame::Cancel { id: 2 }, &mut buf);
+        let (first, used) = decode(&buf, DEFAULT_MAX_FRAME).unwrap().unwrap();
+        assert_eq!(first, call(1));
+        let (second, used2) = decode(&buf[used..], DEFAULT_MAX_FRAME).unwrap().unwrap();
+        assert_eq!(second, Frame::Cancel { id: 2 });
+        assert_eq!(used + used2, buf.len());
+        // Every strict prefix of a frame is "not yet", never an error.
+        for cut in 0..used {
+            assert!(decode(&buf[..cut], DEFAULT_MAX_FRAME).unwrap().is_none());
+        }
+    }
+
+    #[test]
+    fn oversized_prefix_is_refused_before_reading_the_body() {
+        let buf = [0xff, 0xff, 0xff, 0xff, 1, 2, 3];
+        let err = decode(&buf, 1024).unwrap_err();
+        assert!(matches!(
+            err,
+            FrameError::Oversized {
+                len: 0xffff_ffff,
+                max: 1024
+            }
+        ));
+        assert!(!err.is_recoverable());
+    }
+
+    #[test]
+    fn garbage_body_is_malformed_and_recoverable() {
+        let mut buf = vec![0, 0, 0, 3, 0xff, 0xfe, 0xfd];
+        let err = decode(&buf, 1024).unwrap_err();
+        assert!(err.is_recoverable(), "{err}");
+        // A valid CBOR value that is not a frame is malformed too.
+        buf.clear();
+        let body = crate::cbor::to_vec(&"hello").unwrap();
+        buf.extend_from_slice(&(body.len() as u32).to_be_bytes());
+        buf.extend_from_slice(&body);
+        assert!(matches!(decode(&buf, 1024), Err(FrameError::Malformed(_))));
+    }
+
+    #[tokio::test]
+    async fn reader_skips_a_bad_frame_and_reports_truncation() {
+        let mut buf = Vec::new();
+        encode_into(&call(1), &mut buf);
+        buf.extend_from_slice(&[0, 0, 0, 2, 0xff, 0xff]);
+        encode_into(&call(3), &mut buf);
+        buf.extend_from_slice(&[0, 0, 0, 10, 1, 2]);
+        let mut reader = FrameReader::new(&buf[..], 1024);
+        assert_eq!(reader.next().await.unwrap(), Some(call(1)));
+        assert!(reader.next().await.unwrap_err().is_recoverable());
+        assert_eq!(reader.next().await.unwrap(), Some(call(3)));
+        assert!(matches!(
+            reader.next().await,
+            Err(FrameError::Truncated { got: 2, want: 10 })
+        ));
+    }
+
+    #[tokio::test]
+    async fn reader_ends_cleanly_at_a_frame_boundary() {
+        let mut buf = Vec::new();
+        encode_into(&Frame::Cancel { id: 9 }, &mut buf);
+        let mut reader = FrameReader::new(&buf[..], 1024);
+        assert_eq!(reader.next().await.unwrap(), Some(Frame::Cancel { id: 9 }));
+        assert!(reader.next().await.unwrap().is_none());
+        let mut reader = FrameReader::new(&buf[..2], 1024);
+        assert!(matches!(
+            reader.next().await,
+            Err(FrameError::Truncated { got: 2, want: 4 })
+        ));
+    }
+
+    #[tokio::test]
+    async fn writer_output_reads_back_in_order() {
+        let (tx, rx) = mpsc::channel(8);
+        let (a, b) = tokio::io::duplex(1 << 16);
+        let writer = tokio::spawn(write_frames(a, rx));
+        for id in 0..100 {
+            tx.send(call(id)).await.unwrap();
+        }
+        drop(tx);
+        let mut reader = FrameReader::new(b, 1024);
+        for id in 0..100 {
+            assert_eq!(reader.next().await.unwrap(), Some(call(id)));
+        }
+        writer.await.unwrap().unwrap();
+        assert!(reader.next().await.unwrap().is_none());
+    }
+}

@@ -1,0 +1,165 @@
+//! The in-band error value every call can end with.
+//!
+//! A call ends with exactly one value or one [`RemoteError`]. The same struct
+//! travels in worker frames, in `/rpc` events and reaches the user, so nothing
+//! is lost in translation: `kind` says which rule was broken, `type_name` the
+//! concrete error type (the user's own type for [`ErrorKind::Raised`]),
+//! `message` what happened and `details` whatever helps to fix it.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+/// Which rule a failed call broke; match on this, not on messages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// No remote function with that name is linked into the worker.
+    UnknownTarget,
+    /// The arguments were not valid CBOR (or not valid base64 on the wire).
+    BadArguments,
+    /// The arguments or the return value decoded, but not to the expected types.
+    TypeMismatch,
+    /// The remote function returned `Err(e)`; `type_name` is the type of `e`.
+    Raised,
+    /// The remote function panicked; the worker keeps serving.
+    Panic,
+    /// The call was cancelled before it finished.
+    Cancelled,
+    /// The call timed out.
+    Timeout,
+    /// The worker process died while the call was in flight.
+    WorkerExited,
+    /// The worker process could not be started or died before it was ready.
+    WorkerStartFailed,
+    /// The worker keeps dying; the server stopped restarting it.
+    Degraded,
+    /// The server could not be reached.
+    ServerUnreachable,
+    /// The server process exited.
+    ServerExited,
+    /// The connection to the server was lost mid-call.
+    ConnectionLost,
+    /// The server rejected the sandbox token.
+    AuthRejected,
+    /// The arguments or the value are larger than the message limit.
+    PayloadTooLarge,
+    /// A peer broke the wire protocol (malformed event or frame).
+    Protocol,
+    /// A kind this version does not know (sent by a newer peer).
+    #[serde(other)]
+    Unknown,
+}
+
+impl ErrorKind {
+    /// The kind's name, also used as `type_name` for runtime errors.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorKind::UnknownTarget => "UnknownTarget",
+            ErrorKind::BadArguments => "BadArguments",
+            ErrorKind::TypeMismatch => "TypeMismatch",
+            ErrorKind::Raised => "Raised",
+            ErrorKind::Panic => "Panic",
+            ErrorKind::Cancelled => "Cancelled",
+            ErrorKind::Timeout => "Timeout",
+            ErrorKind::WorkerExited => "WorkerExited",
+            ErrorKind::WorkerStartFailed => "WorkerStartFailed",
+            ErrorKind::Degraded => "Degraded",
+            ErrorKind::ServerUnreachable => "ServerUnreachable",
+            ErrorKind::ServerExited => "ServerExited",
+            ErrorKind::ConnectionLost => "ConnectionLost",
+            ErrorKind::AuthRejected => "AuthRejected",
+            ErrorKind::PayloadTooLarge => "PayloadTooLarge",
+            ErrorKind::Protocol => "Protocol",
+            ErrorKind::Unknown => "Unknown",
+        }
+    }
+}
+
+impl fmt::Display for ErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Why a remote call failed, as the host sees it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RemoteError {
+    /// Which rule was broken.
+    pub kind: ErrorKind,
+    /// The concrete error type: the user's type for `Raised`, else the kind.
+    #[serde(rename = "type")]
+    pub type_name: String,
+    /// What happened, for a human.
+    pub message: String,
+    /// Extra context: close matches, exit status, the worker's stderr tail.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub details: Option<String>,
+}
+
+impl RemoteError {
+    /// A runtime error of `kind`; its `type_name` is the kind's name.
+    pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
+        RemoteError {
+            kind,
+            type_name: kind.as_str().to_owned(),
+            message: message.into(),
+            details: None,
+        }
+    }
+
+    /// The error a remote function returned as `Err(e)`.
+    pub fn raised(type_name: impl Into<String>, message: impl Into<String>) -> Self {
+        RemoteError {
+            kind: ErrorKind::Raised,
+            type_name: type_name.into(),
+            message: message.into(),
+            details: None,
+        }
+    }
+
+    /// The same error with `details` attached.
+    pub fn with_details(mut self, details: impl Into<String>) -> Self {
+        let details = details.into();
+        self.details = (!details.is_empty()).then_some(details);
+        self
+    }
+}
+
+impl fmt::Display for RemoteError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.kind == ErrorKind::Raised {
+            write!(f, "{}: {}", self.type_name, self.message)?;
+        } else {
+            write!(f, "{}: {}", self.kind, self.message)?;
+        }
+        if let Some(details) = &self.details {
+            write!(f, "\n{details}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for RemoteError {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unknown_kinds_from_newer_peers_decode_as_unknown() {
+        let json = r#"{"kind":"SomethingNew","type":"X","message":"m"}"#;
+        let err: RemoteError = serde_json::from_str(json).unwrap();
+        assert_eq!(err.kind, ErrorKind::Unknown);
+        assert_eq!(err.type_name, "X");
+        assert_eq!(err.details, None);
+    }
+
+    #[test]
+    fn display_names_the_user_type_for_raised_errors() {
+        let err = RemoteError::raised("app::Oops", "no luck").with_details("ctx");
+        assert_eq!(err.to_string(), "app::Oops: no luck\nctx");
+        let err = RemoteError::new(ErrorKind::Panic, "boom");
+        assert_eq!(err.to_string(), "Panic: boom");
+    }
+}

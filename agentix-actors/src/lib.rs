@@ -1,0 +1,29 @@
+//! The kernel every Agentix process shares.
+//!
+//! Layout:
+//! - [`wire`]: every frame between server and worker, and every `/rpc` event
+//!   between host and server, in one place.
+//! - [`codec`]: length-prefixed CBOR framing for the server <-> worker pipes.
+//! - [`cbor`]: CBOR helpers for values and byte blobs.
+//! - [`errors`]: the in-band error value every call can end with.
+//! - [`remote`]: the typed handle `#[remote]` generates for each function.
+//! - [`registry`]: the link-time registry of remote functions in a worker.
+//! - [`invoke`]: argument decoding and outcome encoding around one call.
+//! - [`worker`]: the worker runtime that serves calls over the frame pipes.
+//! - [`process`]: small Unix process helpers shared by every spawner.
+
+pub mod cbor;
+pub mod codec;
+pub mod errors;
+pub mod invoke;
+pub mod process;
+pub mod registry;
+pub mod remote;
+pub mod wire;
+pub mod worker;
+
+pub use errors::{ErrorKind, RemoteError};
+pub use remote::Remote;
+
+/// The version every Agentix process reports (server `/health`, worker hello).
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");

@@ -1,0 +1,105 @@
+//! Small Unix process helpers shared by every process that spawns another.
+//!
+//! Each spawner (host -> server, server -> worker) needs the same three
+//! guarantees: the child dies with its parent, it can be killed as a group,
+//! and "is it gone?" has an answer that treats zombies as gone.
+
+use std::io;
+use std::os::fd::{FromRawFd, OwnedFd};
+
+/// Creates a pipe whose both ends close on exec; returns (read end, write end).
+pub fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0; 2];
+    // SAFETY: `fds` is a valid array of two ints for pipe2 to fill.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: pipe2 succeeded, so both fds are open and owned by nobody else.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+/// In a freshly forked child: die with `signal` when the parent goes away,
+/// and start a new process group so the whole tree can be signalled at once.
+///
+/// Only async-signal-safe calls; meant for `CommandExt::pre_exec`.
+pub fn child_setup(parent_pid: libc::pid_t, signal: libc::c_int) -> io::Result<()> {
+    // SAFETY: plain syscalls with integer arguments.
+    unsafe {
+        if libc::setpgid(0, 0) != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        if libc::prctl(libc::PR_SET_PDEATHSIG, signal as libc::c_ulong, 0, 0, 0) != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // The parent may have died between fork and prctl: then nobody would
+        // ever send the signal, so leave now.
+        if libc::getppid() != parent_pid {
+            libc::_exit(1);
+        }
+    }
+    Ok(())
+}
+
+/// Moves `fd` to number `target` in a forked child, clearing close-on-exec.
+///
+/// Async-signal-safe; duplicates above 100 first so that moving several fds
+/// never clobbers one that is still needed.
+pub fn move_fd_high(fd: libc::c_int) -> io::Result<libc::c_int> {
+    // SAFETY: fcntl with F_DUPFD only reads its integer arguments.
+    let high = unsafe { libc::fcntl(fd, libc::F_DUPFD, 100) };
+    if high < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(high)
+}
+
+/// Installs `fd` as `target` in a forked child (see [`move_fd_high`]).
+pub fn install_fd(fd: libc::c_int, target: libc::c_int) -> io::Result<()> {
+    // SAFETY: dup2 only reads its integer arguments.
+    if unsafe { libc::dup2(fd, target) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Sends `signal` to the process group `pgid`; a vanished group is fine.
+pub fn signal_group(pgid: u32, signal: libc::c_int) {
+    // SAFETY: kill only reads its integer arguments.
+    unsafe {
+        libc::kill(-(pgid as libc::pid_t), signal);
+    }
+}
+
+/// Sends `signal` to the process `pid`; a vanished process is fine.
+pub fn signal_pid(pid: u32, signal: libc::c_int) {
+    // SAFETY: kill only reads its integer arguments.
+    unsafe {
+        libc::kill(pid as libc::pid_t, signal);
+    }
+}
+
+/// Whether `pid` still runs (a zombie counts as gone).
+pub fn is_alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state letter follows the parenthesised command name.
+        Ok(stat) => match stat.rsplit_once(')') {
+            Some((_, rest)) => !matches!(rest.trim_start().chars().next(), Some('Z' | 'X')),
+            None => true,
+        },
+        Err(_) => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn this_process_is_alive_and_a_reaped_child_is_not() {
+        assert!(is_alive(std::process::id()));
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id();
+        child.wait().unwrap();
+        assert!(!is_alive(pid));
+    }
+}

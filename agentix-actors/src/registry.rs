@@ -1,0 +1,99 @@
+//! The link-time registry of remote functions in a worker.
+//!
+//! `#[remote]` submits one [`RemoteFn`] per function with `inventory`, so
+//! linking a crate is enough to expose its functions; the worker builds a
+//! name -> function map once at boot.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::OnceLock;
+
+use crate::errors::{ErrorKind, RemoteError};
+
+/// The future one remote call runs: CBOR value out, or an error.
+pub type CallFuture = Pin<Box<dyn Future<Output = Result<Vec<u8>, RemoteError>> + Send>>;
+
+/// One registered remote function.
+pub struct RemoteFn {
+    /// Wire name: `module::path::fn`.
+    pub name: &'static str,
+    /// Parameter names, in order (for calls by name with a map of arguments).
+    pub params: &'static [&'static str],
+    /// Decodes CBOR arguments, runs the function, encodes its outcome.
+    pub invoke: fn(Vec<u8>) -> CallFuture,
+}
+
+inventory::collect!(RemoteFn);
+
+fn table() -> &'static HashMap<&'static str, &'static RemoteFn> {
+    static TABLE: OnceLock<HashMap<&'static str, &'static RemoteFn>> = OnceLock::new();
+    TABLE.get_or_init(|| {
+        let mut map = HashMap::new();
+        for f in inventory::iter::<RemoteFn> {
+            if map.insert(f.name, f).is_some() {
+                tracing::warn!(
+                    name = f.name,
+                    "remote function registered twice; last one wins"
+                );
+            }
+        }
+        map
+    })
+}
+
+/// Every registered function name, sorted.
+pub fn names() -> Vec<&'static str> {
+    let mut names: Vec<_> = table().keys().copied().collect();
+    names.sort_unstable();
+    names
+}
+
+/// Finds the function `name`, or an `UnknownTarget` error listing close matches.
+pub fn lookup(name: &str) -> Result<&'static RemoteFn, RemoteError> {
+    if let Some(f) = table().get(name) {
+        return Ok(f);
+    }
+    let close = close_matches(name, table().keys().copied());
+    let err = RemoteError::new(
+        ErrorKind::UnknownTarget,
+        format!("no remote function named `{name}` is linked into this worker"),
+    );
+    Err(if close.is_empty() {
+        err.with_details(format!("{} functions are registered", table().len()))
+    } else {
+        err.with_details(format!("did you mean: {}", close.join(", ")))
+    })
+}
+
+/// Up to five names that look like `wanted`, best first.
+fn close_matches<'a>(wanted: &str, names: impl Iterator<Item = &'a str>) -> Vec<&'a str> {
+    let short = |n: &str| n.rsplit("::").next().unwrap_or(n).to_owned();
+    let wanted_short = short(wanted);
+    let mut scored: Vec<(f64, &str)> = names
+        .map(|n| {
+            let full = strsim::normalized_damerau_levenshtein(wanted, n);
+            let tail = strsim::normalized_damerau_levenshtein(&wanted_short, &short(n));
+            (full.max(tail), n)
+        })
+        .filter(|(score, _)| *score >= 0.7)
+        .collect();
+    scored.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(b.1)));
+    scored.into_iter().take(5).map(|(_, n)| n).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn close_matches_prefer_similar_names() {
+        let names = ["app::run", "app::runs", "app::stop", "other::run_all"];
+        let found = close_matches("app::rnu", names.into_iter());
+        assert_eq!(found.first(), Some(&"app::run"));
+        assert!(!found.contains(&"app::stop"));
+        // Same function name under a wrong module still matches.
+        assert!(close_matches("ap::run", names.into_iter()).contains(&"app::run"));
+        assert!(close_matches("zzz", names.into_iter()).is_empty());
+    }
+}

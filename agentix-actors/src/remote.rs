@@ -1,0 +1,97 @@
+//! The typed handle `#[remote]` generates for each remote function.
+//!
+//! `#[agentix::remote] pub async fn run(input: String) -> Output` becomes a
+//! constant `run: Remote<(String,), Output>`. Passing it to
+//! `sandbox.remote(run, ("hello".to_string(),))` lets the compiler check the
+//! argument tuple and the return type, while the wire only carries the name.
+
+use std::fmt;
+use std::marker::PhantomData;
+
+use crate::errors::RemoteError;
+
+/// A remote function taking the argument tuple `A` and returning `O`.
+pub struct Remote<A, O> {
+    name: &'static str,
+    _signature: PhantomData<fn(A) -> O>,
+}
+
+impl<A, O> Remote<A, O> {
+    /// A handle for the function registered under `name` (`module::path::fn`).
+    #[doc(hidden)]
+    pub const fn new(name: &'static str) -> Self {
+        Remote {
+            name,
+            _signature: PhantomData,
+        }
+    }
+
+    /// The wire name: `module_path!()` of the definition, `::`, the fn name.
+    pub const fn name(&self) -> &'static str {
+        self.name
+    }
+}
+
+impl<A, O> Clone for Remote<A, O> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<A, O> Copy for Remote<A, O> {}
+
+impl<A, O> fmt::Debug for Remote<A, O> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Remote({})", self.name)
+    }
+}
+
+/// What a fallible remote function (`-> Result<T, E>`) returns on success.
+///
+/// `Err(e)` does not travel as a value: it becomes a [`RemoteError`] of kind
+/// `Raised` carrying `e`'s type name and its `{:#}` display.
+pub trait Fallible {
+    /// The success type that reaches the host.
+    type Ok;
+    /// Splits the result, turning the error into its wire form.
+    fn into_remote(self) -> Result<Self::Ok, RemoteError>;
+}
+
+impl<T, E: fmt::Display> Fallible for Result<T, E> {
+    type Ok = T;
+
+    fn into_remote(self) -> Result<T, RemoteError> {
+        self.map_err(|e| RemoteError::raised(std::any::type_name::<E>(), format!("{e:#}")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::errors::ErrorKind;
+
+    #[derive(Debug)]
+    struct Oops;
+    impl fmt::Display for Oops {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("it broke")
+        }
+    }
+
+    #[test]
+    fn errors_keep_their_type_name_and_message() {
+        let err = Err::<u8, _>(Oops).into_remote().unwrap_err();
+        assert_eq!(err.kind, ErrorKind::Raised);
+        assert_eq!(err.type_name, "agentix_actors::remote::tests::Oops");
+        assert_eq!(err.message, "it broke");
+        assert_eq!(Ok::<u8, Oops>(3).into_remote().unwrap(), 3);
+    }
+
+    #[test]
+    fn handles_are_copy_and_named() {
+        const RUN: Remote<(String,), u32> = Remote::new("app::run");
+        let copy = RUN;
+        assert_eq!(copy.name(), RUN.name());
+        assert_eq!(format!("{RUN:?}"), "Remote(app::run)");
+    }
+}

@@ -1,0 +1,115 @@
+//! Every message that crosses a process boundary.
+//!
+//! Server <-> worker traffic is [`Frame`], encoded as CBOR by [`crate::codec`].
+//! Host <-> server traffic on `/rpc` is Socket.IO text events whose payloads are
+//! the `*Event` structs below; call arguments and results inside them are CBOR,
+//! base64-encoded into a JSON string (text events only: see the README).
+
+use serde::{Deserialize, Serialize};
+use serde_bytes::ByteBuf;
+
+use crate::errors::RemoteError;
+
+/// Socket.IO namespace of the remote-call protocol.
+pub const RPC_NAMESPACE: &str = "/rpc";
+/// Host -> server: start a call ([`CallEvent`]).
+pub const EVENT_CALL: &str = "call";
+/// Host -> server: cancel a call ([`CancelEvent`]).
+pub const EVENT_CANCEL: &str = "cancel";
+/// Server -> host: a call ended with a value ([`ResultEvent`]).
+pub const EVENT_RESULT: &str = "call:result";
+/// Server -> host: a call ended with an error ([`ErrorEvent`]).
+pub const EVENT_ERROR: &str = "call:error";
+
+/// File descriptor on which the worker reads frames from the server.
+pub const WORKER_FRAME_IN_FD: i32 = 3;
+/// File descriptor on which the worker writes frames to the server.
+pub const WORKER_FRAME_OUT_FD: i32 = 4;
+/// Environment variable carrying the worker id the server assigned.
+pub const ENV_WORKER_ID: &str = "AGENTIX_WORKER_ID";
+
+/// One frame on the server <-> worker pipes; the tag is the `t` field.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "t")]
+pub enum Frame {
+    /// Worker -> server, once at boot: the worker is ready to take calls.
+    #[serde(rename = "ready")]
+    Ready {
+        /// Id the server gave this worker (`AGENTIX_WORKER_ID`).
+        worker_id: String,
+        /// The worker's process id.
+        pid: u32,
+        /// Number of remote functions linked into the worker.
+        functions: u32,
+        /// Agentix version of the worker.
+        version: String,
+    },
+    /// Server -> worker: run `target` with CBOR `args`.
+    #[serde(rename = "call")]
+    Call {
+        /// Call id, unique per worker lifetime.
+        id: u64,
+        /// Wire name of the remote function (`module::path::name`).
+        target: String,
+        /// CBOR-encoded arguments (an array, or a map by parameter name).
+        args: ByteBuf,
+    },
+    /// Server -> worker: stop call `id`; the worker drops its task.
+    #[serde(rename = "cancel")]
+    Cancel {
+        /// Call id to cancel.
+        id: u64,
+    },
+    /// Worker -> server: call `id` returned this CBOR value.
+    #[serde(rename = "result")]
+    Result {
+        /// Call id.
+        id: u64,
+        /// CBOR-encoded return value.
+        value: ByteBuf,
+    },
+    /// Worker -> server: call `id` ended with an error.
+    #[serde(rename = "error")]
+    Error {
+        /// Call id.
+        id: u64,
+        /// What went wrong.
+        error: RemoteError,
+    },
+}
+
+/// Payload of the host's `call` event.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct CallEvent {
+    /// Call id chosen by the host, unique per connection.
+    pub id: u64,
+    /// Wire name of the remote function.
+    pub target: String,
+    /// Base64 of the CBOR-encoded arguments.
+    pub args: String,
+}
+
+/// Payload of the host's `cancel` event.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct CancelEvent {
+    /// The host's call id.
+    pub id: u64,
+}
+
+/// Payload of the server's `call:result` event.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ResultEvent {
+    /// The host's call id.
+    pub id: u64,
+    /// Base64 of the CBOR-encoded return value.
+    pub value: String,
+}
+
+/// Payload of the server's `call:error` event.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ErrorEvent {
+    /// The host's call id.
+    pub id: u64,
+    /// What went wrong.
+    pub error: RemoteError,
+}

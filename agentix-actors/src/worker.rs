@@ -1,0 +1,173 @@
+//! The worker runtime: serves remote calls over the frame pipes.
+//!
+//! The server starts the user's bundle binary as `worker` with the frame pipes
+//! on fds 3 (in) and 4 (out), so stdout and stderr stay free for the user's
+//! output. Each call runs as its own task, so a slow call never blocks
+//! another; a panic ends that call with `Panic` and the worker keeps serving;
+//! a cancel drops the call's task, so its `Drop` guards run.
+
+use std::collections::HashMap;
+use std::os::fd::{FromRawFd, OwnedFd};
+use std::panic::AssertUnwindSafe;
+
+use futures_util::FutureExt;
+use serde_bytes::ByteBuf;
+use tokio::net::unix::pipe;
+use tokio::sync::mpsc;
+use tokio::task::AbortHandle;
+
+use crate::codec::{self, FrameReader};
+use crate::errors::{ErrorKind, RemoteError};
+use crate::registry;
+use crate::wire::{Frame, ENV_WORKER_ID, WORKER_FRAME_IN_FD, WORKER_FRAME_OUT_FD};
+
+/// Runs the worker until the server closes the frame pipe; returns the exit code.
+pub fn run() -> i32 {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .thread_name("agentix-worker")
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("agentix worker: cannot start the async runtime: {e}");
+            return 1;
+        }
+    };
+    let code = runtime.block_on(async {
+        match frame_pipes() {
+            Ok((input, output)) => serve(input, output).await,
+            Err(e) => {
+                eprintln!(
+                    "agentix worker: {e}; the worker is started by agentix-server, not by hand"
+                );
+                2
+            }
+        }
+    });
+    // Calls still running belong to a server that is gone; do not wait for them.
+    runtime.shutdown_background();
+    code
+}
+
+fn frame_pipes() -> std::io::Result<(pipe::Receiver, pipe::Sender)> {
+    let err = |what| {
+        std::io::Error::new(
+            std::io::ErrorKind::NotFound,
+            format!("fd {what} is not a frame pipe"),
+        )
+    };
+    for fd in [WORKER_FRAME_IN_FD, WORKER_FRAME_OUT_FD] {
+        // SAFETY: F_GETFD only inspects the descriptor table.
+        if unsafe { libc::fcntl(fd, libc::F_GETFD) } < 0 {
+            return Err(err(fd));
+        }
+    }
+    // SAFETY: both fds were checked open above and are handed to us by the
+    // server for exclusive use; nothing else in this process owns them.
+    let (input, output) = unsafe {
+        (
+            OwnedFd::from_raw_fd(WORKER_FRAME_IN_FD),
+            OwnedFd::from_raw_fd(WORKER_FRAME_OUT_FD),
+        )
+    };
+    Ok((
+        pipe::Receiver::from_owned_fd(input)?,
+        pipe::Sender::from_owned_fd(output)?,
+    ))
+}
+
+async fn serve(input: pipe::Receiver, output: pipe::Sender) -> i32 {
+    let (out_tx, out_rx) = mpsc::channel::<Frame>(1024);
+    let writer = tokio::spawn(codec::write_frames(output, out_rx));
+    let ready = Frame::Ready {
+        worker_id: std::env::var(ENV_WORKER_ID).unwrap_or_default(),
+        pid: std::process::id(),
+        functions: registry::names().len() as u32,
+        version: crate::VERSION.to_owned(),
+    };
+    if out_tx.send(ready).await.is_err() {
+        return 1;
+    }
+
+    let mut reader = FrameReader::new(input, codec::DEFAULT_MAX_FRAME);
+    let (done_tx, mut done_rx) = mpsc::unbounded_channel::<u64>();
+    let mut running: HashMap<u64, AbortHandle> = HashMap::new();
+    loop {
+        tokio::select! {
+            biased;
+            Some(id) = done_rx.recv() => {
+                running.remove(&id);
+            }
+            frame = reader.next() => match frame {
+                Ok(Some(Frame::Call { id, target, args })) => {
+                    let handle = start_call(id, target, args, out_tx.clone(), done_tx.clone());
+                    running.insert(id, handle);
+                }
+                Ok(Some(Frame::Cancel { id })) => {
+                    if let Some(handle) = running.remove(&id) {
+                        if !handle.is_finished() {
+                            handle.abort();
+                            let error = RemoteError::new(ErrorKind::Cancelled, "the call was cancelled");
+                            let _ = out_tx.send(Frame::Error { id, error }).await;
+                        }
+                    }
+                }
+                Ok(Some(other)) => {
+                    tracing::debug!(?other, "worker ignores a frame meant for the server");
+                }
+                Ok(None) => break,
+                Err(e) if e.is_recoverable() => {
+                    eprintln!("agentix worker: dropped a malformed frame: {e}");
+                }
+                Err(e) => {
+                    eprintln!("agentix worker: frame pipe unusable: {e}");
+                    break;
+                }
+            }
+        }
+    }
+    for handle in running.values() {
+        handle.abort();
+    }
+    drop(out_tx);
+    writer.abort();
+    0
+}
+
+fn start_call(
+    id: u64,
+    target: String,
+    args: ByteBuf,
+    out: mpsc::Sender<Frame>,
+    done: mpsc::UnboundedSender<u64>,
+) -> AbortHandle {
+    let task = tokio::spawn(async move {
+        let outcome = match registry::lookup(&target) {
+            Ok(f) => AssertUnwindSafe((f.invoke)(args.into_vec()))
+                .catch_unwind()
+                .await
+                .unwrap_or_else(|panic| Err(panic_error(&target, panic))),
+            Err(e) => Err(e),
+        };
+        let frame = match outcome {
+            Ok(value) => Frame::Result {
+                id,
+                value: ByteBuf::from(value),
+            },
+            Err(error) => Frame::Error { id, error },
+        };
+        let _ = out.send(frame).await;
+        let _ = done.send(id);
+    });
+    task.abort_handle()
+}
+
+fn panic_error(target: &str, panic: Box<dyn std::any::Any + Send>) -> RemoteError {
+    let what = panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a non-string panic payload".to_owned());
+    RemoteError::new(ErrorKind::Panic, format!("`{target}` panicked: {what}"))
+}

@@ -1,0 +1,47 @@
+//! [`SandboxConfig`]: what a sandbox is made of.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// What to run in a sandbox: the bundle binary and its settings.
+#[derive(Debug, Clone)]
+pub struct SandboxConfig {
+    /// The bundle: a binary whose `main` is `agentix::bundle::main()` (or
+    /// that calls `agentix::bundle::dispatch()` first).
+    pub bundle: PathBuf,
+    /// Extra environment for the server and worker.
+    pub env: Vec<(String, String)>,
+    /// How long the server may take to start listening.
+    pub ready_timeout: Duration,
+    /// How long the first connection to the server may take.
+    pub connect_timeout: Duration,
+    /// Largest call payload (arguments or result), in bytes of CBOR.
+    pub max_message_bytes: usize,
+}
+
+impl SandboxConfig {
+    /// A sandbox running `bundle`, with default settings.
+    pub fn new(bundle: impl Into<PathBuf>) -> Self {
+        SandboxConfig {
+            bundle: bundle.into(),
+            env: Vec::new(),
+            ready_timeout: Duration::from_secs(30),
+            connect_timeout: Duration::from_secs(10),
+            // The host's Socket.IO client reads frames of at most 16 MiB; base64
+            // makes a payload 4/3 larger, plus the JSON envelope.
+            max_message_bytes: 12 << 20,
+        }
+    }
+
+    /// A sandbox whose bundle is the running program itself (see
+    /// `agentix::bundle::dispatch`).
+    pub fn current_exe() -> std::io::Result<Self> {
+        Ok(SandboxConfig::new(std::env::current_exe()?))
+    }
+
+    /// Adds an environment variable for the sandbox's processes.
+    pub fn env(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.env.push((key.into(), value.into()));
+        self
+    }
+}

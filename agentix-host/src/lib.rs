@@ -1,0 +1,23 @@
+//! The host side of Agentix: start sandboxes and call into them.
+//!
+//! Layout:
+//! - [`config`]: [`SandboxConfig`], what a sandbox is made of.
+//! - [`provider`]: the [`Provider`] trait and [`ProviderError`].
+//! - [`local`]: [`LocalProvider`], the embedded default (local child processes).
+//! - [`keeper`]: the thread that starts, watches and reaps local server processes.
+//! - [`sandbox`]: [`Sandbox`], the handle user code calls through.
+//! - [`connection`]: the `/rpc` Socket.IO connection and its pending calls.
+//!
+//! Works from a plain `#[tokio::main]`: no actix system is needed on the host.
+
+pub mod config;
+pub mod connection;
+pub mod keeper;
+pub mod local;
+pub mod provider;
+pub mod sandbox;
+
+pub use config::SandboxConfig;
+pub use local::LocalProvider;
+pub use provider::{Provider, ProviderError};
+pub use sandbox::Sandbox;

@@ -1,0 +1,200 @@
+//! [`LocalProvider`]: the embedded default provider.
+//!
+//! Each sandbox is the bundle run as `serve` (which starts itself again as
+//! `worker`) in a private directory under the system temp dir, bound to
+//! 127.0.0.1 on a free port, with a fresh random token. Deleting or dropping
+//! the sandbox stops both processes and removes the directory; if the host
+//! dies without doing so, the server gets SIGTERM from the kernel and does it
+//! itself (see [`crate::keeper`]).
+
+use std::io::Read;
+use std::os::unix::fs::DirBuilderExt;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::config::SandboxConfig;
+use crate::connection::Endpoint;
+use crate::keeper::{self, KeptProcess};
+use crate::provider::{Provider, ProviderError};
+use crate::sandbox::Sandbox;
+
+/// Environment variable the server reads its token from.
+const ENV_TOKEN: &str = "AGENTIX_TOKEN";
+/// How long a stopping server may take before its process group is killed.
+const STOP_GRACE: Duration = Duration::from_secs(5);
+
+/// Runs sandboxes as local child processes.
+#[derive(Debug, Clone, Default)]
+pub struct LocalProvider {
+    base_dir: Option<PathBuf>,
+}
+
+impl LocalProvider {
+    /// A provider keeping sandbox directories under the system temp dir.
+    pub fn new() -> Self {
+        LocalProvider::default()
+    }
+
+    /// A provider keeping sandbox directories under `dir`.
+    pub fn with_base_dir(dir: impl Into<PathBuf>) -> Self {
+        LocalProvider {
+            base_dir: Some(dir.into()),
+        }
+    }
+}
+
+impl Provider for LocalProvider {
+    async fn create(&self, config: SandboxConfig) -> Result<Sandbox, ProviderError> {
+        let bundle = &config.bundle;
+        match std::fs::metadata(bundle) {
+            Ok(m) if m.is_file() => {}
+            Ok(_) => return Err(bad_bundle(bundle, "it is not a file")),
+            Err(e) => return Err(bad_bundle(bundle, &e.to_string())),
+        }
+        let id = random_hex(8);
+        let token = random_hex(32);
+        let base = self.base_dir.clone().unwrap_or_else(std::env::temp_dir);
+        let dir = base.join(format!("agentix-{id}"));
+        std::fs::DirBuilder::new()
+            .recursive(false)
+            .mode(0o700)
+            .create(&dir)
+            .map_err(|e| io_error(format!("cannot create {}", dir.display()), e))?;
+        let log_path = dir.join("server.log");
+        let log = std::fs::File::create(&log_path)
+            .map_err(|e| io_error(format!("cannot create {}", log_path.display()), e))?;
+        // Leave room for base64 (4/3) and the JSON envelope.
+        let wire_limit = config.max_message_bytes / 3 * 4 + (64 << 10);
+
+        let mut cmd = tokio::process::Command::new(bundle);
+        cmd.arg("serve")
+            .args(["--host", "127.0.0.1", "--port", "0"])
+            .arg("--max-message-bytes")
+            .arg(wire_limit.to_string())
+            .arg("--cleanup-dir")
+            .arg(&dir)
+            .env(ENV_TOKEN, &token)
+            .envs(config.env.iter().map(|(k, v)| (k, v)))
+            .current_dir(&dir)
+            .stdin(Stdio::null())
+            .stderr(log);
+        let (server, ready) = match keeper::start(cmd).await {
+            Ok(started) => started,
+            Err(e) => {
+                let _ = std::fs::remove_dir_all(&dir);
+                return Err(bad_bundle(bundle, &format!("cannot run it: {e}")));
+            }
+        };
+        let resources = LocalResources { server, dir };
+        let failed =
+            |reason: String, resources: &LocalResources| ProviderError::ServerStartFailed {
+                reason,
+                output: tail_of(&resources.log_path()),
+            };
+        let line = tokio::select! {
+            line = ready => line.ok(),
+            status = resources.server.wait() => {
+                let err = failed(format!("it exited before listening ({status})"), &resources);
+                resources.shutdown().await;
+                return Err(err);
+            }
+            _ = tokio::time::sleep(config.ready_timeout) => {
+                let err = failed(format!("it did not listen within {:?}", config.ready_timeout), &resources);
+                resources.shutdown().await;
+                return Err(err);
+            }
+        };
+        let addr = line
+            .as_deref()
+            .and_then(|l| serde_json::from_str::<Value>(l).ok())
+            .filter(|v| v["agentix"] == "ready")
+            .and_then(|v| v["addr"].as_str().map(str::to_owned));
+        let Some(addr) = addr else {
+            let err = failed(
+                format!(
+                    "it printed {line:?} instead of the ready line; does its main call \
+                     agentix::bundle::main() (or agentix::bundle::dispatch() first thing)?"
+                ),
+                &resources,
+            );
+            resources.shutdown().await;
+            return Err(err);
+        };
+        Ok(Sandbox::new(
+            format!("local-{id}"),
+            Endpoint { addr, token },
+            config,
+            Some(resources),
+        ))
+    }
+}
+
+/// What a local sandbox owns: its server process and private directory.
+pub(crate) struct LocalResources {
+    pub(crate) server: KeptProcess,
+    dir: PathBuf,
+}
+
+impl LocalResources {
+    fn log_path(&self) -> PathBuf {
+        self.dir.join("server.log")
+    }
+
+    pub(crate) fn server_log_tail_path(&self) -> PathBuf {
+        self.log_path()
+    }
+
+    /// Stops the server (it stops the worker) and removes the directory; waits.
+    pub(crate) async fn shutdown(self) {
+        let (done_tx, done_rx) = tokio::sync::oneshot::channel();
+        let dir = self.dir.clone();
+        self.server.terminate(STOP_GRACE, move || {
+            let _ = std::fs::remove_dir_all(&dir);
+            let _ = done_tx.send(());
+        });
+        let _ = done_rx.await;
+    }
+
+    /// Like [`LocalResources::shutdown`], without waiting (for `Drop`).
+    pub(crate) fn shutdown_in_background(self) {
+        let dir = self.dir;
+        self.server.terminate(STOP_GRACE, move || {
+            let _ = std::fs::remove_dir_all(&dir);
+        });
+    }
+}
+
+/// The last lines of the file at `path` (empty if it cannot be read).
+pub(crate) fn tail_of(path: &Path) -> String {
+    let mut text = String::new();
+    if let Ok(mut f) = std::fs::File::open(path) {
+        let _ = f.read_to_string(&mut text);
+    }
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(40)..].join("\n")
+}
+
+fn bad_bundle(path: &Path, reason: &str) -> ProviderError {
+    ProviderError::BadBundle {
+        path: path.display().to_string(),
+        reason: reason.to_owned(),
+    }
+}
+
+fn io_error(what: String, source: std::io::Error) -> ProviderError {
+    ProviderError::Io { what, source }
+}
+
+/// `bytes` random bytes from the kernel, hex-encoded.
+fn random_hex(bytes: usize) -> String {
+    let mut buf = vec![0u8; bytes];
+    let read = std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut buf));
+    if let Err(e) = read {
+        // No kernel randomness means no safe token: refuse to go on.
+        panic!("cannot read /dev/urandom for a sandbox token: {e}");
+    }
+    buf.iter().map(|b| format!("{b:02x}")).collect()
+}

@@ -1,0 +1,222 @@
+//! [`Sandbox`]: the handle user code calls through.
+//!
+//! A sandbox connects lazily: the Socket.IO connection opens on the first
+//! call (so host namespaces can still be registered before it) and is shared
+//! by every call after it. A sandbox created by a provider is deleted when its
+//! handle is dropped.
+
+use std::sync::{Arc, Mutex};
+
+use agentix_actors::cbor::{self, DecodeFailure};
+use agentix_actors::errors::{ErrorKind, RemoteError};
+use agentix_actors::remote::Remote;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use crate::config::SandboxConfig;
+use crate::connection::{Endpoint, RpcConnection};
+use crate::local::LocalResources;
+
+/// A running sandbox.
+pub struct Sandbox {
+    id: String,
+    endpoint: Endpoint,
+    config: SandboxConfig,
+    conn: Mutex<Option<Arc<RpcConnection>>>,
+    connecting: tokio::sync::Mutex<()>,
+    local: Option<LocalResources>,
+    http: reqwest::Client,
+}
+
+impl Sandbox {
+    pub(crate) fn new(
+        id: String,
+        endpoint: Endpoint,
+        config: SandboxConfig,
+        local: Option<LocalResources>,
+    ) -> Self {
+        Sandbox {
+            id,
+            endpoint,
+            config,
+            conn: Mutex::new(None),
+            connecting: tokio::sync::Mutex::new(()),
+            local,
+            http: reqwest::Client::new(),
+        }
+    }
+
+    /// The sandbox's id (unique per provider).
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// Where its server listens (`host:port`), for third-party Socket.IO clients.
+    pub fn addr(&self) -> &str {
+        &self.endpoint.addr
+    }
+
+    /// Its token, for third-party clients (`auth: {"token": ..}`).
+    pub fn token(&self) -> &str {
+        &self.endpoint.token
+    }
+
+    /// The local server's process id, for a sandbox of the local provider.
+    pub fn server_pid(&self) -> Option<u32> {
+        self.local.as_ref().map(|l| l.server.pid)
+    }
+
+    /// Calls the remote function `f` with the argument tuple `args`.
+    ///
+    /// ```ignore
+    /// let out = sandbox.remote(hello_app::run, ("hello".to_string(),)).await?;
+    /// ```
+    pub async fn remote<A: Serialize, O: DeserializeOwned>(
+        &self,
+        f: Remote<A, O>,
+        args: A,
+    ) -> Result<O, RemoteError> {
+        let args = cbor::to_vec(&args)?;
+        let value = self.call_cbor(f.name(), &args).await?;
+        cbor::from_slice(&value).map_err(|failure| {
+            let why = match failure {
+                DecodeFailure::Malformed(m) | DecodeFailure::Mismatch(m) => m,
+            };
+            RemoteError::new(
+                ErrorKind::TypeMismatch,
+                format!(
+                    "the result of `{}` does not decode as {}: {why}",
+                    f.name(),
+                    std::any::type_name::<O>()
+                ),
+            )
+            .with_details("are the host and the bundle built from the same version of that crate?")
+        })
+    }
+
+    /// Calls `target` by name with CBOR-encoded arguments; returns CBOR.
+    pub async fn call_cbor(&self, target: &str, args: &[u8]) -> Result<Vec<u8>, RemoteError> {
+        let conn = self.connection().await?;
+        conn.call(target, args).await
+    }
+
+    /// Calls `target` by name with JSON arguments: an array (positional), an
+    /// object (by parameter name) or, for one parameter, the bare value.
+    pub async fn call_json(
+        &self,
+        target: &str,
+        args: serde_json::Value,
+    ) -> Result<serde_json::Value, RemoteError> {
+        let args = cbor::to_vec(&args)?;
+        cbor::to_json(&self.call_cbor(target, &args).await?)
+    }
+
+    /// The server's `/health` report.
+    pub async fn health(&self) -> Result<serde_json::Value, RemoteError> {
+        let url = format!("http://{}/health", self.endpoint.addr);
+        let unreachable = |e: reqwest::Error| {
+            RemoteError::new(ErrorKind::ServerUnreachable, format!("GET {url}: {e}"))
+        };
+        let body = self
+            .http
+            .get(&url)
+            .send()
+            .await
+            .map_err(unreachable)?
+            .text()
+            .await
+            .map_err(unreachable)?;
+        serde_json::from_str(&body)
+            .map_err(|e| RemoteError::new(ErrorKind::Protocol, format!("/health is not JSON: {e}")))
+    }
+
+    async fn connection(&self) -> Result<Arc<RpcConnection>, RemoteError> {
+        if let Some(conn) = self.live_connection() {
+            return Ok(conn);
+        }
+        let _one_at_a_time = self.connecting.lock().await;
+        if let Some(conn) = self.live_connection() {
+            return Ok(conn);
+        }
+        if let Some(err) = self.server_exited_error() {
+            return Err(err);
+        }
+        let conn = RpcConnection::connect(
+            &self.endpoint,
+            self.config.connect_timeout,
+            self.config.max_message_bytes,
+        )
+        .await
+        .map_err(|e| match self.server_exited_error() {
+            // The server died while we connected: say that, not "unreachable".
+            Some(exited) if e.kind == ErrorKind::ServerUnreachable => exited,
+            _ => e,
+        })?;
+        if let Some(local) = &self.local {
+            let server = local.server.clone();
+            let weak = Arc::downgrade(&conn);
+            let log = local.server_log_tail_path();
+            tokio::spawn(async move {
+                let status = server.wait().await;
+                if let Some(conn) = weak.upgrade() {
+                    conn.fail(server_exited(&status, &log));
+                }
+            });
+        }
+        *self.conn.lock().unwrap_or_else(|p| p.into_inner()) = Some(conn.clone());
+        Ok(conn)
+    }
+
+    fn live_connection(&self) -> Option<Arc<RpcConnection>> {
+        let conn = self.conn.lock().unwrap_or_else(|p| p.into_inner());
+        conn.as_ref().filter(|c| c.is_alive()).cloned()
+    }
+
+    fn server_exited_error(&self) -> Option<RemoteError> {
+        let local = self.local.as_ref()?;
+        let status = local.server.exit_status()?;
+        Some(server_exited(&status, &local.server_log_tail_path()))
+    }
+
+    /// Deletes the sandbox now and waits until its processes are gone.
+    pub async fn delete(mut self) {
+        let conn = self.conn.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(conn) = conn {
+            conn.close().await;
+        }
+        if let Some(local) = self.local.take() {
+            local.shutdown().await;
+        }
+    }
+}
+
+fn server_exited(status: &str, log: &std::path::Path) -> RemoteError {
+    RemoteError::new(
+        ErrorKind::ServerExited,
+        format!("the sandbox server exited ({status})"),
+    )
+    .with_details(crate::local::tail_of(log))
+}
+
+impl Drop for Sandbox {
+    fn drop(&mut self) {
+        if let Some(conn) = self.conn.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            conn.fail(RemoteError::new(
+                ErrorKind::ConnectionLost,
+                "the sandbox was dropped",
+            ));
+        }
+        if let Some(local) = self.local.take() {
+            local.shutdown_in_background();
+        }
+    }
+}
+
+impl std::fmt::Debug for Sandbox {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sandbox")
+            .field("id", &self.id)
+            .field("addr", &self.endpoint.addr)
+            .finish_non_exhaustive()
+    }
+}

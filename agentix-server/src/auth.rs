@@ -1,0 +1,58 @@
+//! The sandbox token check shared by the HTTP gate and Socket.IO connects.
+
+use std::sync::Arc;
+
+/// The token hosts must present; `None` accepts everyone (tests only).
+#[derive(Clone)]
+pub struct Token(Option<Arc<str>>);
+
+/// Why a request was turned away.
+#[derive(Debug, thiserror::Error)]
+pub enum AuthError {
+    /// No token was presented.
+    #[error("auth rejected: no sandbox token presented")]
+    Missing,
+    /// A token was presented but it is not this sandbox's.
+    #[error("auth rejected: wrong sandbox token")]
+    Wrong,
+}
+
+impl Token {
+    /// Requires `token` when it is `Some`.
+    pub fn new(token: Option<String>) -> Self {
+        Token(token.map(Arc::from))
+    }
+
+    /// Accepts `presented` if it equals the token (in constant time).
+    pub fn check(&self, presented: Option<&str>) -> Result<(), AuthError> {
+        let Some(expected) = &self.0 else {
+            return Ok(());
+        };
+        let presented = presented.ok_or(AuthError::Missing)?;
+        let (a, b) = (expected.as_bytes(), presented.as_bytes());
+        let diff = a
+            .iter()
+            .zip(b)
+            .fold(a.len() ^ b.len(), |acc, (x, y)| acc | usize::from(x ^ y));
+        if diff == 0 {
+            Ok(())
+        } else {
+            Err(AuthError::Wrong)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_exact_token_passes() {
+        let t = Token::new(Some("s3cret".into()));
+        assert!(t.check(Some("s3cret")).is_ok());
+        assert!(matches!(t.check(Some("s3cre")), Err(AuthError::Wrong)));
+        assert!(matches!(t.check(Some("s3cret!")), Err(AuthError::Wrong)));
+        assert!(matches!(t.check(None), Err(AuthError::Missing)));
+        assert!(Token::new(None).check(None).is_ok());
+    }
+}

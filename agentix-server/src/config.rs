@@ -1,0 +1,125 @@
+//! Server settings from command-line flags and the environment.
+
+use std::ffi::OsString;
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Environment variable holding the sandbox token (never passed on argv,
+/// which other users can read).
+pub const ENV_TOKEN: &str = "AGENTIX_TOKEN";
+
+/// Everything the server needs to run.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    /// Address to bind; `127.0.0.1` unless told otherwise.
+    pub host: IpAddr,
+    /// Port to bind; 0 picks a free one (reported on the ready line).
+    pub port: u16,
+    /// Token every host must present; `None` disables the check (tests only).
+    pub token: Option<String>,
+    /// The worker's command line: program and arguments.
+    pub worker_command: Vec<OsString>,
+    /// Largest Socket.IO message accepted, in bytes.
+    pub max_message_bytes: usize,
+    /// How long a started worker may take to report ready.
+    pub worker_start_timeout: Duration,
+    /// Restarts allowed within [`ServerConfig::restart_window`] before degrading.
+    pub max_restarts: u32,
+    /// Window over which restarts are counted.
+    pub restart_window: Duration,
+    /// Calls allowed in flight or queued at once; more fail fast.
+    pub max_inflight: usize,
+    /// A directory the server removes when it exits (the sandbox's private dir).
+    pub cleanup_dir: Option<PathBuf>,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            host: IpAddr::from([127, 0, 0, 1]),
+            port: 0,
+            token: None,
+            worker_command: Vec::new(),
+            // rust_socketio's receive limit is a fixed 16 MiB frame.
+            max_message_bytes: 16 << 20,
+            worker_start_timeout: Duration::from_secs(30),
+            max_restarts: 5,
+            restart_window: Duration::from_secs(60),
+            max_inflight: 100_000,
+            cleanup_dir: None,
+        }
+    }
+}
+
+impl ServerConfig {
+    /// Parses `--host A --port N --max-message-bytes N --cleanup-dir D
+    /// --worker CMD [ARGS..]`; the token comes from `AGENTIX_TOKEN`.
+    pub fn from_args(args: impl IntoIterator<Item = OsString>) -> Result<Self, String> {
+        let mut config = ServerConfig {
+            token: std::env::var(ENV_TOKEN).ok().filter(|t| !t.is_empty()),
+            ..ServerConfig::default()
+        };
+        let mut args = args.into_iter();
+        while let Some(flag) = args.next() {
+            let flag = flag
+                .into_string()
+                .map_err(|f| format!("unreadable flag {f:?}"))?;
+            let mut value = |name: &str| {
+                args.next()
+                    .ok_or_else(|| format!("{name} needs a value"))
+                    .and_then(|v| v.into_string().map_err(|v| format!("bad value {v:?}")))
+            };
+            match flag.as_str() {
+                "--host" => {
+                    config.host = value("--host")?
+                        .parse()
+                        .map_err(|e| format!("--host: {e}"))?
+                }
+                "--port" => {
+                    config.port = value("--port")?
+                        .parse()
+                        .map_err(|e| format!("--port: {e}"))?
+                }
+                "--max-message-bytes" => {
+                    config.max_message_bytes = value("--max-message-bytes")?
+                        .parse()
+                        .map_err(|e| format!("--max-message-bytes: {e}"))?
+                }
+                "--cleanup-dir" => config.cleanup_dir = Some(value("--cleanup-dir")?.into()),
+                "--worker" => {
+                    config.worker_command = args.by_ref().collect();
+                    if config.worker_command.is_empty() {
+                        return Err("--worker needs a command".to_owned());
+                    }
+                }
+                other => return Err(format!("unknown flag `{other}`")),
+            }
+        }
+        Ok(config)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<ServerConfig, String> {
+        ServerConfig::from_args(args.iter().map(OsString::from))
+    }
+
+    #[test]
+    fn flags_parse_and_worker_takes_the_rest() {
+        let c = parse(&["--port", "7", "--worker", "/bin/w", "worker", "--port"]).unwrap();
+        assert_eq!(c.port, 7);
+        assert_eq!(c.host, IpAddr::from([127, 0, 0, 1]));
+        assert_eq!(c.worker_command, ["/bin/w", "worker", "--port"]);
+    }
+
+    #[test]
+    fn bad_flags_are_named() {
+        assert_eq!(parse(&["--nope"]).unwrap_err(), "unknown flag `--nope`");
+        assert_eq!(parse(&["--port"]).unwrap_err(), "--port needs a value");
+        assert!(parse(&["--port", "x"]).unwrap_err().starts_with("--port:"));
+    }
+}

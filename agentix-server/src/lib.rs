@@ -1,0 +1,27 @@
+//! The generic Agentix runtime server.
+//!
+//! It serves hosts over Socket.IO and `GET /health` on one port, and owns one
+//! worker process (the user's bundle) that runs the calls. It knows no remote
+//! function and no plugin event: it forwards.
+//!
+//! Layout:
+//! - [`config`]: command-line flags and environment.
+//! - [`worker_process`]: starting the worker with its frame pipes, capturing its output.
+//! - [`auth`]: the sandbox token check.
+//! - [`calls`]: the table of calls waiting for a worker or in flight.
+//! - [`supervisor`]: the `WorkerSupervisor` actor: owns the worker, correlates calls.
+//! - [`rpc`]: the `/rpc` Socket.IO namespace.
+//! - [`http`]: `/health`, the token gate and the listener.
+//! - [`server`]: [`run`], which ties them together on the actix runtime.
+
+pub mod auth;
+pub mod calls;
+pub mod config;
+pub mod http;
+pub mod rpc;
+pub mod server;
+pub mod supervisor;
+pub mod worker_process;
+
+pub use config::ServerConfig;
+pub use server::run;

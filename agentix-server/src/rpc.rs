@@ -1,0 +1,180 @@
+//! The `/rpc` Socket.IO namespace: hosts start and cancel calls here.
+//!
+//! A host connects with `auth: {"token": ...}`, emits `call {id, target,
+//! args}` and `cancel {id}`, and receives exactly one `call:result {id,
+//! value}` or `call:error {id, error}` per call. Each event is handed to the
+//! `WorkerSupervisor` mailbox as soon as it is parsed, so calls and cancels
+//! from one socket reach it in the order they were sent.
+
+use std::time::Duration;
+
+use actix::Addr;
+use agentix_actors::errors::{ErrorKind, RemoteError};
+use agentix_actors::wire::{
+    CallEvent, CancelEvent, ErrorEvent, ResultEvent, EVENT_CALL, EVENT_CANCEL, EVENT_ERROR,
+    EVENT_RESULT, RPC_NAMESPACE,
+};
+use base64::Engine;
+use serde::Serialize;
+use serde_json::Value;
+use socketioxide::extract::{SocketRef, TryData};
+use socketioxide::handler::ConnectHandler;
+use socketioxide::{SendError, SocketError, SocketIo};
+use tokio::sync::oneshot;
+
+use crate::auth::{AuthError, Token};
+use crate::calls::{NewCall, Origin};
+use crate::supervisor::{CancelCall, HostDisconnected, StartCall, WorkerSupervisor};
+
+const B64: base64::engine::GeneralPurpose = base64::engine::general_purpose::STANDARD;
+
+/// Registers `/rpc` on `io`, forwarding calls to `supervisor`.
+pub fn register(io: &SocketIo, supervisor: Addr<WorkerSupervisor>, token: Token) {
+    let on_connect = move |s: SocketRef| {
+        let supervisor = supervisor.clone();
+        async move { attach(s, supervisor) }
+    };
+    io.ns(RPC_NAMESPACE, on_connect.with(auth_middleware(token)));
+}
+
+/// A connect middleware that requires `auth: {"token": ...}`.
+pub fn auth_middleware(
+    token: Token,
+) -> impl FnOnce(TryData<Value>) -> std::future::Ready<Result<(), AuthError>>
+       + Clone
+       + Send
+       + Sync
+       + 'static {
+    move |TryData(auth): TryData<Value>| {
+        let presented = auth.ok();
+        let presented = presented
+            .as_ref()
+            .and_then(|a| a.get("token"))
+            .and_then(Value::as_str);
+        std::future::ready(token.check(presented))
+    }
+}
+
+fn attach(s: SocketRef, supervisor: Addr<WorkerSupervisor>) {
+    let sup = supervisor.clone();
+    s.on(
+        EVENT_CALL,
+        move |s: SocketRef, TryData(data): TryData<Value>| {
+            let sup = sup.clone();
+            async move { on_call(s, sup, data.unwrap_or(Value::Null)).await }
+        },
+    );
+    let sup = supervisor.clone();
+    s.on(
+        EVENT_CANCEL,
+        move |s: SocketRef, TryData(data): TryData<Value>| {
+            let sup = sup.clone();
+            async move {
+                match data.map(serde_json::from_value::<CancelEvent>) {
+                    Ok(Ok(CancelEvent { id })) => sup.do_send(CancelCall(Origin {
+                        socket: s.id,
+                        host_id: id,
+                    })),
+                    _ => tracing::debug!(socket = %s.id, "malformed cancel event dropped"),
+                }
+            }
+        },
+    );
+    s.on_disconnect(move |s: SocketRef| {
+        supervisor.do_send(HostDisconnected(s.id));
+        std::future::ready(())
+    });
+}
+
+async fn on_call(s: SocketRef, supervisor: Addr<WorkerSupervisor>, data: Value) {
+    let id = data.get("id").and_then(Value::as_u64);
+    let event = match serde_json::from_value::<CallEvent>(data) {
+        Ok(event) => event,
+        Err(e) => {
+            tracing::debug!(socket = %s.id, "malformed call event: {e}");
+            let error = RemoteError::new(
+                ErrorKind::Protocol,
+                format!("malformed call event (expected {{id, target, args}}): {e}"),
+            );
+            emit(
+                &s,
+                EVENT_ERROR,
+                &ErrorEvent {
+                    id: id.unwrap_or(0),
+                    error,
+                },
+            )
+            .await;
+            return;
+        }
+    };
+    let outcome = match B64.decode(event.args.as_bytes()) {
+        Ok(args) => {
+            let (reply, rx) = oneshot::channel();
+            let origin = Origin {
+                socket: s.id,
+                host_id: event.id,
+            };
+            supervisor.do_send(StartCall(NewCall {
+                origin,
+                target: event.target,
+                args,
+                reply,
+            }));
+            rx.await.unwrap_or_else(|_| {
+                Err(RemoteError::new(
+                    ErrorKind::ServerExited,
+                    "the server is shutting down",
+                ))
+            })
+        }
+        Err(e) => Err(RemoteError::new(
+            ErrorKind::BadArguments,
+            format!("arguments for `{}` are not valid base64: {e}", event.target),
+        )),
+    };
+    match outcome {
+        Ok(value) => {
+            let value = B64.encode(value);
+            emit(
+                &s,
+                EVENT_RESULT,
+                &ResultEvent {
+                    id: event.id,
+                    value,
+                },
+            )
+            .await
+        }
+        Err(error) => {
+            emit(
+                &s,
+                EVENT_ERROR,
+                &ErrorEvent {
+                    id: event.id,
+                    error,
+                },
+            )
+            .await
+        }
+    }
+}
+
+/// Emits `data`, waiting while the socket's send queue is full: a reply is
+/// never dropped while the socket is connected.
+pub async fn emit<T: Serialize + ?Sized>(s: &SocketRef, event: &str, data: &T) {
+    let mut backoff = Duration::from_micros(200);
+    loop {
+        match s.emit(event, data) {
+            Ok(()) => return,
+            Err(SendError::Socket(SocketError::InternalChannelFull)) => {
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_millis(20));
+            }
+            Err(e) => {
+                tracing::debug!(socket = %s.id, event, "reply not delivered: {e}");
+                return;
+            }
+        }
+    }
+}

@@ -1,0 +1,134 @@
+//! [`run`]: the server's life from bind to shutdown, on the actix runtime.
+//!
+//! Once listening it prints one JSON line on stdout, `{"agentix":"ready",
+//! "addr":..,"pid":..}`, which is how a provider learns the port it got. On
+//! SIGTERM or SIGINT (also sent when the parent dies: see the local provider)
+//! it stops the worker, removes its cleanup directory and exits.
+
+use std::io::Write;
+
+use actix::{Actor, Addr};
+use hyper_util::rt::TokioIo;
+use socketioxide::SocketIo;
+use tokio::net::TcpListener;
+use tokio::signal::unix::{signal, SignalKind};
+
+use crate::auth::Token;
+use crate::config::ServerConfig;
+use crate::http::HttpRoutes;
+use crate::rpc;
+use crate::supervisor::{StopWorker, WorkerSupervisor};
+
+/// Runs the server until SIGTERM/SIGINT; returns the process exit code.
+pub fn run(config: ServerConfig) -> i32 {
+    init_tracing();
+    if config.worker_command.is_empty() {
+        eprintln!("agentix-server: no worker command (use --worker CMD [ARGS..])");
+        return 2;
+    }
+    let system = actix_rt::System::new();
+    let code = system.block_on(serve(config));
+    code
+}
+
+fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("AGENTIX_SERVER_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
+async fn serve(config: ServerConfig) -> i32 {
+    let listener = match TcpListener::bind((config.host, config.port)).await {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!(
+                "agentix-server: cannot bind {}:{}: {e}",
+                config.host, config.port
+            );
+            return 1;
+        }
+    };
+    let addr = match listener.local_addr() {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("agentix-server: {e}");
+            return 1;
+        }
+    };
+    let (mut sigterm, mut sigint) = match (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) {
+        (Ok(t), Ok(i)) => (t, i),
+        _ => {
+            eprintln!("agentix-server: cannot install signal handlers");
+            return 1;
+        }
+    };
+    let token = Token::new(config.token.clone());
+    let supervisor = WorkerSupervisor::new(config.clone()).start();
+    let (service, io) = SocketIo::builder()
+        .max_payload(config.max_message_bytes as u64)
+        .ws_max_message_size(config.max_message_bytes)
+        .ws_max_frame_size(config.max_message_bytes)
+        .max_buffer_size(4096)
+        .build_with_inner_svc(HttpRoutes::new(supervisor.clone(), token.clone()));
+    rpc::register(&io, supervisor.clone(), token);
+
+    let ready = serde_json::json!({
+        "agentix": "ready",
+        "addr": addr.to_string(),
+        "pid": std::process::id(),
+    });
+    {
+        let mut stdout = std::io::stdout().lock();
+        let _ = writeln!(stdout, "{ready}");
+        let _ = stdout.flush();
+    }
+    tracing::info!(%addr, "agentix-server listening");
+
+    let accept = tokio::spawn(async move {
+        loop {
+            let (stream, _) = match listener.accept().await {
+                Ok(conn) => conn,
+                Err(e) => {
+                    tracing::warn!("accept failed: {e}");
+                    continue;
+                }
+            };
+            let _ = stream.set_nodelay(true);
+            let service = service.clone();
+            tokio::spawn(async move {
+                let conn = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), service)
+                    .with_upgrades();
+                if let Err(e) = conn.await {
+                    tracing::debug!("connection ended: {e}");
+                }
+            });
+        }
+    });
+
+    tokio::select! {
+        _ = sigterm.recv() => tracing::info!("SIGTERM: shutting down"),
+        _ = sigint.recv() => tracing::info!("SIGINT: shutting down"),
+    }
+    accept.abort();
+    shutdown(&supervisor, &io, &config).await;
+    0
+}
+
+async fn shutdown(supervisor: &Addr<WorkerSupervisor>, io: &SocketIo, config: &ServerConfig) {
+    let _ = supervisor.send(StopWorker).await;
+    io.close().await;
+    if let Some(dir) = &config.cleanup_dir {
+        if let Err(e) = std::fs::remove_dir_all(dir) {
+            if e.kind() != std::io::ErrorKind::NotFound {
+                tracing::warn!(dir = %dir.display(), "cannot remove the sandbox directory: {e}");
+            }
+        }
+    }
+}

@@ -1,0 +1,526 @@
+//! The `WorkerSupervisor` actor: owns the worker process and every call.
+//!
+//! Supervised by nobody (it lives as long as the server); it supervises the
+//! worker process. It starts the worker, restarts it when it dies (first at
+//! once, then with exponential backoff, at most `max_restarts` within
+//! `restart_window`, after which the server reports `degraded` and calls fail
+//! fast), and correlates calls: a call is a message whose reply resolves when
+//! the worker's matching result or error frame arrives, so the pending table
+//! lives inside this actor and behind no lock. When the worker dies every call
+//! in flight ends at once with `WorkerExited`.
+
+use std::collections::VecDeque;
+use std::ffi::OsString;
+use std::time::{Duration, Instant};
+
+use actix::prelude::*;
+use agentix_actors::codec::{self, FrameReader};
+use agentix_actors::errors::{ErrorKind, RemoteError};
+use agentix_actors::process;
+use agentix_actors::wire::Frame;
+use serde::Serialize;
+use socketioxide::socket::Sid;
+use tokio::sync::mpsc;
+
+use crate::calls::{CallTable, Cancelled, NewCall, Origin};
+use crate::config::ServerConfig;
+use crate::worker_process::{self, describe_exit, OutputTail};
+
+// ---- messages ------------------------------------------------------------
+
+/// Run a call on the worker (queued until one is ready); the outcome goes to `call.reply`.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct StartCall(pub NewCall);
+
+/// Cancel the call `origin` started; it ends as `Cancelled`.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct CancelCall(pub Origin);
+
+/// A host socket went away: cancel its calls.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct HostDisconnected(pub Sid);
+
+/// Report the worker's state for `/health`.
+#[derive(Message)]
+#[rtype(result = "Health")]
+pub struct ReportHealth;
+
+/// Stop the worker for good (server shutdown).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct StopWorker;
+
+/// A frame arrived from worker `generation`.
+#[derive(Message)]
+#[rtype(result = "()")]
+struct FrameArrived {
+    generation: u64,
+    frame: Frame,
+}
+
+/// Worker `generation` exited.
+#[derive(Message)]
+#[rtype(result = "()")]
+struct WorkerExited {
+    generation: u64,
+    status: String,
+}
+
+// ---- state ---------------------------------------------------------------
+
+/// What `/health` shows.
+#[derive(Debug, Clone, Serialize)]
+pub struct Health {
+    /// `ok`, `starting` or `degraded`.
+    pub status: &'static str,
+    /// `starting`, `ready`, `restarting`, `degraded` or `stopped`.
+    pub worker: &'static str,
+    /// The current worker's pid, if one runs.
+    pub pid: Option<u32>,
+    /// The current worker's id.
+    pub worker_id: Option<String>,
+    /// Restarts since the server started.
+    pub restarts: u64,
+    /// Calls queued or in flight.
+    pub inflight: usize,
+    /// Why the last worker ended, if one did.
+    pub last_exit: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Starting,
+    Ready,
+    Restarting,
+    Degraded,
+    Stopped,
+}
+
+struct Running {
+    pid: u32,
+    worker_id: String,
+    frames: mpsc::UnboundedSender<Frame>,
+    tail: OutputTail,
+}
+
+/// Owns the worker process and the table of calls.
+pub struct WorkerSupervisor {
+    config: ServerConfig,
+    calls: CallTable,
+    phase: Phase,
+    worker: Option<Running>,
+    generation: u64,
+    restarts: u64,
+    recent_restarts: VecDeque<Instant>,
+    last_exit: Option<String>,
+    start_error: Option<RemoteError>,
+}
+
+impl WorkerSupervisor {
+    /// A supervisor that will start `config.worker_command` once started.
+    pub fn new(config: ServerConfig) -> Self {
+        WorkerSupervisor {
+            config,
+            calls: CallTable::default(),
+            phase: Phase::Starting,
+            worker: None,
+            generation: 0,
+            restarts: 0,
+            recent_restarts: VecDeque::new(),
+            last_exit: None,
+            start_error: None,
+        }
+    }
+
+    fn spawn_worker(&mut self, ctx: &mut Context<Self>) {
+        self.generation += 1;
+        let generation = self.generation;
+        let worker_id = format!("{}-{}", std::process::id(), generation);
+        self.phase = Phase::Starting;
+        let spawned = worker_process::spawn(&self.config.worker_command, &worker_id);
+        let proc = match spawned {
+            Ok(p) => p,
+            Err(e) => {
+                let err = RemoteError::new(
+                    ErrorKind::WorkerStartFailed,
+                    format!(
+                        "cannot start the worker `{}`: {e}",
+                        show_command(&self.config.worker_command)
+                    ),
+                );
+                self.worker_gone(ctx, format!("not started: {e}"), Some(err));
+                return;
+            }
+        };
+        tracing::info!(pid = proc.pid, worker_id, "worker started");
+        let (tx, rx) = mpsc::unbounded_channel();
+        actix::spawn(async move {
+            if let Err(e) = codec::write_frames(proc.frames_out, rx).await {
+                tracing::debug!("worker frame pipe closed for writing: {e}");
+            }
+        });
+        let me = ctx.address();
+        let mut reader = FrameReader::new(proc.frames_in, codec::DEFAULT_MAX_FRAME);
+        actix::spawn(async move {
+            loop {
+                match reader.next().await {
+                    Ok(Some(frame)) => {
+                        if me.send(FrameArrived { generation, frame }).await.is_err() {
+                            break;
+                        }
+                    }
+                    Ok(None) => break,
+                    Err(e) if e.is_recoverable() => {
+                        tracing::warn!(
+                            generation,
+                            "dropped a malformed frame from the worker: {e}"
+                        );
+                    }
+                    Err(e) => {
+                        tracing::error!(
+                            generation,
+                            "worker frame pipe unusable, killing the worker: {e}"
+                        );
+                        process::signal_group(proc.pid, libc::SIGKILL);
+                        break;
+                    }
+                }
+            }
+        });
+        let me = ctx.address();
+        let mut child = proc.child;
+        let drained = proc.output_drained;
+        actix::spawn(async move {
+            let status = match child.wait().await {
+                Ok(status) => describe_exit(status),
+                Err(e) => format!("lost track of the worker: {e}"),
+            };
+            // Let the last lines of output reach the tail, but do not wait on
+            // grandchildren that keep the pipes open.
+            let _ = tokio::time::timeout(Duration::from_millis(200), drained).await;
+            me.do_send(WorkerExited { generation, status });
+        });
+        self.worker = Some(Running {
+            pid: proc.pid,
+            worker_id,
+            frames: tx,
+            tail: proc.tail,
+        });
+        let timeout = self.config.worker_start_timeout;
+        ctx.run_later(timeout, move |act, _| {
+            if act.phase == Phase::Starting && act.generation == generation {
+                if let Some(w) = &act.worker {
+                    tracing::error!(
+                        pid = w.pid,
+                        "worker did not report ready in {timeout:?}; killing it"
+                    );
+                    process::signal_group(w.pid, libc::SIGKILL);
+                }
+            }
+        });
+    }
+
+    /// The worker is gone (exited, or never started): fail its calls and
+    /// restart it if the policy allows.
+    fn worker_gone(
+        &mut self,
+        ctx: &mut Context<Self>,
+        status: String,
+        start_error: Option<RemoteError>,
+    ) {
+        let was_ready = self.phase == Phase::Ready;
+        let tail = self
+            .worker
+            .take()
+            .map(|w| w.tail.text())
+            .unwrap_or_default();
+        self.last_exit = Some(status.clone());
+        if self.phase == Phase::Stopped {
+            return;
+        }
+        let exited = if was_ready {
+            RemoteError::new(
+                ErrorKind::WorkerExited,
+                format!("the worker died mid-call ({status})"),
+            )
+        } else {
+            start_error.unwrap_or_else(|| {
+                RemoteError::new(
+                    ErrorKind::WorkerStartFailed,
+                    format!("the worker exited before it was ready ({status})"),
+                )
+            })
+        };
+        let exited = exited.with_details(tail_details(&tail));
+        tracing::warn!(%status, "worker gone");
+        for reply in self.calls.take_inflight() {
+            let _ = reply.send(Err(exited.clone()));
+        }
+        if !was_ready {
+            // Calls waiting for this worker would wait for the next one, which
+            // may fail the same way: tell them now rather than hang.
+            for call in self.calls.take_queued() {
+                let _ = call.reply.send(Err(exited.clone()));
+            }
+        }
+        self.start_error = Some(exited);
+
+        let now = Instant::now();
+        while self
+            .recent_restarts
+            .front()
+            .is_some_and(|t| now.duration_since(*t) > self.config.restart_window)
+        {
+            self.recent_restarts.pop_front();
+        }
+        if self.recent_restarts.len() as u32 >= self.config.max_restarts {
+            tracing::error!(
+                restarts = self.recent_restarts.len(),
+                "worker keeps dying; not restarting it again (degraded)"
+            );
+            self.phase = Phase::Degraded;
+            let err = self.degraded_error();
+            for call in self.calls.take_queued() {
+                let _ = call.reply.send(Err(err.clone()));
+            }
+            return;
+        }
+        let delay = match self.recent_restarts.len() {
+            0 => Duration::ZERO,
+            n => Duration::from_millis(50 << (n - 1).min(6)),
+        };
+        self.recent_restarts.push_back(now);
+        self.restarts += 1;
+        self.phase = Phase::Restarting;
+        ctx.run_later(delay, |act, ctx| {
+            if act.phase == Phase::Restarting {
+                act.spawn_worker(ctx);
+            }
+        });
+    }
+
+    fn degraded_error(&self) -> RemoteError {
+        let why = self
+            .start_error
+            .as_ref()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        RemoteError::new(
+            ErrorKind::Degraded,
+            format!(
+                "the worker died {} times within {:?}; the server stopped restarting it",
+                self.recent_restarts.len(),
+                self.config.restart_window
+            ),
+        )
+        .with_details(why)
+    }
+
+    fn send_to_worker(&mut self, call: NewCall) {
+        let frame = self.calls.start(call);
+        let Frame::Call { id, .. } = &frame else {
+            unreachable!("CallTable::start returns call frames")
+        };
+        let id = *id;
+        let sent = self
+            .worker
+            .as_ref()
+            .is_some_and(|w| w.frames.send(frame).is_ok());
+        if !sent {
+            // The pipe writer is gone: the exit notification follows and
+            // fails the call; nothing to do here.
+            tracing::debug!(id, "worker pipe closed while sending a call");
+        }
+    }
+}
+
+fn tail_details(tail: &str) -> String {
+    if tail.is_empty() {
+        String::new()
+    } else {
+        format!("last worker output:\n{tail}")
+    }
+}
+
+fn show_command(cmd: &[OsString]) -> String {
+    cmd.iter()
+        .map(|a| a.to_string_lossy())
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+impl Actor for WorkerSupervisor {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        self.spawn_worker(ctx);
+    }
+}
+
+impl Handler<StartCall> for WorkerSupervisor {
+    type Result = ();
+
+    fn handle(&mut self, StartCall(call): StartCall, _: &mut Context<Self>) {
+        if self.calls.contains(call.origin) {
+            let err = RemoteError::new(
+                ErrorKind::Protocol,
+                format!(
+                    "call id {} is already in use on this connection",
+                    call.origin.host_id
+                ),
+            );
+            let _ = call.reply.send(Err(err));
+            return;
+        }
+        if self.calls.len() >= self.config.max_inflight {
+            let err = RemoteError::new(
+                ErrorKind::Degraded,
+                format!(
+                    "the server already holds {} calls; try again later",
+                    self.calls.len()
+                ),
+            );
+            let _ = call.reply.send(Err(err));
+            return;
+        }
+        match self.phase {
+            Phase::Ready => self.send_to_worker(call),
+            Phase::Starting | Phase::Restarting => self.calls.queue(call),
+            Phase::Degraded => {
+                let _ = call.reply.send(Err(self.degraded_error()));
+            }
+            Phase::Stopped => {
+                let err = RemoteError::new(ErrorKind::ServerExited, "the server is shutting down");
+                let _ = call.reply.send(Err(err));
+            }
+        }
+    }
+}
+
+impl Handler<CancelCall> for WorkerSupervisor {
+    type Result = ();
+
+    fn handle(&mut self, CancelCall(origin): CancelCall, _: &mut Context<Self>) {
+        let cancelled = RemoteError::new(ErrorKind::Cancelled, "the call was cancelled");
+        match self.calls.cancel(origin) {
+            Cancelled::Queued(reply) => {
+                let _ = reply.send(Err(cancelled));
+            }
+            Cancelled::InFlight(id, reply) => {
+                if let Some(w) = &self.worker {
+                    let _ = w.frames.send(Frame::Cancel { id });
+                }
+                let _ = reply.send(Err(cancelled));
+            }
+            Cancelled::Unknown => {
+                tracing::debug!(
+                    host_id = origin.host_id,
+                    "cancel for a call that is not running"
+                );
+            }
+        }
+    }
+}
+
+impl Handler<HostDisconnected> for WorkerSupervisor {
+    type Result = ();
+
+    fn handle(&mut self, HostDisconnected(sid): HostDisconnected, ctx: &mut Context<Self>) {
+        for origin in self.calls.origins_of(sid) {
+            self.handle(CancelCall(origin), ctx);
+        }
+    }
+}
+
+impl Handler<FrameArrived> for WorkerSupervisor {
+    type Result = ();
+
+    fn handle(&mut self, msg: FrameArrived, _: &mut Context<Self>) {
+        if msg.generation != self.generation {
+            return;
+        }
+        match msg.frame {
+            Frame::Ready {
+                worker_id,
+                pid,
+                functions,
+                version,
+            } => {
+                tracing::info!(worker_id, pid, functions, version, "worker ready");
+                self.phase = Phase::Ready;
+                self.start_error = None;
+                for call in self.calls.take_queued() {
+                    self.send_to_worker(call);
+                }
+            }
+            Frame::Result { id, value } => {
+                if let Some(reply) = self.calls.finish(id) {
+                    let _ = reply.send(Ok(value.into_vec()));
+                }
+            }
+            Frame::Error { id, error } => {
+                if let Some(reply) = self.calls.finish(id) {
+                    let _ = reply.send(Err(error));
+                }
+            }
+            Frame::Call { .. } | Frame::Cancel { .. } => {
+                tracing::warn!("the worker sent a frame only the server may send; dropped");
+            }
+        }
+    }
+}
+
+impl Handler<WorkerExited> for WorkerSupervisor {
+    type Result = ();
+
+    fn handle(&mut self, msg: WorkerExited, ctx: &mut Context<Self>) {
+        if msg.generation != self.generation {
+            return;
+        }
+        self.worker_gone(ctx, msg.status, None);
+    }
+}
+
+impl Handler<ReportHealth> for WorkerSupervisor {
+    type Result = MessageResult<ReportHealth>;
+
+    fn handle(&mut self, _: ReportHealth, _: &mut Context<Self>) -> Self::Result {
+        let (status, worker) = match self.phase {
+            Phase::Starting => ("starting", "starting"),
+            Phase::Ready => ("ok", "ready"),
+            Phase::Restarting => ("starting", "restarting"),
+            Phase::Degraded => ("degraded", "degraded"),
+            Phase::Stopped => ("stopping", "stopped"),
+        };
+        MessageResult(Health {
+            status,
+            worker,
+            pid: self.worker.as_ref().map(|w| w.pid),
+            worker_id: self.worker.as_ref().map(|w| w.worker_id.clone()),
+            restarts: self.restarts,
+            inflight: self.calls.len(),
+            last_exit: self.last_exit.clone(),
+        })
+    }
+}
+
+impl Handler<StopWorker> for WorkerSupervisor {
+    type Result = ();
+
+    fn handle(&mut self, _: StopWorker, _: &mut Context<Self>) {
+        self.phase = Phase::Stopped;
+        let err = RemoteError::new(ErrorKind::ServerExited, "the server is shutting down");
+        for reply in self.calls.take_inflight() {
+            let _ = reply.send(Err(err.clone()));
+        }
+        for call in self.calls.take_queued() {
+            let _ = call.reply.send(Err(err.clone()));
+        }
+        if let Some(w) = self.worker.take() {
+            process::signal_group(w.pid, libc::SIGKILL);
+        }
+    }
+}

@@ -1,0 +1,168 @@
+//! Starting the worker process with its frame pipes, and keeping the tail of
+//! what it prints.
+//!
+//! The worker gets its frame pipes as fds 3 and 4; its stdout and stderr are
+//! drained line by line so it never blocks on a full pipe, copied to the
+//! server's stderr, and the last lines are kept so that "the worker died"
+//! errors can say why.
+
+use std::collections::VecDeque;
+use std::ffi::OsString;
+use std::os::fd::AsRawFd;
+use std::os::unix::process::ExitStatusExt;
+use std::process::{ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
+
+use agentix_actors::process;
+use agentix_actors::wire::{ENV_WORKER_ID, WORKER_FRAME_IN_FD, WORKER_FRAME_OUT_FD};
+use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
+use tokio::net::unix::pipe;
+use tokio::task::JoinHandle;
+
+use crate::config::ENV_TOKEN;
+
+/// Lines of worker output kept for error reports.
+const TAIL_LINES: usize = 40;
+
+/// A started worker process.
+pub struct WorkerProcess {
+    /// Its process id (also its process group id).
+    pub pid: u32,
+    /// Frames the worker writes.
+    pub frames_in: pipe::Receiver,
+    /// Frames for the worker.
+    pub frames_out: pipe::Sender,
+    /// The child, to wait on.
+    pub child: tokio::process::Child,
+    /// The last lines it printed.
+    pub tail: OutputTail,
+    /// Ends when both output streams reached end of file.
+    pub output_drained: JoinHandle<()>,
+}
+
+/// Starts `command` as worker `worker_id`.
+pub fn spawn(command: &[OsString], worker_id: &str) -> std::io::Result<WorkerProcess> {
+    let (program, args) = command.split_first().ok_or_else(|| {
+        std::io::Error::new(std::io::ErrorKind::InvalidInput, "no worker command given")
+    })?;
+    let (to_worker_read, to_worker_write) = process::pipe()?;
+    let (from_worker_read, from_worker_write) = process::pipe()?;
+    let mut cmd = tokio::process::Command::new(program);
+    cmd.args(args)
+        .env(ENV_WORKER_ID, worker_id)
+        .env_remove(ENV_TOKEN)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    let parent = std::process::id() as libc::pid_t;
+    let child_in = to_worker_read.as_raw_fd();
+    let child_out = from_worker_write.as_raw_fd();
+    // SAFETY: the closure only makes async-signal-safe syscalls.
+    unsafe {
+        cmd.pre_exec(move || {
+            process::child_setup(parent, libc::SIGKILL)?;
+            let input = process::move_fd_high(child_in)?;
+            let output = process::move_fd_high(child_out)?;
+            process::install_fd(input, WORKER_FRAME_IN_FD)?;
+            process::install_fd(output, WORKER_FRAME_OUT_FD)?;
+            Ok(())
+        });
+    }
+    let mut child = cmd.spawn()?;
+    drop((to_worker_read, from_worker_write));
+    let pid = child.id().unwrap_or_default();
+    let tail = OutputTail::default();
+    let stdout = child
+        .stdout
+        .take()
+        .map(|s| drain(s, "stdout", tail.clone()));
+    let stderr = child
+        .stderr
+        .take()
+        .map(|s| drain(s, "stderr", tail.clone()));
+    let output_drained = tokio::spawn(async move {
+        for task in [stdout, stderr].into_iter().flatten() {
+            let _ = task.await;
+        }
+    });
+    Ok(WorkerProcess {
+        pid,
+        frames_in: pipe::Receiver::from_owned_fd(from_worker_read)?,
+        frames_out: pipe::Sender::from_owned_fd(to_worker_write)?,
+        child,
+        tail,
+        output_drained,
+    })
+}
+
+fn drain(
+    stream: impl AsyncRead + Unpin + Send + 'static,
+    name: &'static str,
+    tail: OutputTail,
+) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut reader = BufReader::new(stream);
+        let mut line = Vec::new();
+        loop {
+            line.clear();
+            match reader.read_until(b'\n', &mut line).await {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {
+                    let text = String::from_utf8_lossy(&line);
+                    let text = text.trim_end_matches(['\n', '\r']);
+                    eprintln!("[worker {name}] {text}");
+                    tail.push(text.to_owned());
+                }
+            }
+        }
+    })
+}
+
+/// The last lines a worker printed, shared between its drain tasks.
+#[derive(Clone, Default)]
+pub struct OutputTail(Arc<Mutex<VecDeque<String>>>);
+
+impl OutputTail {
+    fn push(&self, line: String) {
+        let mut lines = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if lines.len() == TAIL_LINES {
+            lines.pop_front();
+        }
+        lines.push_back(line);
+    }
+
+    /// The kept lines, oldest first, one per line.
+    pub fn text(&self) -> String {
+        let lines = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        lines
+            .iter()
+            .map(String::as_str)
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+}
+
+/// "exit status 3" or "killed by signal 9 (SIGKILL)".
+pub fn describe_exit(status: ExitStatus) -> String {
+    if let Some(code) = status.code() {
+        return format!("exit status {code}");
+    }
+    match status.signal() {
+        Some(sig) => format!("killed by signal {sig} ({})", signal_name(sig)),
+        None => "unknown exit".to_owned(),
+    }
+}
+
+fn signal_name(sig: i32) -> &'static str {
+    match sig {
+        libc::SIGKILL => "SIGKILL",
+        libc::SIGTERM => "SIGTERM",
+        libc::SIGABRT => "SIGABRT",
+        libc::SIGSEGV => "SIGSEGV",
+        libc::SIGINT => "SIGINT",
+        libc::SIGBUS => "SIGBUS",
+        libc::SIGPIPE => "SIGPIPE",
+        _ => "signal",
+    }
+}

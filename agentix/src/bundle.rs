@@ -1,0 +1,53 @@
+//! The bundle binary's entry point: one binary is server and worker alike.
+//!
+//! A bundle is the user's binary linking their remote functions. Run as
+//! `serve` it is the generic Agentix server, which starts the same binary as
+//! `worker` to run the calls. A program can also be host and bundle at once
+//! by calling [`dispatch`] first thing in `main`, before any async runtime.
+
+use std::ffi::OsString;
+
+/// Runs the bundle: `serve [server flags]` or `worker`; exits the process.
+pub fn main() -> ! {
+    dispatch();
+    eprintln!(
+        "usage: {} serve [--host ADDR] [--port N] | worker\n\
+         (a bundle binary is started by an Agentix provider)",
+        std::env::args().next().unwrap_or_else(|| "bundle".into())
+    );
+    std::process::exit(2)
+}
+
+/// If this process was started as `serve` or `worker`, runs that role and
+/// exits; otherwise returns so the program can go on as a host.
+pub fn dispatch() {
+    let mut args = std::env::args_os().skip(1);
+    let role = args.next();
+    match role.as_ref().and_then(|r| r.to_str()) {
+        Some("serve") => {
+            let rest: Vec<OsString> = args.collect();
+            std::process::exit(serve(rest))
+        }
+        Some("worker") => std::process::exit(agentix_actors::worker::run()),
+        _ => {}
+    }
+}
+
+fn serve(args: Vec<OsString>) -> i32 {
+    let exe = match std::env::current_exe() {
+        Ok(exe) => exe,
+        Err(e) => {
+            eprintln!("agentix bundle: cannot locate its own binary: {e}");
+            return 1;
+        }
+    };
+    let mut config = match agentix_server::ServerConfig::from_args(args) {
+        Ok(config) => config,
+        Err(e) => {
+            eprintln!("agentix bundle serve: {e}");
+            return 2;
+        }
+    };
+    config.worker_command = vec![exe.into_os_string(), "worker".into()];
+    agentix_server::run(config)
+}

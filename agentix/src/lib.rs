@@ -1,0 +1,33 @@
+//! Call functions inside sandboxes as if they were local async functions.
+//!
+//! This facade re-exports what user code needs:
+//! - in a crate shared by host and bundle: [`remote`] and [`Blob`];
+//! - in the host program: [`LocalProvider`], [`SandboxConfig`], [`Sandbox`];
+//! - in the bundle binary: [`bundle::main`].
+//!
+//! ```ignore
+//! #[agentix::remote]
+//! pub async fn shout(input: String) -> String { input.to_uppercase() }
+//!
+//! let provider = agentix::LocalProvider::new();
+//! let sandbox = provider.session(agentix::SandboxConfig::new(bundle)).await?;
+//! assert_eq!(sandbox.remote(shout, ("hi".into(),)).await?, "HI");
+//! ```
+
+pub mod bundle;
+
+pub use agentix_actors::cbor::Blob;
+pub use agentix_actors::errors::{ErrorKind, RemoteError};
+pub use agentix_actors::remote::Remote;
+pub use agentix_host::{LocalProvider, Provider, ProviderError, Sandbox, SandboxConfig};
+pub use agentix_macros::remote;
+pub use serde_json::Value as JsonValue;
+
+/// Items the `#[remote]` expansion refers to; not part of the public API.
+#[doc(hidden)]
+pub mod __private {
+    pub use agentix_actors::invoke;
+    pub use agentix_actors::registry::RemoteFn;
+    pub use agentix_actors::remote::Fallible;
+    pub use inventory;
+}

@@ -1,0 +1,41 @@
+//! The remote functions of the hello example, linked by host and bundle alike.
+
+use serde::{Deserialize, Serialize};
+
+/// What [`run`] returns.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Output {
+    /// The input, upper-cased.
+    pub output: String,
+    /// The process id of the worker that ran the call.
+    pub worker_pid: u32,
+}
+
+/// Upper-cases `input`, inside the sandbox.
+#[agentix::remote]
+pub async fn run(input: String) -> Output {
+    Output {
+        output: input.to_uppercase(),
+        worker_pid: std::process::id(),
+    }
+}
+
+/// Divides `a` by `b`; dividing by zero is an error the host sees typed.
+#[agentix::remote]
+pub async fn divide(a: i64, b: i64) -> Result<i64, DivideByZero> {
+    if b == 0 {
+        Err(DivideByZero)
+    } else {
+        Ok(a / b)
+    }
+}
+
+/// The error [`divide`] returns for a zero divisor.
+#[derive(Debug)]
+pub struct DivideByZero;
+
+impl std::fmt::Display for DivideByZero {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("cannot divide by zero")
+    }
+}
