@@ -139,6 +139,10 @@ pub(crate) struct LocalResources {
 }
 
 impl LocalResources {
+    pub(crate) fn dir(&self) -> &Path {
+        &self.dir
+    }
+
     fn log_path(&self) -> PathBuf {
         self.dir.join("server.log")
     }

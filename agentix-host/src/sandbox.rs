@@ -6,6 +6,7 @@
 //! handle is dropped.
 
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use agentix_actors::cbor::{self, DecodeFailure};
 use agentix_actors::errors::{ErrorKind, RemoteError};
@@ -21,7 +22,8 @@ use crate::local::LocalResources;
 pub struct Sandbox {
     id: String,
     endpoint: Endpoint,
-    config: SandboxConfig,
+    connect_timeout: Duration,
+    max_message_bytes: usize,
     conn: Mutex<Option<Arc<RpcConnection>>>,
     connecting: tokio::sync::Mutex<()>,
     local: Option<LocalResources>,
@@ -38,12 +40,29 @@ impl Sandbox {
         Sandbox {
             id,
             endpoint,
-            config,
+            connect_timeout: config.connect_timeout,
+            max_message_bytes: config.max_message_bytes,
             conn: Mutex::new(None),
             connecting: tokio::sync::Mutex::new(()),
             local,
             http: reqwest::Client::new(),
         }
+    }
+
+    /// A handle on a server someone else started, at `addr` (`host:port`)
+    /// with `token`; dropping it leaves the server running.
+    pub fn attach(addr: impl Into<String>, token: impl Into<String>) -> Self {
+        let addr = addr.into();
+        let endpoint = Endpoint {
+            addr: addr.clone(),
+            token: token.into(),
+        };
+        Sandbox::new(
+            format!("attached-{addr}"),
+            endpoint,
+            SandboxConfig::new(""),
+            None,
+        )
     }
 
     /// The sandbox's id (unique per provider).
@@ -64,6 +83,11 @@ impl Sandbox {
     /// The local server's process id, for a sandbox of the local provider.
     pub fn server_pid(&self) -> Option<u32> {
         self.local.as_ref().map(|l| l.server.pid)
+    }
+
+    /// The private working directory, for a sandbox of the local provider.
+    pub fn local_dir(&self) -> Option<&std::path::Path> {
+        self.local.as_ref().map(|l| l.dir())
     }
 
     /// Calls the remote function `f` with the argument tuple `args`.
@@ -141,17 +165,14 @@ impl Sandbox {
         if let Some(err) = self.server_exited_error() {
             return Err(err);
         }
-        let conn = RpcConnection::connect(
-            &self.endpoint,
-            self.config.connect_timeout,
-            self.config.max_message_bytes,
-        )
-        .await
-        .map_err(|e| match self.server_exited_error() {
-            // The server died while we connected: say that, not "unreachable".
-            Some(exited) if e.kind == ErrorKind::ServerUnreachable => exited,
-            _ => e,
-        })?;
+        let conn =
+            RpcConnection::connect(&self.endpoint, self.connect_timeout, self.max_message_bytes)
+                .await
+                .map_err(|e| match self.server_exited_error() {
+                    // The server died while we connected: say that, not "unreachable".
+                    Some(exited) if e.kind == ErrorKind::ServerUnreachable => exited,
+                    _ => e,
+                })?;
         if let Some(local) = &self.local {
             let server = local.server.clone();
             let weak = Arc::downgrade(&conn);

@@ -1,0 +1,146 @@
+//! Processes and directories: nothing outlives its sandbox or its host, and
+//! dying processes end calls instead of hanging them.
+
+mod support;
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use agentix::ErrorKind;
+use agentix_actors::process::{is_alive, signal_pid};
+use support::{bundle_path, sandbox, wait_until, worker_pid_from_health};
+
+const GONE_WITHIN: Duration = Duration::from_secs(10);
+
+#[tokio::test]
+async fn dropping_a_session_leaves_no_process_and_no_directory() {
+    let sb = sandbox().await;
+    let worker = sb.remote(agentix_e2e::worker_pid, ()).await.unwrap();
+    let server = sb.server_pid().expect("local sandboxes have a server pid");
+    let dir = sb
+        .local_dir()
+        .expect("local sandboxes have a dir")
+        .to_owned();
+    assert!(is_alive(server) && is_alive(worker) && dir.is_dir());
+    drop(sb);
+    wait_until("server, worker and dir to be gone", GONE_WITHIN, || {
+        !is_alive(server) && !is_alive(worker) && !dir.exists()
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn delete_waits_until_everything_is_gone() {
+    let sb = sandbox().await;
+    let worker = worker_pid_from_health(&sb).await;
+    let server = sb.server_pid().unwrap();
+    let dir = sb.local_dir().unwrap().to_owned();
+    sb.delete().await;
+    assert!(!is_alive(server), "server {server} survived delete");
+    assert!(!dir.exists(), "{} survived delete", dir.display());
+    wait_until("the worker to die with its server", GONE_WITHIN, || {
+        !is_alive(worker)
+    })
+    .await;
+}
+
+/// Starts a host process that makes a sandbox and reports its pids.
+fn start_host() -> (std::process::Child, u32, u32, PathBuf) {
+    let mut host = Command::new(bundle_path())
+        .arg("host-then-wait")
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("host process starts");
+    let mut line = String::new();
+    BufReader::new(host.stdout.take().unwrap())
+        .read_line(&mut line)
+        .expect("host reports");
+    let report: serde_json::Value = serde_json::from_str(&line).expect("JSON report");
+    let pid = |k: &str| {
+        report[k]
+            .as_u64()
+            .unwrap_or_else(|| panic!("{k} in {report}")) as u32
+    };
+    let dir = PathBuf::from(report["dir"].as_str().expect("dir"));
+    (host, pid("server_pid"), pid("worker_pid"), dir)
+}
+
+#[tokio::test]
+async fn a_host_killed_by_sigterm_or_sigkill_leaves_no_orphans() {
+    for signal in [libc::SIGTERM, libc::SIGKILL] {
+        let (mut host, server, worker, dir) = start_host();
+        assert!(is_alive(server) && is_alive(worker) && dir.is_dir());
+        signal_pid(host.id(), signal);
+        host.wait().unwrap();
+        wait_until(
+            &format!("server, worker and dir to be gone after signal {signal}"),
+            GONE_WITHIN,
+            || !is_alive(server) && !is_alive(worker) && !dir.exists(),
+        )
+        .await;
+    }
+}
+
+#[tokio::test]
+async fn a_dead_server_ends_pending_calls_with_server_exited() {
+    let sb = sandbox().await;
+    assert_eq!(sb.remote(agentix_e2e::add, (1, 1)).await.unwrap(), 2);
+    let server = sb.server_pid().unwrap();
+    let call = sb.remote(agentix_e2e::sleep_ms, (60_000,));
+    let kill = async {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        signal_pid(server, libc::SIGKILL);
+    };
+    let (outcome, ()) =
+        tokio::time::timeout(Duration::from_secs(15), async { tokio::join!(call, kill) })
+            .await
+            .expect("the pending call hung after the server died");
+    let err = outcome.unwrap_err();
+    assert!(
+        matches!(
+            err.kind,
+            ErrorKind::ServerExited | ErrorKind::ConnectionLost
+        ),
+        "{err}"
+    );
+    // New calls fail fast too.
+    let err = tokio::time::timeout(Duration::from_secs(15), sb.remote(agentix_e2e::add, (1, 1)))
+        .await
+        .expect("a call after the server died hung")
+        .unwrap_err();
+    assert_eq!(err.kind, ErrorKind::ServerExited, "{err}");
+    assert!(err.message.contains("signal 9"), "{err}");
+}
+
+#[tokio::test]
+async fn a_dead_worker_ends_its_calls_and_the_next_call_gets_a_new_one() {
+    let sb = sandbox().await;
+    let first = sb.remote(agentix_e2e::worker_pid, ()).await.unwrap();
+    let call = sb.remote(agentix_e2e::sleep_ms, (60_000,));
+    let kill = async {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        signal_pid(first, libc::SIGKILL);
+    };
+    let (outcome, ()) =
+        tokio::time::timeout(Duration::from_secs(15), async { tokio::join!(call, kill) })
+            .await
+            .expect("the pending call hung after the worker died");
+    let err = outcome.unwrap_err();
+    assert_eq!(err.kind, ErrorKind::WorkerExited, "{err}");
+    assert!(err.message.contains("signal 9"), "{err}");
+
+    let second = sb.remote(agentix_e2e::worker_pid, ()).await.unwrap();
+    assert_ne!(first, second, "the worker was not replaced");
+    assert!(!is_alive(first));
+    let health = sb.health().await.unwrap();
+    assert_eq!(health["status"], "ok", "{health}");
+    assert_eq!(health["worker"]["restarts"], 1, "{health}");
+
+    // A worker that exits by itself mid-call is the same story.
+    let err = sb.remote(agentix_e2e::exit_worker, (7,)).await.unwrap_err();
+    assert_eq!(err.kind, ErrorKind::WorkerExited);
+    assert!(err.message.contains("exit status 7"), "{err}");
+    assert_eq!(sb.remote(agentix_e2e::add, (2, 3)).await.unwrap(), 5);
+}

@@ -1,0 +1,52 @@
+//! Helpers the end-to-end tests share: start a sandbox, wait for a condition.
+
+#![allow(dead_code)]
+
+use std::time::{Duration, Instant};
+
+use agentix::{LocalProvider, Provider, Sandbox, SandboxConfig};
+
+/// The bundle binary built from this package.
+pub(crate) fn bundle_path() -> &'static str {
+    env!("CARGO_BIN_EXE_e2e-bundle")
+}
+
+/// A fresh local sandbox running the e2e bundle.
+pub(crate) async fn sandbox() -> Sandbox {
+    sandbox_with(SandboxConfig::new(bundle_path())).await
+}
+
+/// A fresh local sandbox with `config`.
+pub(crate) async fn sandbox_with(config: SandboxConfig) -> Sandbox {
+    LocalProvider::new()
+        .session(config)
+        .await
+        .expect("the e2e sandbox starts")
+}
+
+/// Polls `cond` every 10 ms until it holds; panics naming `what` after `limit`.
+pub(crate) async fn wait_until(what: &str, limit: Duration, mut cond: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !cond() {
+        if start.elapsed() > limit {
+            panic!("timed out after {limit:?} waiting for {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// The worker pid `/health` reports, once the worker is ready.
+pub(crate) async fn worker_pid_from_health(sandbox: &Sandbox) -> u32 {
+    let start = Instant::now();
+    loop {
+        let health = sandbox.health().await.expect("/health answers");
+        if health["worker"]["state"] == "ready" {
+            return health["worker"]["pid"].as_u64().expect("a pid") as u32;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "worker never ready: {health}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}

@@ -1,0 +1,41 @@
+//! The bundle the end-to-end tests run: the e2e remote functions plus two
+//! test-only roles.
+//!
+//! - `AGENTIX_E2E_WORKER_FAIL=1` makes the worker fail at boot, printing a
+//!   reason on stderr (to test "worker failed to start").
+//! - `host-then-wait` makes it a host that starts a sandbox of itself, prints
+//!   `{server_pid, worker_pid, dir}` and waits to be killed (to test cleanup
+//!   when the host dies).
+
+use agentix::{LocalProvider, Provider, SandboxConfig};
+use agentix_e2e as _;
+
+fn main() {
+    let role = std::env::args().nth(1);
+    if role.as_deref() == Some("worker") && std::env::var_os("AGENTIX_E2E_WORKER_FAIL").is_some() {
+        eprintln!("e2e worker: refusing to start because AGENTIX_E2E_WORKER_FAIL is set");
+        std::process::exit(3);
+    }
+    if role.as_deref() == Some("host-then-wait") {
+        host_then_wait();
+        return;
+    }
+    agentix::bundle::main()
+}
+
+#[tokio::main]
+async fn host_then_wait() {
+    let config = SandboxConfig::current_exe().expect("own path");
+    let sandbox = LocalProvider::new().session(config).await.expect("sandbox");
+    let worker_pid = sandbox
+        .remote(agentix_e2e::worker_pid, ())
+        .await
+        .expect("worker answers");
+    let report = serde_json::json!({
+        "server_pid": sandbox.server_pid(),
+        "worker_pid": worker_pid,
+        "dir": sandbox.local_dir(),
+    });
+    println!("{report}");
+    std::future::pending::<()>().await;
+}
