@@ -1,0 +1,52 @@
+//! The bench's figures: a table for people, one JSON object for programs.
+
+/// Figures in the order they were measured.
+#[derive(Default)]
+pub(crate) struct Report {
+    rows: Vec<Row>,
+}
+
+struct Row {
+    key: &'static str,
+    what: &'static str,
+    unit: &'static str,
+    value: f64,
+}
+
+impl Report {
+    /// Records `value` under the JSON key `key`.
+    pub(crate) fn add(
+        &mut self,
+        key: &'static str,
+        what: &'static str,
+        unit: &'static str,
+        value: f64,
+    ) {
+        self.rows.push(Row {
+            key,
+            what,
+            unit,
+            value,
+        });
+    }
+
+    /// Prints an aligned table on stdout.
+    pub(crate) fn print_table(&self) {
+        for r in &self.rows {
+            println!("{:<26} {:>14.1} {:<8} {}", r.key, r.value, r.unit, r.what);
+        }
+    }
+
+    /// Every figure as one JSON object, keys as recorded.
+    pub(crate) fn to_json(&self) -> String {
+        let map: serde_json::Map<String, serde_json::Value> = self
+            .rows
+            .iter()
+            .map(|r| {
+                let rounded = (r.value * 10.0).round() / 10.0;
+                (r.key.to_owned(), serde_json::json!(rounded))
+            })
+            .collect();
+        serde_json::Value::Object(map).to_string()
+    }
+}
