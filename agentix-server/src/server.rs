@@ -26,9 +26,7 @@ pub fn run(config: ServerConfig) -> i32 {
         eprintln!("agentix-server: no worker command (use --worker CMD [ARGS..])");
         return 2;
     }
-    let system = actix_rt::System::new();
-    let code = system.block_on(serve(config));
-    code
+    actix_rt::System::new().block_on(serve(config))
 }
 
 fn init_tracing() {
