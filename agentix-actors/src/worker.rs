@@ -23,6 +23,15 @@ use crate::wire::{Frame, ENV_WORKER_ID, WORKER_FRAME_IN_FD, WORKER_FRAME_OUT_FD}
 
 /// Runs the worker until the server closes the frame pipe; returns the exit code.
 pub fn run() -> i32 {
+    // Claim fds 3 and 4 before the runtime opens descriptors of its own,
+    // which would take those numbers when the server did not provide them.
+    let fds = match frame_fds() {
+        Ok(fds) => fds,
+        Err(e) => {
+            eprintln!("agentix worker: {e}; the worker is started by agentix-server, not by hand");
+            return 2;
+        }
+    };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .thread_name("agentix-worker")
         .enable_all()
@@ -35,12 +44,10 @@ pub fn run() -> i32 {
         }
     };
     let code = runtime.block_on(async {
-        match frame_pipes() {
+        match frame_pipes(fds) {
             Ok((input, output)) => serve(input, output).await,
             Err(e) => {
-                eprintln!(
-                    "agentix worker: {e}; the worker is started by agentix-server, not by hand"
-                );
+                eprintln!("agentix worker: fds 3 and 4 are not usable pipes: {e}");
                 2
             }
         }
@@ -50,7 +57,7 @@ pub fn run() -> i32 {
     code
 }
 
-fn frame_pipes() -> std::io::Result<(pipe::Receiver, pipe::Sender)> {
+fn frame_fds() -> std::io::Result<(OwnedFd, OwnedFd)> {
     let err = |what| {
         std::io::Error::new(
             std::io::ErrorKind::NotFound,
@@ -65,12 +72,18 @@ fn frame_pipes() -> std::io::Result<(pipe::Receiver, pipe::Sender)> {
     }
     // SAFETY: both fds were checked open above and are handed to us by the
     // server for exclusive use; nothing else in this process owns them.
-    let (input, output) = unsafe {
+    Ok(unsafe {
         (
             OwnedFd::from_raw_fd(WORKER_FRAME_IN_FD),
             OwnedFd::from_raw_fd(WORKER_FRAME_OUT_FD),
         )
-    };
+    })
+}
+
+/// Wraps the frame fds for the runtime (must run inside it).
+fn frame_pipes(
+    (input, output): (OwnedFd, OwnedFd),
+) -> std::io::Result<(pipe::Receiver, pipe::Sender)> {
     Ok((
         pipe::Receiver::from_owned_fd(input)?,
         pipe::Sender::from_owned_fd(output)?,

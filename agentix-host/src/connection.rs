@@ -137,7 +137,11 @@ impl RpcConnection {
                 )
             })?;
         match tokio::time::timeout(timeout, open_rx).await {
-            Ok(Ok(Ok(()))) => {}
+            Ok(Ok(Ok(()))) => {
+                if let Ok(peer) = endpoint.addr.parse() {
+                    crate::nodelay::disable_nagle_towards(peer);
+                }
+            }
             Ok(Ok(Err(text))) => {
                 let _ = client.disconnect().await;
                 return Err(if text.contains("auth rejected") {

@@ -7,6 +7,7 @@
 //! - [`keeper`]: the thread that starts, watches and reaps local server processes.
 //! - [`sandbox`]: [`Sandbox`], the handle user code calls through.
 //! - [`connection`]: the `/rpc` Socket.IO connection and its pending calls.
+//! - `nodelay`: turning off Nagle on the client's socket (why: see there).
 //!
 //! Works from a plain `#[tokio::main]`: no actix system is needed on the host.
 
@@ -14,6 +15,7 @@ pub mod config;
 pub mod connection;
 pub mod keeper;
 pub mod local;
+mod nodelay;
 pub mod provider;
 pub mod sandbox;
 

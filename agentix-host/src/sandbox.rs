@@ -27,7 +27,9 @@ pub struct Sandbox {
     conn: Mutex<Option<Arc<RpcConnection>>>,
     connecting: tokio::sync::Mutex<()>,
     local: Option<LocalResources>,
-    http: reqwest::Client,
+    // Built on first use: creating an HTTP client loads TLS roots, which
+    // would slow every sandbox start for a feature few calls use.
+    http: std::sync::OnceLock<reqwest::Client>,
 }
 
 impl Sandbox {
@@ -45,7 +47,7 @@ impl Sandbox {
             conn: Mutex::new(None),
             connecting: tokio::sync::Mutex::new(()),
             local,
-            http: reqwest::Client::new(),
+            http: std::sync::OnceLock::new(),
         }
     }
 
@@ -143,6 +145,7 @@ impl Sandbox {
         };
         let body = self
             .http
+            .get_or_init(reqwest::Client::new)
             .get(&url)
             .send()
             .await
