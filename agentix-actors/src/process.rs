@@ -78,6 +78,22 @@ pub fn signal_pid(pid: u32, signal: libc::c_int) {
     }
 }
 
+/// Makes glibc's allocator hand memory back after large messages.
+///
+/// By default glibc raises its mmap threshold after the first large buffer is
+/// freed, so every later multi-MiB message is carved from the heap and stays
+/// resident; one arena per thread multiplies that. The server and worker
+/// call this at start so a sandbox that once moved a large payload goes back
+/// to its idle footprint.
+pub fn release_memory_eagerly() {
+    // SAFETY: mallopt only adjusts allocator parameters.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 256 << 10);
+        libc::mallopt(libc::M_TRIM_THRESHOLD, 512 << 10);
+        libc::mallopt(libc::M_ARENA_MAX, 2);
+    }
+}
+
 /// Whether `pid` still runs (a zombie counts as gone).
 pub fn is_alive(pid: u32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {

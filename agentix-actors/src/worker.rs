@@ -23,6 +23,7 @@ use crate::wire::{Frame, ENV_WORKER_ID, WORKER_FRAME_IN_FD, WORKER_FRAME_OUT_FD}
 
 /// Runs the worker until the server closes the frame pipe; returns the exit code.
 pub fn run() -> i32 {
+    crate::process::release_memory_eagerly();
     // Claim fds 3 and 4 before the runtime opens descriptors of its own,
     // which would take those numbers when the server did not provide them.
     let fds = match frame_fds() {
