@@ -40,10 +40,10 @@ pub fn child_setup(parent_pid: libc::pid_t, signal: libc::c_int) -> io::Result<(
     Ok(())
 }
 
-/// Moves `fd` to number `target` in a forked child, clearing close-on-exec.
+/// Duplicates `fd` to a number of at least 100 in a forked child.
 ///
-/// Async-signal-safe; duplicates above 100 first so that moving several fds
-/// never clobbers one that is still needed.
+/// Async-signal-safe. Done before [`install_fd`] so that installing several
+/// fds at low numbers never clobbers one that is still to be installed.
 pub fn move_fd_high(fd: libc::c_int) -> io::Result<libc::c_int> {
     // SAFETY: fcntl with F_DUPFD only reads its integer arguments.
     let high = unsafe { libc::fcntl(fd, libc::F_DUPFD, 100) };
@@ -92,6 +92,28 @@ pub fn release_memory_eagerly() {
         libc::mallopt(libc::M_TRIM_THRESHOLD, 512 << 10);
         libc::mallopt(libc::M_ARENA_MAX, 2);
     }
+}
+
+/// "exit status 3" or "killed by signal 9 (SIGKILL)", for error messages.
+pub fn describe_exit(status: std::process::ExitStatus) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    if let Some(code) = status.code() {
+        return format!("exit status {code}");
+    }
+    let Some(sig) = status.signal() else {
+        return "unknown exit".to_owned();
+    };
+    let name = match sig {
+        libc::SIGKILL => "SIGKILL",
+        libc::SIGTERM => "SIGTERM",
+        libc::SIGABRT => "SIGABRT",
+        libc::SIGSEGV => "SIGSEGV",
+        libc::SIGINT => "SIGINT",
+        libc::SIGBUS => "SIGBUS",
+        libc::SIGPIPE => "SIGPIPE",
+        _ => "signal",
+    };
+    format!("killed by signal {sig} ({name})")
 }
 
 /// Whether `pid` still runs (a zombie counts as gone).

@@ -119,7 +119,7 @@ pub async fn start(
             });
         }
         let status = match child.wait().await {
-            Ok(status) => describe(status),
+            Ok(status) => process::describe_exit(status),
             Err(e) => format!("lost track of it: {e}"),
         };
         let _ = exit_tx.send(Some(status));
@@ -127,13 +127,4 @@ pub async fn start(
     started_rx
         .await
         .map_err(|_| io::Error::other("the keeper thread is gone"))?
-}
-
-fn describe(status: std::process::ExitStatus) -> String {
-    use std::os::unix::process::ExitStatusExt;
-    match (status.code(), status.signal()) {
-        (Some(code), _) => format!("exit status {code}"),
-        (None, Some(sig)) => format!("killed by signal {sig}"),
-        _ => "unknown exit".to_owned(),
-    }
 }

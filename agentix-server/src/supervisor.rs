@@ -24,7 +24,7 @@ use tokio::sync::mpsc;
 
 use crate::calls::{CallTable, Cancelled, NewCall, Origin};
 use crate::config::ServerConfig;
-use crate::worker_process::{self, describe_exit, OutputTail};
+use crate::worker_process::{self, OutputTail};
 
 // ---- messages ------------------------------------------------------------
 
@@ -195,7 +195,7 @@ impl WorkerSupervisor {
         let drained = proc.output_drained;
         actix::spawn(async move {
             let status = match child.wait().await {
-                Ok(status) => describe_exit(status),
+                Ok(status) => process::describe_exit(status),
                 Err(e) => format!("lost track of the worker: {e}"),
             };
             // Let the last lines of output reach the tail, but do not wait on

@@ -9,8 +9,7 @@
 use std::collections::VecDeque;
 use std::ffi::OsString;
 use std::os::fd::AsRawFd;
-use std::os::unix::process::ExitStatusExt;
-use std::process::{ExitStatus, Stdio};
+use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 
 use agentix_actors::process;
@@ -140,29 +139,5 @@ impl OutputTail {
             .map(String::as_str)
             .collect::<Vec<_>>()
             .join("\n")
-    }
-}
-
-/// "exit status 3" or "killed by signal 9 (SIGKILL)".
-pub fn describe_exit(status: ExitStatus) -> String {
-    if let Some(code) = status.code() {
-        return format!("exit status {code}");
-    }
-    match status.signal() {
-        Some(sig) => format!("killed by signal {sig} ({})", signal_name(sig)),
-        None => "unknown exit".to_owned(),
-    }
-}
-
-fn signal_name(sig: i32) -> &'static str {
-    match sig {
-        libc::SIGKILL => "SIGKILL",
-        libc::SIGTERM => "SIGTERM",
-        libc::SIGABRT => "SIGABRT",
-        libc::SIGSEGV => "SIGSEGV",
-        libc::SIGINT => "SIGINT",
-        libc::SIGBUS => "SIGBUS",
-        libc::SIGPIPE => "SIGPIPE",
-        _ => "signal",
     }
 }
