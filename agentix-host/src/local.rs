@@ -143,12 +143,9 @@ impl LocalResources {
         &self.dir
     }
 
-    fn log_path(&self) -> PathBuf {
+    /// The server's log file (its stderr), for error reports.
+    pub(crate) fn log_path(&self) -> PathBuf {
         self.dir.join("server.log")
-    }
-
-    pub(crate) fn server_log_tail_path(&self) -> PathBuf {
-        self.log_path()
     }
 
     /// Stops the server (it stops the worker) and removes the directory; waits.

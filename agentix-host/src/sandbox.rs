@@ -179,7 +179,7 @@ impl Sandbox {
         if let Some(local) = &self.local {
             let server = local.server.clone();
             let weak = Arc::downgrade(&conn);
-            let log = local.server_log_tail_path();
+            let log = local.log_path();
             tokio::spawn(async move {
                 let status = server.wait().await;
                 if let Some(conn) = weak.upgrade() {
@@ -199,7 +199,7 @@ impl Sandbox {
     fn server_exited_error(&self) -> Option<RemoteError> {
         let local = self.local.as_ref()?;
         let status = local.server.exit_status()?;
-        Some(server_exited(&status, &local.server_log_tail_path()))
+        Some(server_exited(&status, &local.log_path()))
     }
 
     /// Deletes the sandbox now and waits until its processes are gone.

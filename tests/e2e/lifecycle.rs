@@ -83,21 +83,31 @@ async fn a_host_killed_by_sigterm_or_sigkill_leaves_no_orphans() {
     }
 }
 
+/// Starts a minute-long call, SIGKILLs `pid` (the `what`) while it runs, and
+/// returns the error the call ended with; panics if it hangs instead.
+async fn long_call_while_killing(
+    sb: &agentix::Sandbox,
+    pid: u32,
+    what: &str,
+) -> agentix::RemoteError {
+    let call = sb.remote(agentix_e2e::sleep_ms, (60_000,));
+    let kill = async {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        signal_pid(pid, libc::SIGKILL);
+    };
+    let (outcome, ()) =
+        tokio::time::timeout(Duration::from_secs(15), async { tokio::join!(call, kill) })
+            .await
+            .unwrap_or_else(|_| panic!("the pending call hung after the {what} died"));
+    outcome.expect_err("a call whose process was killed cannot succeed")
+}
+
 #[tokio::test]
 async fn a_dead_server_ends_pending_calls_with_server_exited() {
     let sb = sandbox().await;
     assert_eq!(sb.remote(agentix_e2e::add, (1, 1)).await.unwrap(), 2);
     let server = sb.server_pid().unwrap();
-    let call = sb.remote(agentix_e2e::sleep_ms, (60_000,));
-    let kill = async {
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        signal_pid(server, libc::SIGKILL);
-    };
-    let (outcome, ()) =
-        tokio::time::timeout(Duration::from_secs(15), async { tokio::join!(call, kill) })
-            .await
-            .expect("the pending call hung after the server died");
-    let err = outcome.unwrap_err();
+    let err = long_call_while_killing(&sb, server, "server").await;
     assert!(
         matches!(
             err.kind,
@@ -118,16 +128,7 @@ async fn a_dead_server_ends_pending_calls_with_server_exited() {
 async fn a_dead_worker_ends_its_calls_and_the_next_call_gets_a_new_one() {
     let sb = sandbox().await;
     let first = sb.remote(agentix_e2e::worker_pid, ()).await.unwrap();
-    let call = sb.remote(agentix_e2e::sleep_ms, (60_000,));
-    let kill = async {
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        signal_pid(first, libc::SIGKILL);
-    };
-    let (outcome, ()) =
-        tokio::time::timeout(Duration::from_secs(15), async { tokio::join!(call, kill) })
-            .await
-            .expect("the pending call hung after the worker died");
-    let err = outcome.unwrap_err();
+    let err = long_call_while_killing(&sb, first, "worker").await;
     assert_eq!(err.kind, ErrorKind::WorkerExited, "{err}");
     assert!(err.message.contains("signal 9"), "{err}");
 
