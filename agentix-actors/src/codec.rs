@@ -211,6 +211,7 @@ mod tests {
             id,
             target: "app::run".into(),
             args: ByteBuf::from(vec![0x1e, 0, 255]),
+            stream: None,
         }
     }
 

@@ -4,15 +4,18 @@
 //! the CBOR arguments into the function's parameter tuple, run it and encode
 //! what it returned. Arguments arrive as an array (typed host calls) or as a
 //! map by parameter name (untyped calls, the CLI); a function with a single
-//! parameter also takes the bare value.
+//! parameter also takes the bare value. Streaming functions go through
+//! [`stream_plain`] or [`stream_fallible`], which encode item by item.
 
 use std::future::Future;
 
 use ciborium::Value;
+use futures_util::{stream, StreamExt};
 use serde::{de::DeserializeOwned, Serialize};
 
 use crate::cbor::{self, DecodeFailure};
 use crate::errors::{ErrorKind, RemoteError};
+use crate::registry::ItemStream;
 use crate::remote::Fallible;
 
 /// Runs a remote function that returns a plain value.
@@ -48,6 +51,44 @@ where
 {
     let args = decode_args::<A>(name, params, &args)?;
     cbor::to_vec(&f(args).await.into_remote()?)
+}
+
+/// Runs a streaming remote function whose items are plain values.
+pub fn stream_plain<A, F, Fut>(name: &str, params: &[&str], args: Vec<u8>, f: F) -> ItemStream
+where
+    A: DeserializeOwned,
+    F: FnOnce(A) -> Fut,
+    Fut: Future + Send + 'static,
+    Fut::Output: futures_util::Stream + Send + 'static,
+    <Fut::Output as futures_util::Stream>::Item: Serialize,
+{
+    match decode_args::<A>(name, params, &args) {
+        Ok(args) => stream::once(f(args))
+            .flatten()
+            .map(|item| cbor::to_vec(&item))
+            .boxed(),
+        Err(e) => stream::once(std::future::ready(Err(e))).boxed(),
+    }
+}
+
+/// Runs a streaming remote function whose items are `Result<T, E>`; an `Err`
+/// item ends the stream as `Raised`.
+pub fn stream_fallible<A, F, Fut>(name: &str, params: &[&str], args: Vec<u8>, f: F) -> ItemStream
+where
+    A: DeserializeOwned,
+    F: FnOnce(A) -> Fut,
+    Fut: Future + Send + 'static,
+    Fut::Output: futures_util::Stream + Send + 'static,
+    <Fut::Output as futures_util::Stream>::Item: Fallible,
+    <<Fut::Output as futures_util::Stream>::Item as Fallible>::Ok: Serialize,
+{
+    match decode_args::<A>(name, params, &args) {
+        Ok(args) => stream::once(f(args))
+            .flatten()
+            .map(|item| cbor::to_vec(&item.into_remote()?))
+            .boxed(),
+        Err(e) => stream::once(std::future::ready(Err(e))).boxed(),
+    }
 }
 
 /// Decodes CBOR arguments for the function `name` with parameters `params`.

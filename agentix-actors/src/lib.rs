@@ -9,7 +9,8 @@
 //! - [`remote`]: the typed handle `#[remote]` generates for each function.
 //! - [`registry`]: the link-time registry of remote functions in a worker.
 //! - [`invoke`]: argument decoding and outcome encoding around one call.
-//! - [`worker`]: the worker runtime that serves calls over the frame pipes.
+//! - [`worker`]: the worker runtime that serves calls over the frame pipes;
+//!   `stream_call` drives one streaming call under its window.
 //! - [`process`]: small Unix process helpers shared by every spawner.
 
 pub mod cbor;
@@ -19,11 +20,12 @@ pub mod invoke;
 pub mod process;
 pub mod registry;
 pub mod remote;
+mod stream_call;
 pub mod wire;
 pub mod worker;
 
 pub use errors::{ErrorKind, RemoteError};
-pub use remote::Remote;
+pub use remote::{Remote, RemoteStream};
 
 /// The version every Agentix process reports (server `/health`, worker hello).
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");

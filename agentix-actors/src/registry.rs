@@ -9,10 +9,24 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::OnceLock;
 
+use futures_util::Stream;
+
 use crate::errors::{ErrorKind, RemoteError};
 
 /// The future one remote call runs: CBOR value out, or an error.
 pub type CallFuture = Pin<Box<dyn Future<Output = Result<Vec<u8>, RemoteError>> + Send>>;
+
+/// The items one streaming call yields, each CBOR-encoded; an error ends it.
+pub type ItemStream = Pin<Box<dyn Stream<Item = Result<Vec<u8>, RemoteError>> + Send>>;
+
+/// How a registered function runs: to one value, or to a stream of items.
+#[derive(Clone, Copy)]
+pub enum Invoke {
+    /// Decodes CBOR arguments, runs the function, encodes its outcome.
+    Unary(fn(Vec<u8>) -> CallFuture),
+    /// Decodes CBOR arguments and yields the function's items, encoded.
+    Stream(fn(Vec<u8>) -> ItemStream),
+}
 
 /// One registered remote function.
 pub struct RemoteFn {
@@ -20,8 +34,8 @@ pub struct RemoteFn {
     pub name: &'static str,
     /// Parameter names, in order (for calls by name with a map of arguments).
     pub params: &'static [&'static str],
-    /// Decodes CBOR arguments, runs the function, encodes its outcome.
-    pub invoke: fn(Vec<u8>) -> CallFuture,
+    /// How to run it.
+    pub invoke: Invoke,
 }
 
 inventory::collect!(RemoteFn);

@@ -4,6 +4,11 @@
 //! Host <-> server traffic on `/rpc` is Socket.IO text events whose payloads are
 //! the `*Event` structs below; call arguments and results inside them are CBOR,
 //! base64-encoded into a JSON string (text events only: see the README).
+//!
+//! A streaming call carries a [`Window`]: the worker sends items in batches
+//! and stops when the window is full; the host acknowledges what it consumed,
+//! which reopens the window. So a slow consumer slows the producer, and no
+//! process buffers more than one window of a stream.
 
 use serde::{Deserialize, Serialize};
 use serde_bytes::ByteBuf;
@@ -20,6 +25,12 @@ pub const EVENT_CANCEL: &str = "cancel";
 pub const EVENT_RESULT: &str = "call:result";
 /// Server -> host: a call ended with an error ([`ErrorEvent`]).
 pub const EVENT_ERROR: &str = "call:error";
+/// Server -> host: the next items of a streaming call ([`ItemsEvent`]).
+pub const EVENT_ITEMS: &str = "call:items";
+/// Server -> host: a streaming call ended after its last item ([`EndEvent`]).
+pub const EVENT_END: &str = "call:end";
+/// Host -> server: the host consumed items of a streaming call ([`AckEvent`]).
+pub const EVENT_ACK: &str = "call:ack";
 
 /// File descriptor on which the worker reads frames from the server.
 pub const WORKER_FRAME_IN_FD: i32 = 3;
@@ -53,6 +64,20 @@ pub enum Frame {
         target: String,
         /// CBOR-encoded arguments (an array, or a map by parameter name).
         args: ByteBuf,
+        /// For a streaming call, how far the worker may run ahead of the host.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        stream: Option<Window>,
+    },
+    /// Server -> worker: the host consumed this much of stream `id`, which
+    /// frees that much of its window.
+    #[serde(rename = "ack")]
+    Ack {
+        /// Call id.
+        id: u64,
+        /// Items consumed since the last ack.
+        items: u64,
+        /// Their size in bytes of CBOR.
+        bytes: u64,
     },
     /// Server -> worker: stop call `id`; the worker drops its task.
     #[serde(rename = "cancel")]
@@ -68,6 +93,20 @@ pub enum Frame {
         /// CBOR-encoded return value.
         value: ByteBuf,
     },
+    /// Worker -> server: the next items of stream `id`, each CBOR-encoded.
+    #[serde(rename = "items")]
+    Items {
+        /// Call id.
+        id: u64,
+        /// The items, in order.
+        items: Vec<ByteBuf>,
+    },
+    /// Worker -> server: stream `id` ended after its last item.
+    #[serde(rename = "end")]
+    End {
+        /// Call id.
+        id: u64,
+    },
     /// Worker -> server: call `id` ended with an error.
     #[serde(rename = "error")]
     Error {
@@ -76,6 +115,30 @@ pub enum Frame {
         /// What went wrong.
         error: RemoteError,
     },
+}
+
+/// How far a streaming call may run ahead of its consumer: at most `items`
+/// items and about `bytes` bytes (one item may overshoot) produced but not
+/// yet acknowledged by the host.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Window {
+    /// Items produced but not yet consumed.
+    pub items: u64,
+    /// Bytes of CBOR produced but not yet consumed.
+    pub bytes: u64,
+}
+
+impl Window {
+    /// The window a stream gets unless the caller picks one.
+    pub const DEFAULT: Window = Window {
+        items: 4096,
+        bytes: 4 << 20,
+    };
+
+    /// Whether `items` and `bytes` outstanding still leave room for another item.
+    pub fn has_room(&self, items: u64, bytes: u64) -> bool {
+        items < self.items && bytes < self.bytes
+    }
 }
 
 /// Payload of the host's `call` event.
@@ -87,6 +150,36 @@ pub struct CallEvent {
     pub target: String,
     /// Base64 of the CBOR-encoded arguments.
     pub args: String,
+    /// Present for a streaming call: its flow-control window.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stream: Option<Window>,
+}
+
+/// Payload of the host's `call:ack` event.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct AckEvent {
+    /// The host's call id.
+    pub id: u64,
+    /// Items consumed since the last ack.
+    pub items: u64,
+    /// Their size in bytes of CBOR.
+    pub bytes: u64,
+}
+
+/// Payload of the server's `call:items` event.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ItemsEvent {
+    /// The host's call id.
+    pub id: u64,
+    /// Base64 of a CBOR array of byte strings, each one CBOR-encoded item.
+    pub items: String,
+}
+
+/// Payload of the server's `call:end` event.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct EndEvent {
+    /// The host's call id.
+    pub id: u64,
 }
 
 /// Payload of the host's `cancel` event.

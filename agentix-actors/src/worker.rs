@@ -4,11 +4,13 @@
 //! on fds 3 (in) and 4 (out), so stdout and stderr stay free for the user's
 //! output. Each call runs as its own task, so a slow call never blocks
 //! another; a panic ends that call with `Panic` and the worker keeps serving;
-//! a cancel drops the call's task, so its `Drop` guards run.
+//! a cancel drops the call's task, so its `Drop` guards run. A streaming call
+//! is driven by [`crate::stream_call`] under the window the host asked for.
 
 use std::collections::HashMap;
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
 
 use futures_util::FutureExt;
 use serde_bytes::ByteBuf;
@@ -18,8 +20,16 @@ use tokio::task::AbortHandle;
 
 use crate::codec::{self, FrameReader};
 use crate::errors::{ErrorKind, RemoteError};
-use crate::registry;
-use crate::wire::{Frame, ENV_WORKER_ID, WORKER_FRAME_IN_FD, WORKER_FRAME_OUT_FD};
+use crate::registry::{self, Invoke};
+use crate::stream_call::{self, Credit};
+use crate::wire::{Frame, Window, ENV_WORKER_ID, WORKER_FRAME_IN_FD, WORKER_FRAME_OUT_FD};
+
+/// A call the worker is running.
+struct RunningCall {
+    task: AbortHandle,
+    /// Present for a streaming call: where acks go.
+    credit: Option<Arc<Credit>>,
+}
 
 /// Runs the worker until the server closes the frame pipe; returns the exit code.
 pub fn run() -> i32 {
@@ -106,7 +116,7 @@ async fn serve(input: pipe::Receiver, output: pipe::Sender) -> i32 {
 
     let mut reader = FrameReader::new(input, codec::DEFAULT_MAX_FRAME);
     let (done_tx, mut done_rx) = mpsc::unbounded_channel::<u64>();
-    let mut running: HashMap<u64, AbortHandle> = HashMap::new();
+    let mut running: HashMap<u64, RunningCall> = HashMap::new();
     loop {
         tokio::select! {
             biased;
@@ -114,14 +124,19 @@ async fn serve(input: pipe::Receiver, output: pipe::Sender) -> i32 {
                 running.remove(&id);
             }
             frame = reader.next() => match frame {
-                Ok(Some(Frame::Call { id, target, args })) => {
-                    let handle = start_call(id, target, args, out_tx.clone(), done_tx.clone());
-                    running.insert(id, handle);
+                Ok(Some(Frame::Call { id, target, args, stream })) => {
+                    let call = start_call(id, target, args, stream, out_tx.clone(), done_tx.clone());
+                    running.insert(id, call);
+                }
+                Ok(Some(Frame::Ack { id, items, bytes })) => {
+                    if let Some(credit) = running.get(&id).and_then(|c| c.credit.as_ref()) {
+                        credit.ack(items, bytes);
+                    }
                 }
                 Ok(Some(Frame::Cancel { id })) => {
-                    if let Some(handle) = running.remove(&id) {
-                        if !handle.is_finished() {
-                            handle.abort();
+                    if let Some(call) = running.remove(&id) {
+                        if !call.task.is_finished() {
+                            call.task.abort();
                             let error = RemoteError::new(ErrorKind::Cancelled, "the call was cancelled");
                             let _ = out_tx.send(Frame::Error { id, error }).await;
                         }
@@ -141,8 +156,8 @@ async fn serve(input: pipe::Receiver, output: pipe::Sender) -> i32 {
             }
         }
     }
-    for handle in running.values() {
-        handle.abort();
+    for call in running.values() {
+        call.task.abort();
     }
     drop(out_tx);
     writer.abort();
@@ -153,31 +168,64 @@ fn start_call(
     id: u64,
     target: String,
     args: ByteBuf,
+    stream: Option<Window>,
     out: mpsc::Sender<Frame>,
     done: mpsc::UnboundedSender<u64>,
-) -> AbortHandle {
+) -> RunningCall {
+    let credit = stream.map(|_| Arc::new(Credit::default()));
+    let task_credit = credit.clone();
     let task = tokio::spawn(async move {
-        let outcome = match registry::lookup(&target) {
-            Ok(f) => AssertUnwindSafe((f.invoke)(args.into_vec()))
-                .catch_unwind()
-                .await
-                .unwrap_or_else(|panic| Err(panic_error(&target, panic))),
-            Err(e) => Err(e),
-        };
-        let frame = match outcome {
-            Ok(value) => Frame::Result {
-                id,
-                value: ByteBuf::from(value),
+        let frame = match (registry::lookup(&target), stream, task_credit) {
+            (Err(error), _, _) => Frame::Error { id, error },
+            (Ok(f), None, _) => match f.invoke {
+                Invoke::Unary(invoke) => {
+                    match AssertUnwindSafe(invoke(args.into_vec()))
+                        .catch_unwind()
+                        .await
+                        .unwrap_or_else(|panic| Err(panic_error(&target, panic)))
+                    {
+                        Ok(value) => Frame::Result {
+                            id,
+                            value: ByteBuf::from(value),
+                        },
+                        Err(error) => Frame::Error { id, error },
+                    }
+                }
+                Invoke::Stream(_) => Frame::Error {
+                    id,
+                    error: stream_call::wrong_shape(&target, true),
+                },
             },
-            Err(error) => Frame::Error { id, error },
+            (Ok(f), Some(window), Some(credit)) => match f.invoke {
+                Invoke::Stream(invoke) => {
+                    match std::panic::catch_unwind(AssertUnwindSafe(|| invoke(args.into_vec()))) {
+                        Ok(items) => {
+                            stream_call::drive(id, &target, items, window, &credit, &out).await
+                        }
+                        Err(panic) => Frame::Error {
+                            id,
+                            error: panic_error(&target, panic),
+                        },
+                    }
+                }
+                Invoke::Unary(_) => Frame::Error {
+                    id,
+                    error: stream_call::wrong_shape(&target, false),
+                },
+            },
+            (Ok(_), Some(_), None) => unreachable!("a streaming call always has credit"),
         };
         let _ = out.send(frame).await;
         let _ = done.send(id);
     });
-    task.abort_handle()
+    RunningCall {
+        task: task.abort_handle(),
+        credit,
+    }
 }
 
-fn panic_error(target: &str, panic: Box<dyn std::any::Any + Send>) -> RemoteError {
+/// The `Panic` error for a panic while running `target`.
+pub(crate) fn panic_error(target: &str, panic: Box<dyn std::any::Any + Send>) -> RemoteError {
     let what = panic
         .downcast_ref::<&str>()
         .map(|s| s.to_string())

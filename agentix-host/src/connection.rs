@@ -4,8 +4,10 @@
 //! in) with our own call ids, because the client's binary events and acks are
 //! unreliable (see the README). Pending calls live in a concurrent map keyed
 //! by call id: the client's receive loop completes them, callers wait on a
-//! oneshot. A call whose future is dropped sends `cancel`. When the connection
-//! or the server dies, every pending call ends at once with that error.
+//! oneshot (or, for a streaming call, read a channel of events whose length
+//! the stream window bounds). A call whose future or stream is dropped sends
+//! `cancel`. When the connection or the server dies, every pending call ends
+//! at once with that error.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -13,8 +15,8 @@ use std::time::Duration;
 
 use agentix_actors::errors::{ErrorKind, RemoteError};
 use agentix_actors::wire::{
-    CancelEvent, ErrorEvent, ResultEvent, EVENT_CALL, EVENT_CANCEL, EVENT_ERROR, EVENT_RESULT,
-    RPC_NAMESPACE,
+    AckEvent, CancelEvent, EndEvent, ErrorEvent, ItemsEvent, ResultEvent, Window, EVENT_ACK,
+    EVENT_CALL, EVENT_CANCEL, EVENT_END, EVENT_ERROR, EVENT_ITEMS, EVENT_RESULT, RPC_NAMESPACE,
 };
 use base64::Engine;
 use dashmap::DashMap;
@@ -23,12 +25,43 @@ use rust_socketio::asynchronous::{Client, ClientBuilder};
 use rust_socketio::{Payload, TransportType};
 use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
-use tokio::sync::oneshot;
+use tokio::sync::{mpsc, oneshot};
 
 const B64: base64::engine::GeneralPurpose = base64::engine::general_purpose::STANDARD;
 
 type Outcome = Result<Vec<u8>, RemoteError>;
-type Pending = DashMap<u64, oneshot::Sender<Outcome>>;
+type Pending = DashMap<u64, Waiter>;
+
+/// What a streaming call receives, in order; `End` or `Error` comes last.
+#[derive(Debug)]
+pub(crate) enum StreamEvent {
+    /// Base64 of a CBOR array of CBOR-encoded items; decoded by the reader,
+    /// not in the client's receive loop.
+    Items(String),
+    /// The stream ended after its last item.
+    End,
+    /// The stream ended with this error.
+    Error(RemoteError),
+}
+
+/// Who waits for a call's events.
+enum Waiter {
+    Unary(oneshot::Sender<Outcome>),
+    Stream(mpsc::UnboundedSender<StreamEvent>),
+}
+
+impl Waiter {
+    fn fail(self, error: RemoteError) {
+        match self {
+            Waiter::Unary(tx) => {
+                let _ = tx.send(Err(error));
+            }
+            Waiter::Stream(tx) => {
+                let _ = tx.send(StreamEvent::Error(error));
+            }
+        }
+    }
+}
 
 /// Where a sandbox server listens and the token it wants.
 #[derive(Debug, Clone)]
@@ -83,6 +116,54 @@ impl RpcConnection {
                 async {}.boxed()
             }
         };
+        let on_items = {
+            let pending = pending.clone();
+            move |payload: Payload, _: Client| {
+                if let Some(ev) = first::<ItemsEvent>(payload) {
+                    // Decide under the map's read lock, complete after it:
+                    // removing while holding it would deadlock.
+                    let unary = match pending.get(&ev.id) {
+                        Some(waiter) => match &*waiter {
+                            Waiter::Stream(tx) => {
+                                let _ = tx.send(StreamEvent::Items(ev.items));
+                                false
+                            }
+                            Waiter::Unary(_) => true,
+                        },
+                        None => {
+                            tracing::debug!(id = ev.id, "items for a stream nobody reads");
+                            false
+                        }
+                    };
+                    if unary {
+                        let err = RemoteError::new(
+                            ErrorKind::Protocol,
+                            "the server sent stream items for a unary call",
+                        );
+                        complete(&pending, ev.id, Err(err));
+                    }
+                }
+                async {}.boxed()
+            }
+        };
+        let on_end = {
+            let pending = pending.clone();
+            move |payload: Payload, _: Client| {
+                if let Some(ev) = first::<EndEvent>(payload) {
+                    match pending.remove(&ev.id) {
+                        Some((_, Waiter::Stream(tx))) => {
+                            let _ = tx.send(StreamEvent::End);
+                        }
+                        Some((_, unary)) => unary.fail(RemoteError::new(
+                            ErrorKind::Protocol,
+                            "the server ended a unary call as a stream",
+                        )),
+                        None => {}
+                    }
+                }
+                async {}.boxed()
+            }
+        };
         let on_open = {
             let open_tx = open_tx.clone();
             move |_: Payload, _: Client| {
@@ -125,6 +206,8 @@ impl RpcConnection {
             .reconnect(false)
             .on(EVENT_RESULT, on_result)
             .on(EVENT_ERROR, on_error)
+            .on(EVENT_ITEMS, on_items)
+            .on(EVENT_END, on_end)
             .on("open", on_open)
             .on("error", on_client_error)
             .on("close", on_close)
@@ -186,30 +269,54 @@ impl RpcConnection {
 
     /// Calls `target` with CBOR `args`; returns the CBOR result.
     pub async fn call(self: &Arc<Self>, target: &str, args: &[u8]) -> Outcome {
-        if args.len() > self.max_message_bytes {
-            return Err(RemoteError::new(
-                ErrorKind::PayloadTooLarge,
-                format!(
-                    "arguments for `{target}` are {} bytes; the limit is {} bytes",
-                    args.len(),
-                    self.max_message_bytes
-                ),
-            ));
-        }
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        self.check_size(target, args)?;
         let (tx, rx) = oneshot::channel();
-        self.pending.insert(id, tx);
+        let guard = self.start(target, args, None, Waiter::Unary(tx)).await?;
+        let outcome = rx.await.unwrap_or_else(|_| Err(self.lost_error()));
+        guard.disarm();
+        outcome
+    }
+
+    /// Starts the streaming call `target` with CBOR `args` under `window`;
+    /// its events arrive on the returned channel until the guard is dropped.
+    pub(crate) async fn open_stream(
+        self: &Arc<Self>,
+        target: &str,
+        args: &[u8],
+        window: Window,
+    ) -> Result<(CallGuard, mpsc::UnboundedReceiver<StreamEvent>), RemoteError> {
+        self.check_size(target, args)?;
+        let (tx, rx) = mpsc::unbounded_channel();
+        let guard = self
+            .start(target, args, Some(window), Waiter::Stream(tx))
+            .await?;
+        Ok((guard, rx))
+    }
+
+    /// Registers `waiter` under a fresh id and sends the `call` event.
+    async fn start(
+        self: &Arc<Self>,
+        target: &str,
+        args: &[u8],
+        stream: Option<Window>,
+        waiter: Waiter,
+    ) -> Result<CallGuard, RemoteError> {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        self.pending.insert(id, waiter);
         if !self.is_alive() {
             self.pending.remove(&id);
             return Err(self.lost_error());
         }
-        let mut guard = CancelOnDrop {
+        let guard = CallGuard {
             conn: Some(self.clone()),
             id,
         };
-        let event = json!({ "id": id, "target": target, "args": B64.encode(args) });
+        let mut event = json!({ "id": id, "target": target, "args": B64.encode(args) });
+        if let Some(window) = stream {
+            event["stream"] = json!(window);
+        }
         if let Err(e) = self.client.emit(EVENT_CALL, event).await {
-            guard.conn = None;
+            guard.disarm();
             self.pending.remove(&id);
             let err = RemoteError::new(
                 ErrorKind::ConnectionLost,
@@ -218,12 +325,42 @@ impl RpcConnection {
             self.fail(err.clone());
             return Err(err);
         }
-        let outcome = rx.await.unwrap_or_else(|_| Err(self.lost_error()));
-        guard.conn = None;
-        outcome
+        Ok(guard)
     }
 
-    fn lost_error(&self) -> RemoteError {
+    /// Tells the server the host consumed `items` items (`bytes` bytes) of
+    /// stream `id`, which lets the worker produce that much more.
+    pub(crate) fn ack(self: &Arc<Self>, id: u64, items: u64, bytes: u64) {
+        if !self.is_alive() {
+            return;
+        }
+        let client = self.client.clone();
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(async move {
+                let event = serde_json::to_value(AckEvent { id, items, bytes }).unwrap_or_default();
+                if let Err(e) = client.emit(EVENT_ACK, event).await {
+                    tracing::debug!(id, "ack not sent: {e}");
+                }
+            });
+        }
+    }
+
+    fn check_size(&self, target: &str, args: &[u8]) -> Result<(), RemoteError> {
+        if args.len() <= self.max_message_bytes {
+            return Ok(());
+        }
+        Err(RemoteError::new(
+            ErrorKind::PayloadTooLarge,
+            format!(
+                "arguments for `{target}` are {} bytes; the limit is {} bytes",
+                args.len(),
+                self.max_message_bytes
+            ),
+        ))
+    }
+
+    /// The error every call gets once the connection is gone.
+    pub(crate) fn lost_error(&self) -> RemoteError {
         self.lost
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -243,13 +380,31 @@ impl RpcConnection {
     }
 }
 
-/// Sends `cancel` for a call whose caller stopped waiting.
-struct CancelOnDrop {
+/// Sends `cancel` for a call whose caller stopped waiting, unless disarmed
+/// because the call already ended.
+pub(crate) struct CallGuard {
     conn: Option<Arc<RpcConnection>>,
     id: u64,
 }
 
-impl Drop for CancelOnDrop {
+impl CallGuard {
+    /// The call ended: dropping the guard no longer cancels it.
+    pub(crate) fn disarm(mut self) {
+        self.conn = None;
+    }
+
+    /// The connection the call runs on.
+    pub(crate) fn connection(&self) -> Option<&Arc<RpcConnection>> {
+        self.conn.as_ref()
+    }
+
+    /// The call's id on the connection.
+    pub(crate) fn id(&self) -> u64 {
+        self.id
+    }
+}
+
+impl Drop for CallGuard {
     fn drop(&mut self) {
         let Some(conn) = self.conn.take() else { return };
         conn.pending.remove(&self.id);
@@ -269,11 +424,16 @@ impl Drop for CancelOnDrop {
 }
 
 fn complete(pending: &Pending, id: u64, outcome: Outcome) {
-    match pending.remove(&id) {
-        Some((_, tx)) => {
+    match (pending.remove(&id), outcome) {
+        (Some((_, Waiter::Unary(tx))), outcome) => {
             let _ = tx.send(outcome);
         }
-        None => tracing::debug!(id, "reply for a call nobody waits for; dropped"),
+        (Some((_, stream)), Err(error)) => stream.fail(error),
+        (Some((_, stream)), Ok(_)) => stream.fail(RemoteError::new(
+            ErrorKind::Protocol,
+            "the server ended a streaming call with a single result",
+        )),
+        (None, _) => tracing::debug!(id, "reply for a call nobody waits for; dropped"),
     }
 }
 

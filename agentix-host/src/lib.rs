@@ -6,11 +6,14 @@
 //! - [`local`]: [`LocalProvider`], the embedded default (local child processes).
 //! - [`keeper`]: the thread that starts, watches and reaps local server processes.
 //! - [`sandbox`]: [`Sandbox`], the handle user code calls through.
+//! - [`call`]: [`Call`], one unary call with an optional deadline.
+//! - [`stream`]: [`StreamCall`] and [`CallStream`], a streaming call's items.
 //! - [`connection`]: the `/rpc` Socket.IO connection and its pending calls.
 //! - `nodelay`: turning off Nagle on the client's socket (why: see there).
 //!
 //! Works from a plain `#[tokio::main]`: no actix system is needed on the host.
 
+pub mod call;
 pub mod config;
 pub mod connection;
 pub mod keeper;
@@ -18,8 +21,11 @@ pub mod local;
 mod nodelay;
 pub mod provider;
 pub mod sandbox;
+pub mod stream;
 
+pub use call::Call;
 pub use config::SandboxConfig;
 pub use local::LocalProvider;
 pub use provider::{Provider, ProviderError};
 pub use sandbox::Sandbox;
+pub use stream::{CallStream, StreamCall};

@@ -8,15 +8,17 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use agentix_actors::cbor::{self, DecodeFailure};
+use agentix_actors::cbor;
 use agentix_actors::errors::{ErrorKind, RemoteError};
-use agentix_actors::remote::Remote;
+use agentix_actors::remote::{Remote, RemoteStream};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
+use crate::call::Call;
 use crate::config::SandboxConfig;
 use crate::connection::{Endpoint, RpcConnection};
 use crate::local::LocalResources;
+use crate::stream::StreamCall;
 
 /// A running sandbox.
 pub struct Sandbox {
@@ -96,28 +98,38 @@ impl Sandbox {
     ///
     /// ```ignore
     /// let out = sandbox.remote(hello_app::run, ("hello".to_string(),)).await?;
+    /// let out = sandbox.remote(app::slow, ()).timeout(Duration::from_secs(5)).await?;
     /// ```
-    pub async fn remote<A: Serialize, O: DeserializeOwned>(
+    pub fn remote<A: Serialize, O: DeserializeOwned>(
         &self,
         f: Remote<A, O>,
         args: A,
-    ) -> Result<O, RemoteError> {
-        let args = cbor::to_vec(&args)?;
-        let value = self.call_cbor(f.name(), &args).await?;
-        cbor::from_slice(&value).map_err(|failure| {
-            let why = match failure {
-                DecodeFailure::Malformed(m) | DecodeFailure::Mismatch(m) => m,
-            };
-            RemoteError::new(
-                ErrorKind::TypeMismatch,
-                format!(
-                    "the result of `{}` does not decode as {}: {why}",
-                    f.name(),
-                    std::any::type_name::<O>()
-                ),
-            )
-            .with_details("are the host and the bundle built from the same version of that crate?")
-        })
+    ) -> Call<'_, O> {
+        Call::new(self, f.name(), cbor::to_vec(&args))
+    }
+
+    /// Starts the streaming remote function `f` with the argument tuple `args`.
+    ///
+    /// ```ignore
+    /// let mut items = sandbox.stream(app::count, (100u64,)).await?;
+    /// while let Some(n) = items.next().await { let n: u64 = n?; }
+    /// ```
+    pub fn stream<A: Serialize, T: DeserializeOwned>(
+        &self,
+        f: RemoteStream<A, T>,
+        args: A,
+    ) -> StreamCall<'_, T> {
+        StreamCall::new(self, f.name().to_owned(), cbor::to_vec(&args))
+    }
+
+    /// Starts the streaming function `target` by name with JSON arguments
+    /// (as [`Sandbox::call_json`]); items arrive as JSON values.
+    pub fn stream_json(
+        &self,
+        target: &str,
+        args: serde_json::Value,
+    ) -> StreamCall<'_, serde_json::Value> {
+        StreamCall::new(self, target.to_owned(), cbor::to_vec(&args))
     }
 
     /// Calls `target` by name with CBOR-encoded arguments; returns CBOR.
@@ -157,7 +169,7 @@ impl Sandbox {
             .map_err(|e| RemoteError::new(ErrorKind::Protocol, format!("/health is not JSON: {e}")))
     }
 
-    async fn connection(&self) -> Result<Arc<RpcConnection>, RemoteError> {
+    pub(crate) async fn connection(&self) -> Result<Arc<RpcConnection>, RemoteError> {
         if let Some(conn) = self.live_connection() {
             return Ok(conn);
         }

@@ -8,11 +8,19 @@
 //!
 //! A function returning `Result<T, E>` (any type path ending in `Result`)
 //! yields `T` on the host; `Err(e)` becomes a `Raised` remote error.
+//!
+//! A function returning `impl Stream<Item = T>` (it may be `async` or not)
+//! becomes a `RemoteStream<(args,), T>` the host consumes item by item with
+//! `sandbox.stream(f, args)`; `Result` items unwrap the same way, and an
+//! `Err` item ends the stream.
 
 use proc_macro::TokenStream;
 use proc_macro2::Span;
 use quote::{format_ident, quote};
-use syn::{parse_macro_input, FnArg, Ident, ItemFn, Pat, ReturnType, Type};
+use syn::{
+    parse_macro_input, FnArg, GenericArgument, Ident, ItemFn, Pat, PathArguments, ReturnType, Type,
+    TypeParamBound,
+};
 
 /// Makes an `async fn` callable from the host with `sandbox.remote(f, args)`.
 #[proc_macro_attribute]
@@ -31,10 +39,14 @@ pub fn remote(attr: TokenStream, item: TokenStream) -> TokenStream {
 
 fn expand(func: ItemFn) -> syn::Result<proc_macro2::TokenStream> {
     let sig = &func.sig;
-    if sig.asyncness.is_none() {
+    let stream_item = match &sig.output {
+        ReturnType::Type(_, ty) => stream_item(ty),
+        ReturnType::Default => None,
+    };
+    if sig.asyncness.is_none() && stream_item.is_none() {
         return Err(syn::Error::new_spanned(
             sig.fn_token,
-            "#[remote] functions must be `async fn`",
+            "#[remote] functions must be `async fn` (or return `impl Stream<Item = T>`)",
         ));
     }
     if !sig.generics.params.is_empty() {
@@ -76,19 +88,35 @@ fn expand(func: ItemFn) -> syn::Result<proc_macro2::TokenStream> {
         .iter()
         .map(|n| n.to_string().trim_start_matches("r#").to_owned())
         .collect();
-    let (ret_ty, fallible) = match &sig.output {
-        ReturnType::Default => (quote!(()), false),
-        ReturnType::Type(_, ty) => (quote!(#ty), is_result(ty)),
+    let (ret_ty, fallible) = match (&stream_item, &sig.output) {
+        (Some(item), _) => (quote!(#item), is_result(item)),
+        (None, ReturnType::Default) => (quote!(()), false),
+        (None, ReturnType::Type(_, ty)) => (quote!(#ty), is_result(ty)),
     };
     let out_ty = if fallible {
         quote!(<#ret_ty as ::agentix::__private::Fallible>::Ok)
     } else {
         ret_ty.clone()
     };
-    let runner = if fallible {
-        quote!(::agentix::__private::invoke::fallible)
+    let (handle, invoke, runner) = match (stream_item.is_some(), fallible) {
+        (false, false) => (quote!(Remote), quote!(Unary), quote!(plain)),
+        (false, true) => (quote!(Remote), quote!(Unary), quote!(fallible)),
+        (true, false) => (quote!(RemoteStream), quote!(Stream), quote!(stream_plain)),
+        (true, true) => (
+            quote!(RemoteStream),
+            quote!(Stream),
+            quote!(stream_fallible),
+        ),
+    };
+    let call_body = if sig.asyncness.is_some() {
+        quote!(#impl_name(#(#names),*))
     } else {
-        quote!(::agentix::__private::invoke::plain)
+        quote!(::core::future::ready(#impl_name(#(#names),*)))
+    };
+    let wrap = if stream_item.is_some() {
+        quote!()
+    } else {
+        quote!(::std::boxed::Box::pin)
     };
 
     let (doc_attrs, other_attrs): (Vec<_>, Vec<_>) =
@@ -107,8 +135,8 @@ fn expand(func: ItemFn) -> syn::Result<proc_macro2::TokenStream> {
         #(#doc_attrs)*
         #(#cfg_attrs)*
         #[allow(non_upper_case_globals)]
-        #vis const #name: ::agentix::Remote<(#(#types,)*), #out_ty> =
-            ::agentix::Remote::new(::core::concat!(::core::module_path!(), "::", #name_str));
+        #vis const #name: ::agentix::#handle<(#(#types,)*), #out_ty> =
+            ::agentix::#handle::new(::core::concat!(::core::module_path!(), "::", #name_str));
 
         #[doc(hidden)]
         #[allow(non_snake_case)]
@@ -119,14 +147,43 @@ fn expand(func: ItemFn) -> syn::Result<proc_macro2::TokenStream> {
             ::agentix::__private::RemoteFn {
                 name: ::core::concat!(::core::module_path!(), "::", #name_str),
                 params: &[#(#param_strs),*],
-                invoke: |args| ::std::boxed::Box::pin(#runner::<(#(#types,)*), _, _>(
-                    ::core::concat!(::core::module_path!(), "::", #name_str),
-                    &[#(#param_strs),*],
-                    args,
-                    |(#(#names,)*)| #impl_name(#(#names),*),
+                invoke: ::agentix::__private::Invoke::#invoke(|args| #wrap(
+                    ::agentix::__private::invoke::#runner::<(#(#types,)*), _, _>(
+                        ::core::concat!(::core::module_path!(), "::", #name_str),
+                        &[#(#param_strs),*],
+                        args,
+                        |(#(#names,)*)| #call_body,
+                    )
                 )),
             }
         }
+    })
+}
+
+/// The `T` of a return type `impl Stream<Item = T> + ..` (any path ending in
+/// `Stream`), or `None` for any other return type.
+fn stream_item(ty: &Type) -> Option<Type> {
+    let bounds = match ty {
+        Type::ImplTrait(t) => &t.bounds,
+        Type::Group(g) => return stream_item(&g.elem),
+        Type::Paren(p) => return stream_item(&p.elem),
+        _ => return None,
+    };
+    bounds.iter().find_map(|bound| {
+        let TypeParamBound::Trait(t) = bound else {
+            return None;
+        };
+        let last = t.path.segments.last()?;
+        if last.ident != "Stream" {
+            return None;
+        }
+        let PathArguments::AngleBracketed(args) = &last.arguments else {
+            return None;
+        };
+        args.args.iter().find_map(|arg| match arg {
+            GenericArgument::AssocType(a) if a.ident == "Item" => Some(a.ty.clone()),
+            _ => None,
+        })
     })
 }
 

@@ -4,18 +4,112 @@
 //! change to it goes through that actor's mailbox and no lock guards it. Each
 //! call is known by the host's `(socket, call id)` and by the id the server
 //! gives it on the worker pipe; a call leaves the table exactly once, which is
-//! what makes "exactly one terminal reply per call" hold.
+//! what makes "exactly one terminal reply per call" hold. A streaming call
+//! also counts the items the worker produced and the host has not yet
+//! acknowledged, so a worker that ignores its window is caught here.
 
 use std::collections::{HashMap, VecDeque};
 
-use agentix_actors::errors::RemoteError;
-use agentix_actors::wire::Frame;
+use agentix_actors::codec::DEFAULT_MAX_FRAME;
+use agentix_actors::errors::{ErrorKind, RemoteError};
+use agentix_actors::wire::{Frame, Window};
 use serde_bytes::ByteBuf;
 use socketioxide::socket::Sid;
-use tokio::sync::oneshot;
+use tokio::sync::{mpsc, oneshot};
+
+/// How a unary call ends: its CBOR value or an error.
+pub type Outcome = Result<Vec<u8>, RemoteError>;
+
+/// What a streaming call delivers, in order; `End` or `Error` comes last.
+#[derive(Debug)]
+pub enum StreamEvent {
+    /// The next items, each CBOR-encoded.
+    Items(Vec<ByteBuf>),
+    /// The stream ended after its last item.
+    End,
+    /// The stream ended with this error.
+    Error(RemoteError),
+}
 
 /// Where a call's outcome goes.
-pub type Reply = oneshot::Sender<Result<Vec<u8>, RemoteError>>;
+pub enum Reply {
+    /// A unary call: one outcome.
+    Unary(oneshot::Sender<Outcome>),
+    /// A streaming call: items, then `End` or `Error`. Unbounded, but the
+    /// window the table enforces bounds what it can hold.
+    Stream {
+        /// Where events go.
+        events: mpsc::UnboundedSender<StreamEvent>,
+        /// How far the worker may run ahead.
+        window: Window,
+    },
+}
+
+impl Reply {
+    /// Ends the call with `error`.
+    pub fn fail(self, error: RemoteError) {
+        match self {
+            Reply::Unary(tx) => {
+                let _ = tx.send(Err(error));
+            }
+            Reply::Stream { events, .. } => {
+                let _ = events.send(StreamEvent::Error(error));
+            }
+        }
+    }
+
+    /// Ends the call with a worker's terminal frame for it.
+    pub fn finish_with(self, frame: Frame) {
+        match (self, frame) {
+            (Reply::Unary(tx), Frame::Result { value, .. }) => {
+                let _ = tx.send(Ok(value.into_vec()));
+            }
+            (Reply::Stream { events, .. }, Frame::End { .. }) => {
+                let _ = events.send(StreamEvent::End);
+            }
+            (reply, Frame::Error { error, .. }) => reply.fail(error),
+            (reply, other) => reply.fail(RemoteError::new(
+                ErrorKind::Protocol,
+                format!(
+                    "the worker ended the call with a `{}` frame, which does not fit its shape",
+                    frame_name(&other)
+                ),
+            )),
+        }
+    }
+
+    fn window(&self) -> Option<Window> {
+        match self {
+            Reply::Unary(_) => None,
+            Reply::Stream { window, .. } => Some(*window),
+        }
+    }
+}
+
+fn frame_name(frame: &Frame) -> &'static str {
+    match frame {
+        Frame::Ready { .. } => "ready",
+        Frame::Call { .. } => "call",
+        Frame::Ack { .. } => "ack",
+        Frame::Cancel { .. } => "cancel",
+        Frame::Items { .. } => "items",
+        Frame::End { .. } => "end",
+        Frame::Result { .. } => "result",
+        Frame::Error { .. } => "error",
+    }
+}
+
+/// What delivering a batch of stream items found.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Delivery {
+    /// Passed on to the host.
+    Delivered,
+    /// No such call (it ended or was cancelled); the items are dropped.
+    Unknown,
+    /// The call is not a stream, or the worker overran its window: the
+    /// call must end with a protocol error.
+    Violation(String),
+}
 
 /// Who asked: the host's socket and its own call id.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -41,6 +135,8 @@ pub struct NewCall {
 struct InFlight {
     origin: Origin,
     reply: Reply,
+    /// Stream items (and their bytes) produced but not yet acknowledged.
+    outstanding: (u64, u64),
 }
 
 /// What cancelling a call found.
@@ -93,18 +189,57 @@ impl CallTable {
         self.next_id += 1;
         let id = self.next_id;
         self.by_origin.insert(call.origin, id);
+        let stream = call.reply.window();
         self.inflight.insert(
             id,
             InFlight {
                 origin: call.origin,
                 reply: call.reply,
+                outstanding: (0, 0),
             },
         );
         Frame::Call {
             id,
             target: call.target,
             args: ByteBuf::from(call.args),
+            stream,
         }
+    }
+
+    /// Passes stream items of worker call `id` on, checking its window.
+    pub fn deliver(&mut self, id: u64, items: Vec<ByteBuf>) -> Delivery {
+        let Some(call) = self.inflight.get_mut(&id) else {
+            return Delivery::Unknown;
+        };
+        let Reply::Stream { events, window } = &call.reply else {
+            return Delivery::Violation("the worker sent stream items for a unary call".into());
+        };
+        let bytes: u64 = items.iter().map(|i| i.len() as u64).sum();
+        call.outstanding.0 += items.len() as u64;
+        call.outstanding.1 += bytes;
+        // The worker checks for room before each item, so it may overshoot
+        // the byte window by one item, which is at most one frame.
+        if call.outstanding.0 > window.items
+            || call.outstanding.1 > window.bytes + DEFAULT_MAX_FRAME as u64
+        {
+            return Delivery::Violation(format!(
+                "the worker ran past the stream window ({} items, {} bytes outstanding; window {} items, {} bytes)",
+                call.outstanding.0, call.outstanding.1, window.items, window.bytes
+            ));
+        }
+        // The receiver is gone only while the call is being torn down.
+        let _ = events.send(StreamEvent::Items(items));
+        Delivery::Delivered
+    }
+
+    /// Records that the host consumed part of the stream `origin` started;
+    /// returns the worker call id to relay the ack to.
+    pub fn ack(&mut self, origin: Origin, items: u64, bytes: u64) -> Option<u64> {
+        let id = *self.by_origin.get(&origin)?;
+        let call = self.inflight.get_mut(&id)?;
+        call.outstanding.0 = call.outstanding.0.saturating_sub(items);
+        call.outstanding.1 = call.outstanding.1.saturating_sub(bytes);
+        Some(id)
     }
 
     /// Removes the call with worker id `id`; `None` if it already ended.
@@ -157,9 +292,69 @@ mod tests {
             origin,
             target: "t".into(),
             args: vec![1],
-            reply,
+            reply: Reply::Unary(reply),
         };
         (call, rx)
+    }
+
+    #[test]
+    fn streams_deliver_within_their_window_and_acks_reopen_it() {
+        let sid = Sid::new();
+        let origin = Origin {
+            socket: sid,
+            host_id: 1,
+        };
+        let mut table = CallTable::default();
+        let (events, mut rx) = mpsc::unbounded_channel();
+        let window = Window {
+            items: 3,
+            bytes: 1 << 20,
+        };
+        let frame = table.start(NewCall {
+            origin,
+            target: "t".into(),
+            args: vec![],
+            reply: Reply::Stream { events, window },
+        });
+        let Frame::Call { id, stream, .. } = frame else {
+            panic!("not a call frame")
+        };
+        assert_eq!(stream, Some(window));
+        let item = |b: u8| ByteBuf::from(vec![b]);
+        assert_eq!(
+            table.deliver(id, vec![item(1), item(2)]),
+            Delivery::Delivered
+        );
+        assert_eq!(table.ack(origin, 2, 2), Some(id));
+        assert_eq!(
+            table.deliver(id, vec![item(3), item(4), item(5)]),
+            Delivery::Delivered
+        );
+        assert!(matches!(
+            table.deliver(id, vec![item(6)]),
+            Delivery::Violation(_)
+        ));
+        assert_eq!(table.deliver(id + 1, vec![item(7)]), Delivery::Unknown);
+        let mut got = Vec::new();
+        while let Ok(StreamEvent::Items(batch)) = rx.try_recv() {
+            got.extend(batch.into_iter().map(|b| b[0]));
+        }
+        assert_eq!(got, [1, 2, 3, 4, 5]);
+        table.finish(id).unwrap().finish_with(Frame::End { id });
+        assert!(matches!(rx.try_recv(), Ok(StreamEvent::End)));
+    }
+
+    #[test]
+    fn a_terminal_frame_of_the_wrong_shape_is_a_protocol_error() {
+        let (c, mut rx) = call(Sid::new(), 1);
+        let mut table = CallTable::default();
+        let Frame::Call { id, .. } = table.start(c) else {
+            panic!("not a call frame")
+        };
+        assert!(matches!(table.deliver(id, vec![]), Delivery::Violation(_)));
+        table.finish(id).unwrap().finish_with(Frame::End { id });
+        let err = rx.try_recv().unwrap().unwrap_err();
+        assert_eq!(err.kind, ErrorKind::Protocol);
     }
 
     #[test]

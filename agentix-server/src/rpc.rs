@@ -2,17 +2,20 @@
 //!
 //! A host connects with `auth: {"token": ...}`, emits `call {id, target,
 //! args}` and `cancel {id}`, and receives exactly one `call:result {id,
-//! value}` or `call:error {id, error}` per call. Each event is handed to the
-//! `WorkerSupervisor` mailbox as soon as it is parsed, so calls and cancels
-//! from one socket reach it in the order they were sent.
+//! value}` or `call:error {id, error}` per call. A streaming call (`call`
+//! with a `stream` window) receives `call:items {id, items}` events instead,
+//! ended by `call:end {id}` or `call:error`, and the host sends `call:ack {id,
+//! items, bytes}` as it consumes them. Each event is handed to the
+//! `WorkerSupervisor` mailbox as soon as it is parsed, so calls, acks and
+//! cancels from one socket reach it in the order they were sent.
 
 use std::time::Duration;
 
 use actix::Addr;
 use agentix_actors::errors::{ErrorKind, RemoteError};
 use agentix_actors::wire::{
-    CallEvent, CancelEvent, ErrorEvent, ResultEvent, EVENT_CALL, EVENT_CANCEL, EVENT_ERROR,
-    EVENT_RESULT, RPC_NAMESPACE,
+    AckEvent, CallEvent, CancelEvent, EndEvent, ErrorEvent, ItemsEvent, ResultEvent, EVENT_ACK,
+    EVENT_CALL, EVENT_CANCEL, EVENT_END, EVENT_ERROR, EVENT_ITEMS, EVENT_RESULT, RPC_NAMESPACE,
 };
 use base64::Engine;
 use serde::Serialize;
@@ -20,11 +23,11 @@ use serde_json::Value;
 use socketioxide::extract::{SocketRef, TryData};
 use socketioxide::handler::ConnectHandler;
 use socketioxide::{SendError, SocketError, SocketIo};
-use tokio::sync::oneshot;
+use tokio::sync::{mpsc, oneshot};
 
 use crate::auth::{AuthError, Token};
-use crate::calls::{NewCall, Origin};
-use crate::supervisor::{CancelCall, HostDisconnected, StartCall, WorkerSupervisor};
+use crate::calls::{NewCall, Origin, Reply, StreamEvent};
+use crate::supervisor::{AckStream, CancelCall, HostDisconnected, StartCall, WorkerSupervisor};
 
 const B64: base64::engine::GeneralPurpose = base64::engine::general_purpose::STANDARD;
 
@@ -80,6 +83,26 @@ fn attach(s: SocketRef, supervisor: Addr<WorkerSupervisor>) {
             }
         },
     );
+    let sup = supervisor.clone();
+    s.on(
+        EVENT_ACK,
+        move |s: SocketRef, TryData(data): TryData<Value>| {
+            let sup = sup.clone();
+            async move {
+                match data.map(serde_json::from_value::<AckEvent>) {
+                    Ok(Ok(AckEvent { id, items, bytes })) => sup.do_send(AckStream {
+                        origin: Origin {
+                            socket: s.id,
+                            host_id: id,
+                        },
+                        items,
+                        bytes,
+                    }),
+                    _ => tracing::debug!(socket = %s.id, "malformed ack event dropped"),
+                }
+            }
+        },
+    );
     s.on_disconnect(move |s: SocketRef| {
         supervisor.do_send(HostDisconnected(s.id));
         std::future::ready(())
@@ -108,45 +131,13 @@ async fn on_call(s: SocketRef, supervisor: Addr<WorkerSupervisor>, data: Value) 
             return;
         }
     };
-    let outcome = match B64.decode(event.args.as_bytes()) {
-        Ok(args) => {
-            let (reply, rx) = oneshot::channel();
-            let origin = Origin {
-                socket: s.id,
-                host_id: event.id,
-            };
-            supervisor.do_send(StartCall(NewCall {
-                origin,
-                target: event.target,
-                args,
-                reply,
-            }));
-            rx.await.unwrap_or_else(|_| {
-                Err(RemoteError::new(
-                    ErrorKind::ServerExited,
-                    "the server is shutting down",
-                ))
-            })
-        }
-        Err(e) => Err(RemoteError::new(
-            ErrorKind::BadArguments,
-            format!("arguments for `{}` are not valid base64: {e}", event.target),
-        )),
-    };
-    match outcome {
-        Ok(value) => {
-            let value = B64.encode(value);
-            emit(
-                &s,
-                EVENT_RESULT,
-                &ResultEvent {
-                    id: event.id,
-                    value,
-                },
-            )
-            .await
-        }
-        Err(error) => {
+    let args = match B64.decode(event.args.as_bytes()) {
+        Ok(args) => args,
+        Err(e) => {
+            let error = RemoteError::new(
+                ErrorKind::BadArguments,
+                format!("arguments for `{}` are not valid base64: {e}", event.target),
+            );
             emit(
                 &s,
                 EVENT_ERROR,
@@ -155,9 +146,87 @@ async fn on_call(s: SocketRef, supervisor: Addr<WorkerSupervisor>, data: Value) 
                     error,
                 },
             )
-            .await
+            .await;
+            return;
+        }
+    };
+    let origin = Origin {
+        socket: s.id,
+        host_id: event.id,
+    };
+    match event.stream {
+        None => unary_call(&s, &supervisor, origin, event.target, args).await,
+        Some(window) => {
+            let (events, rx) = mpsc::unbounded_channel();
+            let reply = Reply::Stream { events, window };
+            supervisor.do_send(StartCall(NewCall {
+                origin,
+                target: event.target,
+                args,
+                reply,
+            }));
+            relay_stream(&s, event.id, rx).await;
         }
     }
+}
+
+async fn unary_call(
+    s: &SocketRef,
+    supervisor: &Addr<WorkerSupervisor>,
+    origin: Origin,
+    target: String,
+    args: Vec<u8>,
+) {
+    let (reply, rx) = oneshot::channel();
+    supervisor.do_send(StartCall(NewCall {
+        origin,
+        target,
+        args,
+        reply: Reply::Unary(reply),
+    }));
+    let id = origin.host_id;
+    match rx.await.unwrap_or_else(|_| Err(shutting_down())) {
+        Ok(value) => {
+            let value = B64.encode(value);
+            emit(s, EVENT_RESULT, &ResultEvent { id, value }).await
+        }
+        Err(error) => emit(s, EVENT_ERROR, &ErrorEvent { id, error }).await,
+    }
+}
+
+/// Emits a streaming call's events in order until its end or error.
+async fn relay_stream(s: &SocketRef, id: u64, mut rx: mpsc::UnboundedReceiver<StreamEvent>) {
+    loop {
+        match rx.recv().await {
+            Some(StreamEvent::Items(items)) => {
+                let items = match agentix_actors::cbor::to_vec(&items) {
+                    Ok(bytes) => B64.encode(bytes),
+                    Err(error) => {
+                        emit(s, EVENT_ERROR, &ErrorEvent { id, error }).await;
+                        return;
+                    }
+                };
+                emit(s, EVENT_ITEMS, &ItemsEvent { id, items }).await;
+            }
+            Some(StreamEvent::End) => {
+                emit(s, EVENT_END, &EndEvent { id }).await;
+                return;
+            }
+            Some(StreamEvent::Error(error)) => {
+                emit(s, EVENT_ERROR, &ErrorEvent { id, error }).await;
+                return;
+            }
+            None => {
+                let error = shutting_down();
+                emit(s, EVENT_ERROR, &ErrorEvent { id, error }).await;
+                return;
+            }
+        }
+    }
+}
+
+fn shutting_down() -> RemoteError {
+    RemoteError::new(ErrorKind::ServerExited, "the server is shutting down")
 }
 
 /// Emits `data`, waiting while the socket's send queue is full: a reply is

@@ -22,7 +22,7 @@ use serde::Serialize;
 use socketioxide::socket::Sid;
 use tokio::sync::mpsc;
 
-use crate::calls::{CallTable, Cancelled, NewCall, Origin};
+use crate::calls::{CallTable, Cancelled, Delivery, NewCall, Origin};
 use crate::config::ServerConfig;
 use crate::worker_process::{self, OutputTail};
 
@@ -37,6 +37,18 @@ pub struct StartCall(pub NewCall);
 #[derive(Message)]
 #[rtype(result = "()")]
 pub struct CancelCall(pub Origin);
+
+/// The host consumed part of the stream `origin` started.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct AckStream {
+    /// Which call.
+    pub origin: Origin,
+    /// Items consumed since the last ack.
+    pub items: u64,
+    /// Their bytes.
+    pub bytes: u64,
+}
 
 /// A host socket went away: cancel its calls.
 #[derive(Message)]
@@ -257,13 +269,13 @@ impl WorkerSupervisor {
         let exited = exited.with_details(tail_details(&tail));
         tracing::warn!(%status, "worker gone");
         for reply in self.calls.take_inflight() {
-            let _ = reply.send(Err(exited.clone()));
+            reply.fail(exited.clone());
         }
         if !was_ready {
             // Calls waiting for this worker would wait for the next one, which
             // may fail the same way: tell them now rather than hang.
             for call in self.calls.take_queued() {
-                let _ = call.reply.send(Err(exited.clone()));
+                call.reply.fail(exited.clone());
             }
         }
         self.start_error = Some(exited);
@@ -284,7 +296,7 @@ impl WorkerSupervisor {
             self.phase = Phase::Degraded;
             let err = self.degraded_error();
             for call in self.calls.take_queued() {
-                let _ = call.reply.send(Err(err.clone()));
+                call.reply.fail(err.clone());
             }
             return;
         }
@@ -337,6 +349,15 @@ impl WorkerSupervisor {
     }
 }
 
+impl WorkerSupervisor {
+    /// Sends `frame` to the current worker, if one runs.
+    fn send_frame(&self, frame: Frame) {
+        if let Some(w) = &self.worker {
+            let _ = w.frames.send(frame);
+        }
+    }
+}
+
 fn tail_details(tail: &str) -> String {
     if tail.is_empty() {
         String::new()
@@ -372,7 +393,7 @@ impl Handler<StartCall> for WorkerSupervisor {
                     call.origin.host_id
                 ),
             );
-            let _ = call.reply.send(Err(err));
+            call.reply.fail(err);
             return;
         }
         if self.calls.len() >= self.config.max_inflight {
@@ -383,18 +404,18 @@ impl Handler<StartCall> for WorkerSupervisor {
                     self.calls.len()
                 ),
             );
-            let _ = call.reply.send(Err(err));
+            call.reply.fail(err);
             return;
         }
         match self.phase {
             Phase::Ready => self.send_to_worker(call),
             Phase::Starting | Phase::Restarting => self.calls.queue(call),
             Phase::Degraded => {
-                let _ = call.reply.send(Err(self.degraded_error()));
+                call.reply.fail(self.degraded_error());
             }
             Phase::Stopped => {
                 let err = RemoteError::new(ErrorKind::ServerExited, "the server is shutting down");
-                let _ = call.reply.send(Err(err));
+                call.reply.fail(err);
             }
         }
     }
@@ -407,13 +428,11 @@ impl Handler<CancelCall> for WorkerSupervisor {
         let cancelled = RemoteError::new(ErrorKind::Cancelled, "the call was cancelled");
         match self.calls.cancel(origin) {
             Cancelled::Queued(reply) => {
-                let _ = reply.send(Err(cancelled));
+                reply.fail(cancelled);
             }
             Cancelled::InFlight(id, reply) => {
-                if let Some(w) = &self.worker {
-                    let _ = w.frames.send(Frame::Cancel { id });
-                }
-                let _ = reply.send(Err(cancelled));
+                self.send_frame(Frame::Cancel { id });
+                reply.fail(cancelled);
             }
             Cancelled::Unknown => {
                 tracing::debug!(
@@ -421,6 +440,20 @@ impl Handler<CancelCall> for WorkerSupervisor {
                     "cancel for a call that is not running"
                 );
             }
+        }
+    }
+}
+
+impl Handler<AckStream> for WorkerSupervisor {
+    type Result = ();
+
+    fn handle(&mut self, ack: AckStream, _: &mut Context<Self>) {
+        if let Some(id) = self.calls.ack(ack.origin, ack.items, ack.bytes) {
+            self.send_frame(Frame::Ack {
+                id,
+                items: ack.items,
+                bytes: ack.bytes,
+            });
         }
     }
 }
@@ -456,17 +489,26 @@ impl Handler<FrameArrived> for WorkerSupervisor {
                     self.send_to_worker(call);
                 }
             }
-            Frame::Result { id, value } => {
+            Frame::Items { id, items } => match self.calls.deliver(id, items) {
+                Delivery::Delivered | Delivery::Unknown => {}
+                Delivery::Violation(why) => {
+                    tracing::warn!(id, "{why}; ending the call");
+                    if let Some(reply) = self.calls.finish(id) {
+                        reply.fail(RemoteError::new(ErrorKind::Protocol, why));
+                    }
+                    self.send_frame(Frame::Cancel { id });
+                }
+            },
+            frame @ (Frame::Result { .. } | Frame::End { .. } | Frame::Error { .. }) => {
+                let id = match &frame {
+                    Frame::Result { id, .. } | Frame::End { id } | Frame::Error { id, .. } => *id,
+                    _ => unreachable!("matched above"),
+                };
                 if let Some(reply) = self.calls.finish(id) {
-                    let _ = reply.send(Ok(value.into_vec()));
+                    reply.finish_with(frame);
                 }
             }
-            Frame::Error { id, error } => {
-                if let Some(reply) = self.calls.finish(id) {
-                    let _ = reply.send(Err(error));
-                }
-            }
-            Frame::Call { .. } | Frame::Cancel { .. } => {
+            Frame::Call { .. } | Frame::Cancel { .. } | Frame::Ack { .. } => {
                 tracing::warn!("the worker sent a frame only the server may send; dropped");
             }
         }
@@ -514,10 +556,10 @@ impl Handler<StopWorker> for WorkerSupervisor {
         self.phase = Phase::Stopped;
         let err = RemoteError::new(ErrorKind::ServerExited, "the server is shutting down");
         for reply in self.calls.take_inflight() {
-            let _ = reply.send(Err(err.clone()));
+            reply.fail(err.clone());
         }
         for call in self.calls.take_queued() {
-            let _ = call.reply.send(Err(err.clone()));
+            call.reply.fail(err.clone());
         }
         if let Some(w) = self.worker.take() {
             process::signal_group(w.pid, libc::SIGKILL);

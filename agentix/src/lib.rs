@@ -1,7 +1,8 @@
 //! Call functions inside sandboxes as if they were local async functions.
 //!
 //! This facade re-exports what user code needs:
-//! - in a crate shared by host and bundle: [`remote`] and [`Blob`];
+//! - in a crate shared by host and bundle: [`remote`] and [`Blob`] (and
+//!   [`stream`], [`Stream`] and [`StreamExt`] for streaming functions);
 //! - in the host program: [`LocalProvider`], [`SandboxConfig`], [`Sandbox`];
 //! - in the bundle binary: [`bundle::main`].
 //!
@@ -18,16 +19,20 @@ pub mod bundle;
 
 pub use agentix_actors::cbor::Blob;
 pub use agentix_actors::errors::{ErrorKind, RemoteError};
-pub use agentix_actors::remote::Remote;
-pub use agentix_host::{LocalProvider, Provider, ProviderError, Sandbox, SandboxConfig};
+pub use agentix_actors::remote::{Remote, RemoteStream};
+pub use agentix_actors::wire::Window;
+pub use agentix_host::{
+    Call, CallStream, LocalProvider, Provider, ProviderError, Sandbox, SandboxConfig, StreamCall,
+};
 pub use agentix_macros::remote;
+pub use futures_util::{stream, Stream, StreamExt};
 pub use serde_json::Value as JsonValue;
 
 /// Items the `#[remote]` expansion refers to; not part of the public API.
 #[doc(hidden)]
 pub mod __private {
     pub use agentix_actors::invoke;
-    pub use agentix_actors::registry::RemoteFn;
+    pub use agentix_actors::registry::{Invoke, RemoteFn};
     pub use agentix_actors::remote::Fallible;
     pub use inventory;
 }

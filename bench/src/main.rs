@@ -9,6 +9,7 @@
 mod bench_fns;
 mod report;
 
+use std::future::IntoFuture;
 use std::time::{Duration, Instant};
 
 use agentix::{Blob, LocalProvider, Provider, Sandbox, SandboxConfig};
@@ -113,7 +114,7 @@ async fn inflight_64(sb: &Sandbox, report: &mut Report) {
     const CALLS: u64 = 20_000;
     let start = Instant::now();
     let done = stream::iter(0..CALLS)
-        .map(|i| sb.remote(bench_fns::add_one, (i,)))
+        .map(|i| sb.remote(bench_fns::add_one, (i,)).into_future())
         .buffer_unordered(64)
         .fold(0u64, |n, r| async move {
             r.expect("call");

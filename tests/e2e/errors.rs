@@ -11,7 +11,7 @@ use serde_json::json;
 use support::{bundle_path, sandbox, sandbox_with};
 
 /// Fails the test instead of hanging if `fut` takes longer than 20 s.
-async fn bounded<T>(what: &str, fut: impl std::future::Future<Output = T>) -> T {
+async fn bounded<T>(what: &str, fut: impl std::future::IntoFuture<Output = T>) -> T {
     tokio::time::timeout(Duration::from_secs(20), fut)
         .await
         .unwrap_or_else(|_| panic!("{what} hung"))

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use agentix::Blob;
+use agentix::{Blob, StreamExt};
 use serde::{Deserialize, Serialize};
 
 /// Returns its argument.
@@ -97,4 +97,145 @@ pub async fn worker_pid() -> u32 {
 #[agentix::remote]
 pub async fn exit_worker(code: i32) -> u32 {
     std::process::exit(code)
+}
+
+// ---- streaming -------------------------------------------------------------
+
+static PRODUCED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Yields `0..n`.
+#[agentix::remote]
+pub fn count(n: u64) -> impl agentix::Stream<Item = u64> + Send {
+    agentix::stream::iter(0..n)
+}
+
+/// Yields `0..n` as fast as it is allowed to, counting what it produced in
+/// a worker-wide counter that [`produced`] reads.
+#[agentix::remote]
+pub fn count_counted(n: u64) -> impl agentix::Stream<Item = u64> + Send {
+    use std::sync::atomic::Ordering;
+    PRODUCED.store(0, Ordering::SeqCst);
+    agentix::stream::iter(0..n).inspect(|_| {
+        PRODUCED.fetch_add(1, Ordering::SeqCst);
+    })
+}
+
+/// How many items [`count_counted`] has produced so far.
+#[agentix::remote]
+pub async fn produced() -> u64 {
+    PRODUCED.load(std::sync::atomic::Ordering::SeqCst)
+}
+
+/// Yields `n` blobs of `size` bytes, each filled with its index.
+#[agentix::remote]
+pub async fn blobs(n: u32, size: usize) -> impl agentix::Stream<Item = Blob> + Send {
+    agentix::stream::iter(0..n).map(move |i| Blob::from(vec![i as u8; size]))
+}
+
+/// Yields `0..fail_at`, then fails with a divide-by-zero error.
+#[agentix::remote]
+pub fn count_then_fail(fail_at: i64) -> impl agentix::Stream<Item = Result<i64, MathError>> + Send {
+    agentix::stream::iter(0..=fail_at).map(move |i| {
+        if i == fail_at {
+            Err(MathError::DivideByZero { dividend: i })
+        } else {
+            Ok(i)
+        }
+    })
+}
+
+/// Yields `0..panic_at`, then panics.
+#[agentix::remote]
+pub fn count_then_panic(panic_at: u64) -> impl agentix::Stream<Item = u64> + Send {
+    agentix::stream::iter(0..=panic_at).map(move |i| {
+        if i == panic_at {
+            panic!("stream broke at {i}");
+        }
+        i
+    })
+}
+
+/// Yields one item every `ms` milliseconds, forever.
+#[agentix::remote]
+pub fn tick(ms: u64) -> impl agentix::Stream<Item = u64> + Send {
+    agentix::stream::unfold(0u64, move |i| async move {
+        tokio::time::sleep(Duration::from_millis(ms)).await;
+        Some((i, i + 1))
+    })
+}
+
+// ---- cancellation -----------------------------------------------------------
+
+/// Writes `{path}.started` at once and `path` after `ms` milliseconds.
+#[agentix::remote]
+pub async fn write_after(path: String, ms: u64) -> bool {
+    let _ = std::fs::write(format!("{path}.started"), b"started");
+    tokio::time::sleep(Duration::from_millis(ms)).await;
+    std::fs::write(&path, b"written").is_ok()
+}
+
+/// Starts `sleep 600` (killed when this call is dropped), writes its pid to
+/// `pid_file`, and waits for it.
+#[agentix::remote]
+pub async fn run_child(pid_file: String) -> Result<i32, std::io::Error> {
+    let mut child = tokio::process::Command::new("sleep")
+        .arg("600")
+        .kill_on_drop(true)
+        .spawn()?;
+    std::fs::write(&pid_file, child.id().unwrap_or(0).to_string())?;
+    let status = child.wait().await?;
+    Ok(status.code().unwrap_or(-1))
+}
+
+/// Writes the wall-clock time in nanoseconds to `path` when dropped.
+struct StampOnDrop(String);
+
+impl Drop for StampOnDrop {
+    fn drop(&mut self) {
+        let _ = std::fs::write(&self.0, now_nanos().to_string());
+    }
+}
+
+/// Nanoseconds since the Unix epoch (the same clock in every process).
+pub fn now_nanos() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0)
+}
+
+/// Never returns; writes the time to `marker` when its task is dropped.
+#[agentix::remote]
+pub async fn hold(marker: String) -> u32 {
+    let _stamp = StampOnDrop(marker);
+    std::future::pending::<u32>().await
+}
+
+// ---- supervision ------------------------------------------------------------
+
+/// Ends the worker process the way `how` says: `abort`, `sigkill`, `oom`
+/// (an allocation past a memory limit) or `exit`; prints a line on stderr first.
+#[agentix::remote]
+pub async fn crash(how: String) -> u32 {
+    eprintln!("e2e worker: about to crash by {how}");
+    match how.as_str() {
+        "abort" => std::process::abort(),
+        "sigkill" => {
+            // SAFETY: raising a signal on ourselves has no memory effects.
+            unsafe { libc::raise(libc::SIGKILL) };
+            unreachable!("SIGKILL ends the process")
+        }
+        "oom" => {
+            let limit = libc::rlimit {
+                rlim_cur: 2 << 30,
+                rlim_max: 2 << 30,
+            };
+            // SAFETY: setrlimit only reads the struct we pass.
+            unsafe { libc::setrlimit(libc::RLIMIT_AS, &limit) };
+            let hog: Vec<u8> = Vec::with_capacity(4 << 30);
+            std::hint::black_box(hog);
+            unreachable!("the allocation fails and aborts")
+        }
+        _ => std::process::exit(7),
+    }
 }

@@ -50,3 +50,20 @@ pub(crate) async fn worker_pid_from_health(sandbox: &Sandbox) -> u32 {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
+
+/// Polls the async `cond` every 10 ms until it holds; panics naming `what`
+/// after 10 s.
+pub(crate) async fn wait_until_async<F, Fut>(what: &str, mut cond: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let limit = Duration::from_secs(10);
+    let start = Instant::now();
+    while !cond().await {
+        if start.elapsed() > limit {
+            panic!("timed out after {limit:?} waiting for {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}

@@ -1,0 +1,106 @@
+//! [`Call`]: one unary call, awaited like the function it stands for.
+//!
+//! `sandbox.remote(f, args)` builds it; `.timeout(d)` sets a deadline; `.await`
+//! runs it. Dropping it before it finishes (or the deadline passing) sends
+//! `cancel`, and the worker drops the call's task.
+
+use std::future::{Future, IntoFuture};
+use std::marker::PhantomData;
+use std::pin::Pin;
+use std::time::Duration;
+
+use agentix_actors::cbor::{self, DecodeFailure};
+use agentix_actors::errors::{ErrorKind, RemoteError};
+use serde::de::DeserializeOwned;
+
+use crate::sandbox::Sandbox;
+
+/// A unary remote call returning `O`, ready to be awaited.
+#[must_use = "a call does nothing until it is awaited"]
+pub struct Call<'a, O> {
+    sandbox: &'a Sandbox,
+    target: &'static str,
+    args: Result<Vec<u8>, RemoteError>,
+    timeout: Option<Duration>,
+    _out: PhantomData<fn() -> O>,
+}
+
+impl<'a, O> Call<'a, O> {
+    pub(crate) fn new(
+        sandbox: &'a Sandbox,
+        target: &'static str,
+        args: Result<Vec<u8>, RemoteError>,
+    ) -> Self {
+        Call {
+            sandbox,
+            target,
+            args,
+            timeout: None,
+            _out: PhantomData,
+        }
+    }
+
+    /// Ends the call with `Timeout` (and cancels it in the worker) if it has
+    /// not finished within `limit`.
+    pub fn timeout(mut self, limit: Duration) -> Self {
+        self.timeout = Some(limit);
+        self
+    }
+}
+
+impl<'a, O: DeserializeOwned + Send + 'a> IntoFuture for Call<'a, O> {
+    type Output = Result<O, RemoteError>;
+    type IntoFuture = Pin<Box<dyn Future<Output = Self::Output> + Send + 'a>>;
+
+    fn into_future(self) -> Self::IntoFuture {
+        Box::pin(async move {
+            let args = self.args?;
+            let run = self.sandbox.call_cbor(self.target, &args);
+            let value = with_deadline(self.target, self.timeout, run).await?;
+            decode_result(self.target, &value)
+        })
+    }
+}
+
+/// Runs `fut`, ending it with `Timeout` after `limit`; dropping `fut` is
+/// what cancels the call.
+pub(crate) async fn with_deadline<T>(
+    target: &str,
+    limit: Option<Duration>,
+    fut: impl Future<Output = Result<T, RemoteError>>,
+) -> Result<T, RemoteError> {
+    let Some(limit) = limit else {
+        return fut.await;
+    };
+    tokio::time::timeout(limit, fut)
+        .await
+        .unwrap_or_else(|_| Err(timed_out(target, limit)))
+}
+
+/// The error of a call that ran past its deadline.
+pub(crate) fn timed_out(target: &str, limit: Duration) -> RemoteError {
+    RemoteError::new(
+        ErrorKind::Timeout,
+        format!("`{target}` did not finish within {limit:?}; it was cancelled"),
+    )
+}
+
+/// Decodes a CBOR result of `target` as `O`.
+pub(crate) fn decode_result<O: DeserializeOwned>(
+    target: &str,
+    value: &[u8],
+) -> Result<O, RemoteError> {
+    cbor::from_slice(value).map_err(|failure| {
+        let why = match failure {
+            DecodeFailure::Malformed(m) | DecodeFailure::Mismatch(m) => m,
+        };
+        RemoteError::new(
+            ErrorKind::TypeMismatch,
+            format!(
+                "the result of `{target}` does not decode as {}: {why}",
+                std::any::type_name::<O>()
+            ),
+        )
+        .with_details("are the host and the bundle built from the same version of that crate?")
+    })
+}
