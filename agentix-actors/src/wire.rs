@@ -31,6 +31,8 @@ pub const EVENT_ITEMS: &str = "call:items";
 pub const EVENT_END: &str = "call:end";
 /// Host -> server: the host consumed items of a streaming call ([`AckEvent`]).
 pub const EVENT_ACK: &str = "call:ack";
+/// Host -> server, echoed back unchanged: proves the server still answers.
+pub const EVENT_HEARTBEAT: &str = "heartbeat";
 
 /// File descriptor on which the worker reads frames from the server.
 pub const WORKER_FRAME_IN_FD: i32 = 3;

@@ -17,6 +17,14 @@ pub struct SandboxConfig {
     pub connect_timeout: Duration,
     /// Largest call payload (arguments or result), in bytes of CBOR.
     pub max_message_bytes: usize,
+    /// How often the host checks that the server still answers.
+    pub heartbeat_interval: Duration,
+    /// How long the server may stay silent before every pending call ends
+    /// with `ConnectionLost` (a hung machine keeps TCP open forever).
+    pub heartbeat_timeout: Duration,
+    /// Extra flags for the server a provider starts, e.g.
+    /// `["--shutdown-grace-ms", "10000"]` (see `agentix-server --help`).
+    pub server_args: Vec<String>,
 }
 
 impl SandboxConfig {
@@ -30,6 +38,9 @@ impl SandboxConfig {
             // The host's Socket.IO client reads frames of at most 16 MiB; base64
             // makes a payload 4/3 larger, plus the JSON envelope.
             max_message_bytes: 12 << 20,
+            heartbeat_interval: Duration::from_secs(5),
+            heartbeat_timeout: Duration::from_secs(20),
+            server_args: Vec::new(),
         }
     }
 
@@ -37,6 +48,21 @@ impl SandboxConfig {
     /// `agentix::bundle::dispatch`).
     pub fn current_exe() -> std::io::Result<Self> {
         Ok(SandboxConfig::new(std::env::current_exe()?))
+    }
+
+    /// Adds a flag and its value for the sandbox's server.
+    pub fn server_arg(mut self, flag: impl Into<String>, value: impl Into<String>) -> Self {
+        self.server_args.push(flag.into());
+        self.server_args.push(value.into());
+        self
+    }
+
+    /// Sets how often the host checks on the server and how long the server
+    /// may stay silent before pending calls end with `ConnectionLost`.
+    pub fn heartbeat(mut self, interval: Duration, timeout: Duration) -> Self {
+        self.heartbeat_interval = interval;
+        self.heartbeat_timeout = timeout;
+        self
     }
 
     /// Adds an environment variable for the sandbox's processes.

@@ -11,12 +11,13 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use agentix_actors::errors::{ErrorKind, RemoteError};
 use agentix_actors::wire::{
     AckEvent, CancelEvent, EndEvent, ErrorEvent, ItemsEvent, ResultEvent, Window, EVENT_ACK,
-    EVENT_CALL, EVENT_CANCEL, EVENT_END, EVENT_ERROR, EVENT_ITEMS, EVENT_RESULT, RPC_NAMESPACE,
+    EVENT_CALL, EVENT_CANCEL, EVENT_END, EVENT_ERROR, EVENT_HEARTBEAT, EVENT_ITEMS, EVENT_RESULT,
+    RPC_NAMESPACE,
 };
 use base64::Engine;
 use dashmap::DashMap;
@@ -72,6 +73,19 @@ pub struct Endpoint {
     pub token: String,
 }
 
+/// How a connection behaves: limits and liveness checks.
+#[derive(Debug, Clone, Copy)]
+pub struct ConnectionSettings {
+    /// How long opening `/rpc` may take.
+    pub connect_timeout: Duration,
+    /// Largest call payload, in bytes of CBOR.
+    pub max_message_bytes: usize,
+    /// How often a heartbeat goes to the server.
+    pub heartbeat_interval: Duration,
+    /// Silence after which the connection counts as lost.
+    pub heartbeat_timeout: Duration,
+}
+
 /// A live `/rpc` connection.
 pub struct RpcConnection {
     client: Client,
@@ -80,15 +94,21 @@ pub struct RpcConnection {
     lost: Arc<Mutex<Option<RemoteError>>>,
     alive: Arc<AtomicBool>,
     max_message_bytes: usize,
+    /// When the connection opened; heartbeat times count from here.
+    opened: Instant,
+    /// Milliseconds after `opened` of the last heartbeat echo.
+    last_heard_ms: Arc<AtomicU64>,
 }
 
 impl RpcConnection {
     /// Connects to `endpoint` and waits until `/rpc` is open.
     pub async fn connect(
         endpoint: &Endpoint,
-        timeout: Duration,
-        max_message_bytes: usize,
+        settings: ConnectionSettings,
     ) -> Result<Arc<Self>, RemoteError> {
+        let timeout = settings.connect_timeout;
+        let opened = Instant::now();
+        let last_heard_ms = Arc::new(AtomicU64::new(0));
         let pending: Arc<Pending> = Arc::new(DashMap::new());
         let alive = Arc::new(AtomicBool::new(true));
         let lost = Arc::new(Mutex::new(None));
@@ -164,6 +184,13 @@ impl RpcConnection {
                 async {}.boxed()
             }
         };
+        let on_heartbeat = {
+            let last_heard_ms = last_heard_ms.clone();
+            move |_: Payload, _: Client| {
+                last_heard_ms.store(opened.elapsed().as_millis() as u64, Ordering::Release);
+                async {}.boxed()
+            }
+        };
         let on_open = {
             let open_tx = open_tx.clone();
             move |_: Payload, _: Client| {
@@ -175,11 +202,21 @@ impl RpcConnection {
         };
         let on_client_error = {
             let open_tx = open_tx.clone();
+            let (pending, alive, lost) = (pending.clone(), alive.clone(), lost.clone());
             move |payload: Payload, _: Client| {
                 let text = payload_text(&payload);
                 match open_tx.lock().unwrap_or_else(|p| p.into_inner()).take() {
                     Some(tx) => {
                         let _ = tx.send(Err(text));
+                    }
+                    // The client reports a dead transport here and then stops
+                    // reading without closing: nothing more will arrive.
+                    None if is_transport_failure(&text) => {
+                        let err = RemoteError::new(
+                            ErrorKind::ConnectionLost,
+                            format!("the connection to the server failed: {text}"),
+                        );
+                        fail_all(&pending, &alive, &lost, err);
                     }
                     None => tracing::debug!("rpc connection error: {text}"),
                 }
@@ -208,18 +245,30 @@ impl RpcConnection {
             .on(EVENT_ERROR, on_error)
             .on(EVENT_ITEMS, on_items)
             .on(EVENT_END, on_end)
+            .on(EVENT_HEARTBEAT, on_heartbeat)
             .on("open", on_open)
             .on("error", on_client_error)
             .on("close", on_close)
-            .connect()
-            .await
-            .map_err(|e| {
-                RemoteError::new(
+            .connect();
+        // A frozen server accepts TCP (the kernel does) but never answers
+        // the handshake, so the whole connect is bounded, not just the open.
+        let deadline = tokio::time::Instant::now() + timeout;
+        let client = match tokio::time::timeout_at(deadline, client).await {
+            Ok(Ok(client)) => client,
+            Ok(Err(e)) => {
+                return Err(RemoteError::new(
                     ErrorKind::ServerUnreachable,
                     format!("cannot reach the sandbox server at {url}: {e}"),
-                )
-            })?;
-        match tokio::time::timeout(timeout, open_rx).await {
+                ))
+            }
+            Err(_) => {
+                return Err(RemoteError::new(
+                    ErrorKind::ServerUnreachable,
+                    format!("the sandbox server at {url} did not answer within {timeout:?}"),
+                ))
+            }
+        };
+        match tokio::time::timeout_at(deadline, open_rx).await {
             Ok(Ok(Ok(()))) => {
                 if let Ok(peer) = endpoint.addr.parse() {
                     crate::nodelay::disable_nagle_towards(peer);
@@ -247,14 +296,20 @@ impl RpcConnection {
                 ));
             }
         }
-        Ok(Arc::new(RpcConnection {
+        let conn = Arc::new(RpcConnection {
             client,
             pending,
             next_id: AtomicU64::new(1),
             lost,
             alive,
-            max_message_bytes,
-        }))
+            max_message_bytes: settings.max_message_bytes,
+            opened,
+            last_heard_ms,
+        });
+        conn.last_heard_ms
+            .store(opened.elapsed().as_millis() as u64, Ordering::Release);
+        tokio::spawn(heartbeat(Arc::downgrade(&conn), settings));
+        Ok(conn)
     }
 
     /// Whether calls can still be made on this connection.
@@ -451,6 +506,51 @@ fn fail_all(
     for id in ids {
         complete(pending, id, Err(err.clone()));
     }
+}
+
+/// Sends a heartbeat every interval while the connection lives, and fails it
+/// when the server has not echoed one for the timeout: a frozen or vanished
+/// machine keeps TCP open, and calls would otherwise wait forever.
+async fn heartbeat(conn: std::sync::Weak<RpcConnection>, settings: ConnectionSettings) {
+    let mut seq = 0u64;
+    loop {
+        tokio::time::sleep(settings.heartbeat_interval).await;
+        let Some(conn) = conn.upgrade() else { return };
+        if !conn.is_alive() {
+            return;
+        }
+        let heard = Duration::from_millis(conn.last_heard_ms.load(Ordering::Acquire));
+        let silent = conn.opened.elapsed().saturating_sub(heard);
+        if silent > settings.heartbeat_timeout {
+            conn.fail(RemoteError::new(
+                ErrorKind::ConnectionLost,
+                format!(
+                    "the server has not answered for {:.1?} (heartbeat timeout {:?}); \
+                     it is hung or unreachable",
+                    silent, settings.heartbeat_timeout
+                ),
+            ));
+            let _ = conn.client.disconnect().await;
+            return;
+        }
+        seq += 1;
+        let client = conn.client.clone();
+        drop(conn);
+        // A send blocked by a dead peer must not stall the silence check.
+        tokio::spawn(async move {
+            if let Err(e) = client.emit(EVENT_HEARTBEAT, json!({ "seq": seq })).await {
+                tracing::debug!("heartbeat not sent: {e}");
+            }
+        });
+    }
+}
+
+/// Whether an error the client reports after opening means the transport
+/// is gone (as opposed to one malformed packet).
+fn is_transport_failure(text: &str) -> bool {
+    ["PING packet", "websocket connection", "IO-Error"]
+        .iter()
+        .any(|needle| text.contains(needle))
 }
 
 fn first<T: DeserializeOwned>(payload: Payload) -> Option<T> {

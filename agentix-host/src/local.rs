@@ -23,8 +23,9 @@ use crate::sandbox::Sandbox;
 
 /// Environment variable the server reads its token from.
 const ENV_TOKEN: &str = "AGENTIX_TOKEN";
-/// How long a stopping server may take before its process group is killed.
-const STOP_GRACE: Duration = Duration::from_secs(5);
+/// How long a stopping server may take before its process group is killed:
+/// the server's default shutdown grace plus time to stop the worker.
+const STOP_GRACE: Duration = Duration::from_secs(7);
 
 /// Runs sandboxes as local child processes.
 #[derive(Debug, Clone, Default)]
@@ -76,6 +77,7 @@ impl Provider for LocalProvider {
             .arg(wire_limit.to_string())
             .arg("--cleanup-dir")
             .arg(&dir)
+            .args(&config.server_args)
             .env(ENV_TOKEN, &token)
             .envs(config.env.iter().map(|(k, v)| (k, v)))
             .current_dir(&dir)

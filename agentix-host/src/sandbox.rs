@@ -6,7 +6,6 @@
 //! handle is dropped.
 
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use agentix_actors::cbor;
 use agentix_actors::errors::{ErrorKind, RemoteError};
@@ -16,7 +15,7 @@ use serde::Serialize;
 
 use crate::call::Call;
 use crate::config::SandboxConfig;
-use crate::connection::{Endpoint, RpcConnection};
+use crate::connection::{ConnectionSettings, Endpoint, RpcConnection};
 use crate::local::LocalResources;
 use crate::stream::StreamCall;
 
@@ -24,8 +23,7 @@ use crate::stream::StreamCall;
 pub struct Sandbox {
     id: String,
     endpoint: Endpoint,
-    connect_timeout: Duration,
-    max_message_bytes: usize,
+    settings: ConnectionSettings,
     conn: Mutex<Option<Arc<RpcConnection>>>,
     connecting: tokio::sync::Mutex<()>,
     local: Option<LocalResources>,
@@ -44,8 +42,12 @@ impl Sandbox {
         Sandbox {
             id,
             endpoint,
-            connect_timeout: config.connect_timeout,
-            max_message_bytes: config.max_message_bytes,
+            settings: ConnectionSettings {
+                connect_timeout: config.connect_timeout,
+                max_message_bytes: config.max_message_bytes,
+                heartbeat_interval: config.heartbeat_interval,
+                heartbeat_timeout: config.heartbeat_timeout,
+            },
             conn: Mutex::new(None),
             connecting: tokio::sync::Mutex::new(()),
             local,
@@ -56,17 +58,22 @@ impl Sandbox {
     /// A handle on a server someone else started, at `addr` (`host:port`)
     /// with `token`; dropping it leaves the server running.
     pub fn attach(addr: impl Into<String>, token: impl Into<String>) -> Self {
+        Sandbox::attach_with(addr, token, SandboxConfig::new(""))
+    }
+
+    /// Like [`Sandbox::attach`], with the connection settings of `config`
+    /// (timeouts, heartbeat, message limit; its bundle is not used).
+    pub fn attach_with(
+        addr: impl Into<String>,
+        token: impl Into<String>,
+        config: SandboxConfig,
+    ) -> Self {
         let addr = addr.into();
         let endpoint = Endpoint {
             addr: addr.clone(),
             token: token.into(),
         };
-        Sandbox::new(
-            format!("attached-{addr}"),
-            endpoint,
-            SandboxConfig::new(""),
-            None,
-        )
+        Sandbox::new(format!("attached-{addr}"), endpoint, config, None)
     }
 
     /// The sandbox's id (unique per provider).
@@ -180,14 +187,13 @@ impl Sandbox {
         if let Some(err) = self.server_exited_error() {
             return Err(err);
         }
-        let conn =
-            RpcConnection::connect(&self.endpoint, self.connect_timeout, self.max_message_bytes)
-                .await
-                .map_err(|e| match self.server_exited_error() {
-                    // The server died while we connected: say that, not "unreachable".
-                    Some(exited) if e.kind == ErrorKind::ServerUnreachable => exited,
-                    _ => e,
-                })?;
+        let conn = RpcConnection::connect(&self.endpoint, self.settings)
+            .await
+            .map_err(|e| match self.server_exited_error() {
+                // The server died while we connected: say that, not "unreachable".
+                Some(exited) if e.kind == ErrorKind::ServerUnreachable => exited,
+                _ => e,
+            })?;
         if let Some(local) = &self.local {
             let server = local.server.clone();
             let weak = Arc::downgrade(&conn);

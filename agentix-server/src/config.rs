@@ -32,6 +32,13 @@ pub struct ServerConfig {
     pub max_inflight: usize,
     /// A directory the server removes when it exits (the sandbox's private dir).
     pub cleanup_dir: Option<PathBuf>,
+    /// On SIGTERM, how long calls in flight may take to finish before the
+    /// worker is stopped.
+    pub shutdown_grace: Duration,
+    /// How often the server pings each host connection (Engine.IO).
+    pub ping_interval: Duration,
+    /// How long a host may take to answer a ping before it counts as gone.
+    pub ping_timeout: Duration,
 }
 
 impl Default for ServerConfig {
@@ -48,12 +55,16 @@ impl Default for ServerConfig {
             restart_window: Duration::from_secs(60),
             max_inflight: 100_000,
             cleanup_dir: None,
+            shutdown_grace: Duration::from_secs(5),
+            ping_interval: Duration::from_secs(25),
+            ping_timeout: Duration::from_secs(20),
         }
     }
 }
 
 impl ServerConfig {
     /// Parses `--host A --port N --max-message-bytes N --cleanup-dir D
+    /// --shutdown-grace-ms N --ping-interval-ms N --ping-timeout-ms N
     /// --worker CMD [ARGS..]`; the token comes from `AGENTIX_TOKEN`.
     pub fn from_args(args: impl IntoIterator<Item = OsString>) -> Result<Self, String> {
         let mut config = ServerConfig {
@@ -87,6 +98,15 @@ impl ServerConfig {
                         .map_err(|e| format!("--max-message-bytes: {e}"))?
                 }
                 "--cleanup-dir" => config.cleanup_dir = Some(value("--cleanup-dir")?.into()),
+                "--shutdown-grace-ms" | "--ping-interval-ms" | "--ping-timeout-ms" => {
+                    let ms: u64 = value(&flag)?.parse().map_err(|e| format!("{flag}: {e}"))?;
+                    let d = Duration::from_millis(ms);
+                    match flag.as_str() {
+                        "--shutdown-grace-ms" => config.shutdown_grace = d,
+                        "--ping-interval-ms" => config.ping_interval = d,
+                        _ => config.ping_timeout = d,
+                    }
+                }
                 "--worker" => {
                     config.worker_command = args.by_ref().collect();
                     if config.worker_command.is_empty() {
@@ -114,6 +134,10 @@ mod tests {
         assert_eq!(c.port, 7);
         assert_eq!(c.host, IpAddr::from([127, 0, 0, 1]));
         assert_eq!(c.worker_command, ["/bin/w", "worker", "--port"]);
+        let c = parse(&["--shutdown-grace-ms", "250", "--ping-interval-ms", "100"]).unwrap();
+        assert_eq!(c.shutdown_grace, Duration::from_millis(250));
+        assert_eq!(c.ping_interval, Duration::from_millis(100));
+        assert_eq!(c.ping_timeout, ServerConfig::default().ping_timeout);
     }
 
     #[test]

@@ -7,7 +7,9 @@
 //! ended by `call:end {id}` or `call:error`, and the host sends `call:ack {id,
 //! items, bytes}` as it consumes them. Each event is handed to the
 //! `WorkerSupervisor` mailbox as soon as it is parsed, so calls, acks and
-//! cancels from one socket reach it in the order they were sent.
+//! cancels from one socket reach it in the order they were sent. A
+//! `heartbeat` event is echoed back at once, so hosts can tell a hung or
+//! unreachable server from a slow call.
 
 use std::time::Duration;
 
@@ -15,7 +17,8 @@ use actix::Addr;
 use agentix_actors::errors::{ErrorKind, RemoteError};
 use agentix_actors::wire::{
     AckEvent, CallEvent, CancelEvent, EndEvent, ErrorEvent, ItemsEvent, ResultEvent, EVENT_ACK,
-    EVENT_CALL, EVENT_CANCEL, EVENT_END, EVENT_ERROR, EVENT_ITEMS, EVENT_RESULT, RPC_NAMESPACE,
+    EVENT_CALL, EVENT_CANCEL, EVENT_END, EVENT_ERROR, EVENT_HEARTBEAT, EVENT_ITEMS, EVENT_RESULT,
+    RPC_NAMESPACE,
 };
 use base64::Engine;
 use serde::Serialize;
@@ -101,6 +104,12 @@ fn attach(s: SocketRef, supervisor: Addr<WorkerSupervisor>) {
                     _ => tracing::debug!(socket = %s.id, "malformed ack event dropped"),
                 }
             }
+        },
+    );
+    s.on(
+        EVENT_HEARTBEAT,
+        |s: SocketRef, TryData(data): TryData<Value>| async move {
+            emit(&s, EVENT_HEARTBEAT, &data.unwrap_or(Value::Null)).await;
         },
     );
     s.on_disconnect(move |s: SocketRef| {

@@ -3,9 +3,12 @@
 //! Once listening it prints one JSON line on stdout, `{"agentix":"ready",
 //! "addr":..,"pid":..}`, which is how a provider learns the port it got. On
 //! SIGTERM or SIGINT (also sent when the parent dies: see the local provider)
-//! it stops the worker, removes its cleanup directory and exits.
+//! it stops taking calls, lets the calls in flight finish for up to the
+//! shutdown grace period (a second signal cuts it short), stops the worker,
+//! removes its cleanup directory and exits.
 
 use std::io::Write;
+use std::time::{Duration, Instant};
 
 use actix::{Actor, Addr};
 use hyper_util::rt::TokioIo;
@@ -17,7 +20,7 @@ use crate::auth::Token;
 use crate::config::ServerConfig;
 use crate::http::HttpRoutes;
 use crate::rpc;
-use crate::supervisor::{StopWorker, WorkerSupervisor};
+use crate::supervisor::{BeginDrain, ReportHealth, StopWorker, WorkerSupervisor};
 
 /// Runs the server until SIGTERM/SIGINT; returns the process exit code.
 pub fn run(config: ServerConfig) -> i32 {
@@ -74,6 +77,8 @@ async fn serve(config: ServerConfig) -> i32 {
         .ws_max_message_size(config.max_message_bytes)
         .ws_max_frame_size(config.max_message_bytes)
         .max_buffer_size(4096)
+        .ping_interval(config.ping_interval)
+        .ping_timeout(config.ping_timeout)
         .build_with_inner_svc(HttpRoutes::new(supervisor.clone(), token.clone()));
     rpc::register(&io, supervisor.clone(), token);
 
@@ -116,12 +121,39 @@ async fn serve(config: ServerConfig) -> i32 {
         _ = sigint.recv() => tracing::info!("SIGINT: shutting down"),
     }
     accept.abort();
+    let _ = supervisor.send(BeginDrain).await;
+    tokio::select! {
+        _ = drained(&supervisor, config.shutdown_grace) => {}
+        _ = sigterm.recv() => tracing::info!("second signal: not waiting for calls in flight"),
+        _ = sigint.recv() => tracing::info!("second signal: not waiting for calls in flight"),
+    }
     shutdown(&supervisor, &io, &config).await;
     0
 }
 
+/// Returns once no call is in flight, or after `grace`.
+async fn drained(supervisor: &Addr<WorkerSupervisor>, grace: Duration) {
+    let start = Instant::now();
+    loop {
+        match supervisor.send(ReportHealth).await {
+            Ok(h) if h.inflight == 0 => return,
+            Ok(h) if start.elapsed() >= grace => {
+                tracing::warn!(
+                    inflight = h.inflight,
+                    "calls still running after the {grace:?} grace period; stopping them"
+                );
+                return;
+            }
+            Ok(_) => tokio::time::sleep(Duration::from_millis(10)).await,
+            Err(_) => return,
+        }
+    }
+}
+
 async fn shutdown(supervisor: &Addr<WorkerSupervisor>, io: &SocketIo, config: &ServerConfig) {
     let _ = supervisor.send(StopWorker).await;
+    // Let the call handlers emit the last replies before the sockets close.
+    tokio::time::sleep(Duration::from_millis(50)).await;
     io.close().await;
     if let Some(dir) = &config.cleanup_dir {
         if let Err(e) = std::fs::remove_dir_all(dir) {

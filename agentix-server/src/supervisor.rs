@@ -60,6 +60,11 @@ pub struct HostDisconnected(pub Sid);
 #[rtype(result = "Health")]
 pub struct ReportHealth;
 
+/// Stop taking calls (server shutdown begins); calls in flight go on.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct BeginDrain;
+
 /// Stop the worker for good (server shutdown).
 #[derive(Message)]
 #[rtype(result = "()")]
@@ -108,6 +113,7 @@ enum Phase {
     Ready,
     Restarting,
     Degraded,
+    Draining,
     Stopped,
 }
 
@@ -251,6 +257,18 @@ impl WorkerSupervisor {
             .unwrap_or_default();
         self.last_exit = Some(status.clone());
         if self.phase == Phase::Stopped {
+            return;
+        }
+        if self.phase == Phase::Draining {
+            let err = RemoteError::new(
+                ErrorKind::WorkerExited,
+                format!("the worker died while the server was shutting down ({status})"),
+            )
+            .with_details(tail_details(&tail));
+            for reply in self.calls.take_inflight() {
+                reply.fail(err.clone());
+            }
+            self.phase = Phase::Stopped;
             return;
         }
         let exited = if was_ready {
@@ -413,10 +431,7 @@ impl Handler<StartCall> for WorkerSupervisor {
             Phase::Degraded => {
                 call.reply.fail(self.degraded_error());
             }
-            Phase::Stopped => {
-                let err = RemoteError::new(ErrorKind::ServerExited, "the server is shutting down");
-                call.reply.fail(err);
-            }
+            Phase::Draining | Phase::Stopped => call.reply.fail(shutting_down()),
         }
     }
 }
@@ -483,6 +498,9 @@ impl Handler<FrameArrived> for WorkerSupervisor {
                 version,
             } => {
                 tracing::info!(worker_id, pid, functions, version, "worker ready");
+                if matches!(self.phase, Phase::Draining | Phase::Stopped) {
+                    return;
+                }
                 self.phase = Phase::Ready;
                 self.start_error = None;
                 for call in self.calls.take_queued() {
@@ -535,6 +553,7 @@ impl Handler<ReportHealth> for WorkerSupervisor {
             Phase::Ready => ("ok", "ready"),
             Phase::Restarting => ("starting", "restarting"),
             Phase::Degraded => ("degraded", "degraded"),
+            Phase::Draining => ("stopping", "draining"),
             Phase::Stopped => ("stopping", "stopped"),
         };
         MessageResult(Health {
@@ -549,12 +568,36 @@ impl Handler<ReportHealth> for WorkerSupervisor {
     }
 }
 
+impl Handler<BeginDrain> for WorkerSupervisor {
+    type Result = ();
+
+    fn handle(&mut self, _: BeginDrain, _: &mut Context<Self>) {
+        if self.phase == Phase::Stopped {
+            return;
+        }
+        self.phase = Phase::Draining;
+        for call in self.calls.take_queued() {
+            call.reply.fail(shutting_down());
+        }
+    }
+}
+
+fn shutting_down() -> RemoteError {
+    RemoteError::new(
+        ErrorKind::ServerExited,
+        "the server is shutting down and takes no new calls",
+    )
+}
+
 impl Handler<StopWorker> for WorkerSupervisor {
     type Result = ();
 
     fn handle(&mut self, _: StopWorker, _: &mut Context<Self>) {
         self.phase = Phase::Stopped;
-        let err = RemoteError::new(ErrorKind::ServerExited, "the server is shutting down");
+        let err = RemoteError::new(
+            ErrorKind::ServerExited,
+            "the server shut down before the call finished",
+        );
         for reply in self.calls.take_inflight() {
             reply.fail(err.clone());
         }

@@ -67,3 +67,54 @@ where
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
+
+/// A fresh empty directory for files a test's remote calls write.
+pub(crate) fn scratch_dir(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "agentix-e2e-{name}-{}-{}",
+        std::process::id(),
+        agentix_e2e::now_nanos()
+    ));
+    std::fs::create_dir_all(&dir).expect("scratch dir");
+    dir
+}
+
+/// A server started by hand (not by a provider), as a remote machine's
+/// would be: the child process, its address and token.
+pub(crate) struct HandStartedServer {
+    pub(crate) child: std::process::Child,
+    pub(crate) addr: String,
+    pub(crate) token: String,
+}
+
+impl HandStartedServer {
+    /// Starts the e2e bundle as `serve` with `extra` flags; waits until it listens.
+    pub(crate) fn start(extra: &[&str]) -> Self {
+        use std::io::BufRead;
+        let token = format!("hand-{}", agentix_e2e::now_nanos());
+        let mut child = std::process::Command::new(bundle_path())
+            .arg("serve")
+            .args(extra)
+            .env("AGENTIX_TOKEN", &token)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("the bundle starts as a server");
+        let stdout = child.stdout.take().expect("piped stdout");
+        let mut line = String::new();
+        std::io::BufReader::new(stdout)
+            .read_line(&mut line)
+            .expect("the ready line");
+        let ready: serde_json::Value = serde_json::from_str(&line).expect("a JSON ready line");
+        let addr = ready["addr"].as_str().expect("an address").to_owned();
+        HandStartedServer { child, addr, token }
+    }
+}
+
+impl Drop for HandStartedServer {
+    fn drop(&mut self) {
+        // SIGKILL works on a stopped process too; the worker follows it.
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

@@ -6,6 +6,9 @@
 //! - `host-then-wait` makes it a host that starts a sandbox of itself, prints
 //!   `{server_pid, worker_pid, dir}` and waits to be killed (to test cleanup
 //!   when the host dies).
+//! - `attach-and-call ADDR TOKEN PATH` makes it a host that attaches to a
+//!   running server and calls `write_after(PATH, 1500)`, waiting to be
+//!   killed mid-call (to test that a dead host's calls are cancelled).
 
 use agentix::{LocalProvider, Provider, SandboxConfig};
 use agentix_e2e as _;
@@ -18,6 +21,15 @@ fn main() {
     }
     if role.as_deref() == Some("host-then-wait") {
         host_then_wait();
+        return;
+    }
+    if role.as_deref() == Some("attach-and-call") {
+        let args: Vec<String> = std::env::args().skip(2).collect();
+        let [addr, token, path] = args.as_slice() else {
+            eprintln!("usage: e2e-bundle attach-and-call ADDR TOKEN PATH");
+            std::process::exit(2);
+        };
+        attach_and_call(addr, token, path);
         return;
     }
     agentix::bundle::main()
@@ -38,4 +50,13 @@ async fn host_then_wait() {
     });
     println!("{report}");
     std::future::pending::<()>().await;
+}
+
+#[tokio::main]
+async fn attach_and_call(addr: &str, token: &str, path: &str) {
+    let sandbox = agentix::Sandbox::attach(addr, token);
+    let outcome = sandbox
+        .remote(agentix_e2e::write_after, (path.to_owned(), 1500))
+        .await;
+    println!("{outcome:?}");
 }
