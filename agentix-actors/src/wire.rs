@@ -201,7 +201,7 @@ pub struct ResultEvent {
 }
 
 /// Payload of the server's `call:error` event.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ErrorEvent {
     /// The host's call id.
     pub id: u64,

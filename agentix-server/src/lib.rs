@@ -10,11 +10,13 @@
 //! - [`auth`]: the sandbox token check.
 //! - [`calls`]: the table of calls waiting for a worker or in flight.
 //! - [`supervisor`]: the `WorkerSupervisor` actor: owns the worker, correlates calls.
+//! - [`call_request`]: a host's `call` event, checked and decoded.
 //! - [`rpc`]: the `/rpc` Socket.IO namespace.
 //! - [`http`]: `/health`, the token gate and the listener.
 //! - [`server`]: [`run`], which ties them together on the actix runtime.
 
 pub mod auth;
+pub mod call_request;
 pub mod calls;
 pub mod config;
 pub mod http;

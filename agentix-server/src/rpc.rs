@@ -16,19 +16,20 @@ use std::time::Duration;
 use actix::Addr;
 use agentix_actors::errors::{ErrorKind, RemoteError};
 use agentix_actors::wire::{
-    AckEvent, CallEvent, CancelEvent, EndEvent, ErrorEvent, ItemsEvent, ResultEvent, EVENT_ACK,
-    EVENT_CALL, EVENT_CANCEL, EVENT_END, EVENT_ERROR, EVENT_HEARTBEAT, EVENT_ITEMS, EVENT_RESULT,
+    AckEvent, CancelEvent, EndEvent, ErrorEvent, ItemsEvent, ResultEvent, EVENT_ACK, EVENT_CALL,
+    EVENT_CANCEL, EVENT_END, EVENT_ERROR, EVENT_HEARTBEAT, EVENT_ITEMS, EVENT_RESULT,
     RPC_NAMESPACE,
 };
 use base64::Engine;
 use serde::Serialize;
 use serde_json::Value;
-use socketioxide::extract::{SocketRef, TryData};
+use socketioxide::extract::{Event, SocketRef, TryData};
 use socketioxide::handler::ConnectHandler;
 use socketioxide::{SendError, SocketError, SocketIo};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::auth::{AuthError, Token};
+use crate::call_request::CallRequest;
 use crate::calls::{NewCall, Origin, Reply, StreamEvent};
 use crate::supervisor::{AckStream, CancelCall, HostDisconnected, StartCall, WorkerSupervisor};
 
@@ -81,7 +82,7 @@ fn attach(s: SocketRef, supervisor: Addr<WorkerSupervisor>) {
                         socket: s.id,
                         host_id: id,
                     })),
-                    _ => tracing::debug!(socket = %s.id, "malformed cancel event dropped"),
+                    _ => tracing::warn!(socket = %s.id, "malformed cancel event dropped"),
                 }
             }
         },
@@ -101,7 +102,7 @@ fn attach(s: SocketRef, supervisor: Addr<WorkerSupervisor>) {
                         items,
                         bytes,
                     }),
-                    _ => tracing::debug!(socket = %s.id, "malformed ack event dropped"),
+                    _ => tracing::warn!(socket = %s.id, "malformed ack event dropped"),
                 }
             }
         },
@@ -112,6 +113,10 @@ fn attach(s: SocketRef, supervisor: Addr<WorkerSupervisor>) {
             emit(&s, EVENT_HEARTBEAT, &data.unwrap_or(Value::Null)).await;
         },
     );
+    s.on_fallback(|s: SocketRef, Event(event): Event| {
+        tracing::warn!(socket = %s.id, event, "unknown /rpc event dropped");
+        std::future::ready(())
+    });
     s.on_disconnect(move |s: SocketRef| {
         supervisor.do_send(HostDisconnected(s.id));
         std::future::ready(())
@@ -119,62 +124,35 @@ fn attach(s: SocketRef, supervisor: Addr<WorkerSupervisor>) {
 }
 
 async fn on_call(s: SocketRef, supervisor: Addr<WorkerSupervisor>, data: Value) {
-    let id = data.get("id").and_then(Value::as_u64);
-    let event = match serde_json::from_value::<CallEvent>(data) {
-        Ok(event) => event,
-        Err(e) => {
-            tracing::debug!(socket = %s.id, "malformed call event: {e}");
-            let error = RemoteError::new(
-                ErrorKind::Protocol,
-                format!("malformed call event (expected {{id, target, args}}): {e}"),
-            );
-            emit(
-                &s,
-                EVENT_ERROR,
-                &ErrorEvent {
-                    id: id.unwrap_or(0),
-                    error,
-                },
-            )
-            .await;
-            return;
-        }
-    };
-    let args = match B64.decode(event.args.as_bytes()) {
-        Ok(args) => args,
-        Err(e) => {
-            let error = RemoteError::new(
-                ErrorKind::BadArguments,
-                format!("arguments for `{}` are not valid base64: {e}", event.target),
-            );
-            emit(
-                &s,
-                EVENT_ERROR,
-                &ErrorEvent {
-                    id: event.id,
-                    error,
-                },
-            )
-            .await;
+    let CallRequest {
+        id,
+        target,
+        args,
+        stream,
+    } = match CallRequest::parse(data) {
+        Ok(request) => request,
+        Err(rejected) => {
+            tracing::warn!(socket = %s.id, "{}", rejected.error.message);
+            emit(&s, EVENT_ERROR, &rejected).await;
             return;
         }
     };
     let origin = Origin {
         socket: s.id,
-        host_id: event.id,
+        host_id: id,
     };
-    match event.stream {
-        None => unary_call(&s, &supervisor, origin, event.target, args).await,
+    match stream {
+        None => unary_call(&s, &supervisor, origin, target, args).await,
         Some(window) => {
             let (events, rx) = mpsc::unbounded_channel();
             let reply = Reply::Stream { events, window };
             supervisor.do_send(StartCall(NewCall {
                 origin,
-                target: event.target,
+                target,
                 args,
                 reply,
             }));
-            relay_stream(&s, event.id, rx).await;
+            relay_stream(&s, id, rx).await;
         }
     }
 }

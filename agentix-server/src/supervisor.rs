@@ -522,8 +522,12 @@ impl Handler<FrameArrived> for WorkerSupervisor {
                     Frame::Result { id, .. } | Frame::End { id } | Frame::Error { id, .. } => *id,
                     _ => unreachable!("matched above"),
                 };
-                if let Some(reply) = self.calls.finish(id) {
-                    reply.finish_with(frame);
+                match self.calls.finish(id) {
+                    Some(reply) => reply.finish_with(frame),
+                    // Normal after a cancel raced the result; otherwise a worker bug.
+                    None => {
+                        tracing::debug!(id, "the worker ended a call that is not running; dropped")
+                    }
                 }
             }
             Frame::Call { .. } | Frame::Cancel { .. } | Frame::Ack { .. } => {

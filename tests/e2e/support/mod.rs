@@ -2,6 +2,8 @@
 
 #![allow(dead_code)]
 
+pub(crate) mod raw_socket;
+
 use std::time::{Duration, Instant};
 
 use agentix::{LocalProvider, Provider, Sandbox, SandboxConfig};

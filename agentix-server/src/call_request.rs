@@ -1,0 +1,134 @@
+//! [`CallRequest`]: a host's `call` event, checked and decoded.
+//!
+//! Kept apart from the socket code so the decoding of untrusted input is a
+//! pure function that property tests can throw anything at.
+
+use agentix_actors::errors::{ErrorKind, RemoteError};
+use agentix_actors::wire::{CallEvent, ErrorEvent, Window};
+use base64::Engine;
+use serde_json::Value;
+
+const B64: base64::engine::GeneralPurpose = base64::engine::general_purpose::STANDARD;
+
+/// A well-formed call: the host's id, the target, CBOR arguments, and the
+/// window if it is a streaming call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CallRequest {
+    /// The host's call id.
+    pub id: u64,
+    /// Remote function name.
+    pub target: String,
+    /// CBOR arguments.
+    pub args: Vec<u8>,
+    /// Present for a streaming call.
+    pub stream: Option<Window>,
+}
+
+impl CallRequest {
+    /// Decodes a `call` event payload, or gives the `call:error` to send
+    /// back: it carries the event's id when one could be read, else 0.
+    pub fn parse(data: Value) -> Result<CallRequest, ErrorEvent> {
+        let id = data.get("id").and_then(Value::as_u64);
+        if !data.is_object() {
+            // serde would also take `[id, target, args]`; one shape is enough.
+            return Err(ErrorEvent {
+                id: 0,
+                error: RemoteError::new(
+                    ErrorKind::Protocol,
+                    "malformed call event: expected a JSON object {id, target, args}",
+                ),
+            });
+        }
+        let event = serde_json::from_value::<CallEvent>(data).map_err(|e| ErrorEvent {
+            id: id.unwrap_or(0),
+            error: RemoteError::new(
+                ErrorKind::Protocol,
+                format!("malformed call event (expected {{id, target, args}}): {e}"),
+            ),
+        })?;
+        let args = B64.decode(event.args.as_bytes()).map_err(|e| ErrorEvent {
+            id: event.id,
+            error: RemoteError::new(
+                ErrorKind::BadArguments,
+                format!("arguments for `{}` are not valid base64: {e}", event.target),
+            ),
+        })?;
+        Ok(CallRequest {
+            id: event.id,
+            target: event.target,
+            args,
+            stream: event.stream,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use serde_json::json;
+
+    fn json_value() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::from),
+            any::<i64>().prop_map(Value::from),
+            any::<u64>().prop_map(Value::from),
+            any::<f64>().prop_map(|f| json!(f)),
+            ".{0,20}".prop_map(Value::from),
+        ];
+        leaf.prop_recursive(4, 64, 8, |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..8).prop_map(Value::from),
+                proptest::collection::hash_map(
+                    prop_oneof![
+                        Just("id".to_owned()),
+                        Just("target".to_owned()),
+                        Just("args".to_owned()),
+                        Just("stream".to_owned()),
+                        "[a-z]{1,6}"
+                    ],
+                    inner,
+                    0..6
+                )
+                .prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
+    proptest! {
+        #[test]
+        fn any_payload_parses_or_names_its_id(data in json_value()) {
+            let id = data.get("id").and_then(Value::as_u64);
+            match CallRequest::parse(data) {
+                Ok(request) => prop_assert_eq!(Some(request.id), id),
+                Err(rejected) => {
+                    prop_assert_eq!(rejected.id, id.unwrap_or(0));
+                    prop_assert!(matches!(
+                        rejected.error.kind,
+                        ErrorKind::Protocol | ErrorKind::BadArguments
+                    ));
+                }
+            }
+        }
+
+        #[test]
+        fn well_formed_calls_keep_their_bytes(
+            id in any::<u64>(),
+            target in "[a-z_:]{1,30}",
+            args in proptest::collection::vec(any::<u8>(), 0..200),
+            window in any::<Option<(u64, u64)>>(),
+        ) {
+            let stream = window.map(|(items, bytes)| Window { items, bytes });
+            let data = serde_json::to_value(CallEvent {
+                id,
+                target: target.clone(),
+                args: B64.encode(&args),
+                stream,
+            })
+            .unwrap();
+            let want = CallRequest { id, target, args, stream };
+            prop_assert_eq!(CallRequest::parse(data), Ok(want));
+        }
+    }
+}
