@@ -433,6 +433,19 @@ impl RpcConnection {
         ));
         let _ = self.client.disconnect().await;
     }
+
+    /// Like [`RpcConnection::close`], without waiting (for `Drop`): the
+    /// server sees the disconnect and cancels this host's calls, including
+    /// streams whose readers are still alive.
+    pub fn close_in_background(&self, why: &str) {
+        self.fail(RemoteError::new(ErrorKind::ConnectionLost, why));
+        let client = self.client.clone();
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(async move {
+                let _ = client.disconnect().await;
+            });
+        }
+    }
 }
 
 /// Sends `cancel` for a call whose caller stopped waiting, unless disarmed

@@ -243,10 +243,7 @@ fn server_exited(status: &str, log: &std::path::Path) -> RemoteError {
 impl Drop for Sandbox {
     fn drop(&mut self) {
         if let Some(conn) = self.conn.lock().unwrap_or_else(|p| p.into_inner()).take() {
-            conn.fail(RemoteError::new(
-                ErrorKind::ConnectionLost,
-                "the sandbox was dropped",
-            ));
+            conn.close_in_background("the sandbox was dropped");
         }
         if let Some(local) = self.local.take() {
             local.shutdown_in_background();

@@ -25,3 +25,26 @@ pub(crate) async fn add_one(n: u64) -> u64 {
 pub(crate) async fn worker_pid() -> u32 {
     std::process::id()
 }
+
+/// Yields `0..n` as fast as the window allows.
+#[agentix::remote]
+pub(crate) fn count(n: u64) -> impl agentix::Stream<Item = u64> + Send {
+    agentix::stream::iter(0..n)
+}
+
+/// Writes the time (ns since the epoch) to `marker` when its task is dropped.
+struct StampOnDrop(String);
+
+impl Drop for StampOnDrop {
+    fn drop(&mut self) {
+        let _ = std::fs::write(&self.0, crate::now_nanos().to_string());
+    }
+}
+
+/// Writes `{marker}.started`, then waits forever; stamps `marker` when dropped.
+#[agentix::remote]
+pub(crate) async fn hold(marker: String) -> u32 {
+    let _stamp = StampOnDrop(marker.clone());
+    let _ = std::fs::write(format!("{marker}.started"), b"");
+    std::future::pending::<u32>().await
+}

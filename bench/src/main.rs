@@ -1,5 +1,6 @@
-//! `cargo run --release -p agentix-bench [-- --json]`: measures Agentix on this
-//! machine with the embedded local provider.
+//! `cargo run --release -p agentix-bench [-- --json] [--only SECTION,..]`:
+//! measures Agentix on this machine with the embedded local provider.
+//! Sections: boot, echo, inflight, blob, stream, cancel, kill, rss.
 //!
 //! The binary is its own bundle (it calls `agentix::bundle::dispatch` first),
 //! so the sandbox runs exactly the code measured here. It prints a table; with
@@ -12,27 +13,81 @@ mod report;
 use std::future::IntoFuture;
 use std::time::{Duration, Instant};
 
-use agentix::{Blob, LocalProvider, Provider, Sandbox, SandboxConfig};
-use futures_util::stream::{self, StreamExt};
+use agentix::{Blob, LocalProvider, Provider, Sandbox, SandboxConfig, StreamExt};
+use futures_util::stream;
 
 use report::Report;
 
 fn main() {
     agentix::bundle::dispatch();
-    let json = std::env::args().any(|a| a == "--json");
-    let report = run();
+    let args: Vec<String> = std::env::args().collect();
+    let json = args.iter().any(|a| a == "--json");
+    let only: Option<Vec<String>> = args
+        .iter()
+        .position(|a| a == "--only")
+        .and_then(|i| args.get(i + 1))
+        .map(|list| list.split(',').map(str::to_owned).collect());
+    let report = run(Sections(only));
     report.print_table();
     if json {
         println!("{}", report.to_json());
     }
 }
 
+/// Which sections to run (`None`: all).
+struct Sections(Option<Vec<String>>);
+
+impl Sections {
+    fn wants(&self, name: &str) -> bool {
+        self.0.as_ref().is_none_or(|s| s.iter().any(|n| n == name))
+    }
+}
+
+/// Nanoseconds since the Unix epoch: one clock for host and worker.
+pub(crate) fn now_nanos() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0)
+}
+
 #[tokio::main]
-async fn run() -> Report {
+async fn run(sections: Sections) -> Report {
     let mut report = Report::default();
     let config = || SandboxConfig::current_exe().expect("the bench knows its own path");
     let provider = LocalProvider::new();
 
+    if sections.wants("boot") {
+        boot(&provider, &mut report).await;
+    }
+    let sb = provider.session(config()).await.expect("sandbox starts");
+    if sections.wants("echo") {
+        sequential_echo(&sb, &mut report).await;
+    }
+    if sections.wants("inflight") {
+        inflight_64(&sb, &mut report).await;
+    }
+    if sections.wants("blob") {
+        echo_1mib(&sb, &mut report).await;
+    }
+    if sections.wants("stream") {
+        stream_items(&sb, &mut report).await;
+    }
+    if sections.wants("cancel") {
+        cancel_to_drop(&sb, &mut report).await;
+    }
+    if sections.wants("rss") {
+        rss(&sb, &mut report).await;
+    }
+    sb.delete().await;
+    if sections.wants("kill") {
+        kill_to_recovered(&provider, &mut report).await;
+    }
+    report
+}
+
+async fn boot(provider: &LocalProvider, report: &mut Report) {
+    let config = || SandboxConfig::current_exe().expect("the bench knows its own path");
     let mut boots = Vec::new();
     for _ in 0..5 {
         let start = Instant::now();
@@ -49,12 +104,9 @@ async fn run() -> Report {
         "ms",
         ms(median(&mut boots)),
     );
+}
 
-    let sb = provider.session(config()).await.expect("sandbox starts");
-    sequential_echo(&sb, &mut report).await;
-    inflight_64(&sb, &mut report).await;
-    echo_1mib(&sb, &mut report).await;
-
+async fn rss(sb: &Sandbox, report: &mut Report) {
     let worker = sb.remote(bench_fns::worker_pid, ()).await.expect("pid");
     let server = sb.server_pid().expect("local sandbox");
     report.add(
@@ -69,8 +121,99 @@ async fn run() -> Report {
         "KiB",
         rss_kib(worker),
     );
-    sb.delete().await;
-    report
+}
+
+async fn stream_items(sb: &Sandbox, report: &mut Report) {
+    const ITEMS: u64 = 100_000;
+    let mut rates = Vec::new();
+    for _ in 0..5 {
+        let start = Instant::now();
+        let mut items = sb
+            .stream(bench_fns::count, (ITEMS,))
+            .await
+            .expect("stream starts");
+        let mut want = 0u64;
+        while let Some(item) = items.next().await {
+            assert_eq!(item.expect("item"), want);
+            want += 1;
+        }
+        assert_eq!(want, ITEMS);
+        rates.push(ITEMS as f64 / start.elapsed().as_secs_f64());
+    }
+    rates.sort_by(f64::total_cmp);
+    report.add(
+        "stream_items_per_s",
+        "100,000 u64 items in one stream, median of 5",
+        "items/s",
+        rates[rates.len() / 2],
+    );
+}
+
+async fn cancel_to_drop(sb: &Sandbox, report: &mut Report) {
+    let dir = sb.local_dir().expect("local sandbox").to_owned();
+    let mut delays = Vec::new();
+    for i in 0..21 {
+        let marker = dir.join(format!("hold-{i}"));
+        let started = dir.join(format!("hold-{i}.started"));
+        let marker_str = marker.to_str().expect("utf-8 path").to_owned();
+        let call = sb.remote(bench_fns::hold, (marker_str,)).into_future();
+        let cancelled_at = {
+            tokio::pin!(call);
+            loop {
+                tokio::select! {
+                    _ = &mut call => panic!("hold never returns"),
+                    _ = tokio::time::sleep(Duration::from_millis(1)) => {
+                        if started.exists() { break; }
+                    }
+                }
+            }
+            now_nanos()
+            // Leaving this block drops the call: that is the cancel.
+        };
+        let stamp = loop {
+            if let Ok(text) = std::fs::read_to_string(&marker) {
+                if let Ok(ns) = text.trim().parse::<u128>() {
+                    break ns;
+                }
+            }
+            tokio::time::sleep(Duration::from_micros(200)).await;
+        };
+        delays.push(Duration::from_nanos(
+            stamp.saturating_sub(cancelled_at) as u64
+        ));
+    }
+    report.add(
+        "cancel_to_drop_ms",
+        "host drops a call -> the worker task is dropped, median of 21",
+        "ms",
+        ms(median(&mut delays)),
+    );
+}
+
+async fn kill_to_recovered(provider: &LocalProvider, report: &mut Report) {
+    let mut times = Vec::new();
+    for _ in 0..5 {
+        let config = SandboxConfig::current_exe().expect("the bench knows its own path");
+        let sb = provider.session(config).await.expect("sandbox starts");
+        let old = sb.remote(bench_fns::worker_pid, ()).await.expect("pid");
+        let start = Instant::now();
+        // SAFETY: kill(2) on a pid we just learned; no memory is involved.
+        unsafe { libc::kill(old as i32, libc::SIGKILL) };
+        loop {
+            match sb.remote(bench_fns::worker_pid, ()).await {
+                Ok(pid) if pid != old => break,
+                Ok(_) | Err(_) => tokio::task::yield_now().await,
+            }
+        }
+        times.push(start.elapsed());
+        sb.delete().await;
+    }
+    report.add(
+        "kill_to_recovered_ms",
+        "SIGKILL of the worker -> next call answered, median of 5",
+        "ms",
+        ms(median(&mut times)),
+    );
 }
 
 async fn sequential_echo(sb: &Sandbox, report: &mut Report) {

@@ -119,3 +119,28 @@ async fn a_host_that_dies_mid_call_gets_its_calls_cancelled() {
     assert_eq!(sb.remote(agentix_e2e::add, (2, 3)).await.unwrap(), 5);
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[tokio::test]
+async fn dropping_an_attached_sandbox_cancels_its_streams_in_the_worker() {
+    let sb = sandbox().await;
+    let attached = agentix::Sandbox::attach(sb.addr(), sb.token());
+    let mut items = attached.stream(agentix_e2e::tick, (5,)).await.unwrap();
+    use agentix::StreamExt;
+    assert_eq!(items.next().await.unwrap().unwrap(), 0);
+    assert_eq!(sb.health().await.unwrap()["inflight"], 1);
+    drop(attached);
+    // The stream's reader lives on, but the call ends for it and in the worker.
+    let err = loop {
+        match items.next().await {
+            Some(Ok(_)) => continue,
+            Some(Err(e)) => break e,
+            None => panic!("the stream must end with the reason"),
+        }
+    };
+    assert_eq!(err.kind, ErrorKind::ConnectionLost, "{err}");
+    wait_until_async(
+        "the server to cancel the dropped sandbox's stream",
+        || async { sb.health().await.unwrap()["inflight"] == 0 },
+    )
+    .await;
+}

@@ -39,3 +39,23 @@ impl std::fmt::Display for DivideByZero {
         f.write_str("cannot divide by zero")
     }
 }
+
+/// Counts down from `from` to 1, one number every `every_ms` milliseconds:
+/// a streaming function, read by the host while it runs.
+#[agentix::remote]
+pub fn countdown(from: u32, every_ms: u64) -> impl agentix::Stream<Item = u32> + Send {
+    agentix::stream::unfold(from, move |n| async move {
+        if n == 0 {
+            return None;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(every_ms)).await;
+        Some((n, n - 1))
+    })
+}
+
+/// Sleeps for `ms` milliseconds, then says so (for the deadline demo).
+#[agentix::remote]
+pub async fn nap(ms: u64) -> String {
+    tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
+    format!("slept {ms} ms")
+}

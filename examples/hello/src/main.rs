@@ -4,7 +4,9 @@
 //! `cargo run -p hello`: the program first checks whether the sandbox started
 //! it as `serve` or `worker` (then it is the bundle); otherwise it is the host.
 
-use agentix::{ErrorKind, LocalProvider, Provider, SandboxConfig};
+use std::time::Duration;
+
+use agentix::{ErrorKind, LocalProvider, Provider, SandboxConfig, StreamExt};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     agentix::bundle::dispatch();
@@ -38,6 +40,21 @@ async fn host() -> Result<(), Box<dyn std::error::Error>> {
         .call_json("hello_app::run", serde_json_args("untyped"))
         .await?;
     println!("by name: {by_name}");
+
+    // A streaming function: items arrive while it runs.
+    let mut numbers = sandbox.stream(hello_app::countdown, (3, 100)).await?;
+    while let Some(n) = numbers.next().await {
+        println!("countdown: {}", n?);
+    }
+
+    // A deadline cancels the call inside the sandbox.
+    let err = sandbox
+        .remote(hello_app::nap, (10_000,))
+        .timeout(Duration::from_millis(200))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind, ErrorKind::Timeout);
+    println!("deadline: {err}");
 
     sandbox.delete().await;
     Ok(())
