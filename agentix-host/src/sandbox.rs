@@ -180,6 +180,12 @@ impl Sandbox {
         if let Some(conn) = self.live_connection() {
             return Ok(conn);
         }
+        // Boxed: connecting is a large future, and inlining it would make
+        // every call's future that large (and slow to move) for one use.
+        Box::pin(self.open_connection()).await
+    }
+
+    async fn open_connection(&self) -> Result<Arc<RpcConnection>, RemoteError> {
         let _one_at_a_time = self.connecting.lock().await;
         if let Some(conn) = self.live_connection() {
             return Ok(conn);
