@@ -6,6 +6,8 @@
 //! - [`codec`]: length-prefixed CBOR framing for the server <-> worker pipes.
 //! - [`cbor`]: CBOR helpers for values and byte blobs.
 //! - [`errors`]: the in-band error value every call can end with.
+//! - [`log_record`]: one line of what a sandbox logged or printed.
+//! - [`log_forward`]: the worker's `tracing` layer that sends records to the server.
 //! - [`remote`]: the typed handle `#[remote]` generates for each function.
 //! - [`registry`]: the link-time registry of remote functions in a worker.
 //! - [`invoke`]: argument decoding and outcome encoding around one call.
@@ -17,6 +19,8 @@ pub mod cbor;
 pub mod codec;
 pub mod errors;
 pub mod invoke;
+pub mod log_forward;
+pub mod log_record;
 pub mod process;
 pub mod registry;
 pub mod remote;

@@ -14,6 +14,7 @@ use serde::{Deserialize, Serialize};
 use serde_bytes::ByteBuf;
 
 use crate::errors::RemoteError;
+use crate::log_record::LogRecord;
 
 /// Socket.IO namespace of the remote-call protocol.
 pub const RPC_NAMESPACE: &str = "/rpc";
@@ -34,10 +35,18 @@ pub const EVENT_ACK: &str = "call:ack";
 /// Host -> server, echoed back unchanged: proves the server still answers.
 pub const EVENT_HEARTBEAT: &str = "heartbeat";
 
+/// Socket.IO namespace on which the server sends what the sandbox logged.
+pub const LOG_NAMESPACE: &str = "/log";
+/// Server -> host on `/log`: a batch of records ([`LogsEvent`]).
+pub const EVENT_RECORDS: &str = "records";
+
 /// File descriptor on which the worker reads frames from the server.
 pub const WORKER_FRAME_IN_FD: i32 = 3;
 /// File descriptor on which the worker writes frames to the server.
 pub const WORKER_FRAME_OUT_FD: i32 = 4;
+/// File descriptor on which the worker writes side-channel frames (logs):
+/// a pipe of its own, so a flood of logs never delays a call's result.
+pub const WORKER_SIDE_OUT_FD: i32 = 5;
 /// Environment variable carrying the worker id the server assigned.
 pub const ENV_WORKER_ID: &str = "AGENTIX_WORKER_ID";
 
@@ -108,6 +117,12 @@ pub enum Frame {
     End {
         /// Call id.
         id: u64,
+    },
+    /// Worker -> server, on the side pipe: log records, in order.
+    #[serde(rename = "logs")]
+    Logs {
+        /// The records.
+        records: Vec<LogRecord>,
     },
     /// Worker -> server: call `id` ended with an error.
     #[serde(rename = "error")]
@@ -207,4 +222,11 @@ pub struct ErrorEvent {
     pub id: u64,
     /// What went wrong.
     pub error: RemoteError,
+}
+
+/// Payload of the server's `records` event on `/log`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct LogsEvent {
+    /// The records, in the order the sandbox produced them.
+    pub records: Vec<LogRecord>,
 }

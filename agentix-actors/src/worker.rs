@@ -20,9 +20,12 @@ use tokio::task::AbortHandle;
 
 use crate::codec::{self, FrameReader};
 use crate::errors::{ErrorKind, RemoteError};
+use crate::log_forward::ForwardLayer;
 use crate::registry::{self, Invoke};
 use crate::stream_call::{self, Credit};
-use crate::wire::{Frame, Window, ENV_WORKER_ID, WORKER_FRAME_IN_FD, WORKER_FRAME_OUT_FD};
+use crate::wire::{
+    Frame, Window, ENV_WORKER_ID, WORKER_FRAME_IN_FD, WORKER_FRAME_OUT_FD, WORKER_SIDE_OUT_FD,
+};
 
 /// A call the worker is running.
 struct RunningCall {
@@ -43,6 +46,7 @@ pub fn run() -> i32 {
             return 2;
         }
     };
+    forward_logs();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .thread_name("agentix-worker")
         .enable_all()
@@ -66,6 +70,39 @@ pub fn run() -> i32 {
     // Calls still running belong to a server that is gone; do not wait for them.
     runtime.shutdown_background();
     code
+}
+
+/// Sends every `tracing` and `log` record to the server over the side pipe
+/// (fd 5), when the server gave one. Filtered by `RUST_LOG` (default `info`).
+fn forward_logs() {
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    use tracing_subscriber::Layer;
+
+    // SAFETY: F_GETFD only inspects the descriptor table.
+    if unsafe { libc::fcntl(WORKER_SIDE_OUT_FD, libc::F_GETFD) } < 0 {
+        return;
+    }
+    // SAFETY: fd 5 was checked open and is the server's side pipe, handed to
+    // this process for its exclusive use.
+    let pipe = unsafe { std::fs::File::from_raw_fd(WORKER_SIDE_OUT_FD) };
+    let worker_id = std::env::var(ENV_WORKER_ID).unwrap_or_default();
+    let layer = match ForwardLayer::start(pipe, worker_id) {
+        Ok(layer) => layer,
+        Err(e) => {
+            eprintln!("agentix worker: cannot start log forwarding: {e}");
+            return;
+        }
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    // Also installs the `log` -> `tracing` bridge.
+    if let Err(e) = tracing_subscriber::registry()
+        .with(layer.with_filter(filter))
+        .try_init()
+    {
+        eprintln!("agentix worker: another global logger is installed; logs stay local: {e}");
+    }
 }
 
 fn frame_fds() -> std::io::Result<(OwnedFd, OwnedFd)> {

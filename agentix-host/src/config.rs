@@ -3,8 +3,12 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use agentix_actors::log_record::LogRecord;
+
+use crate::log_replay::LogTap;
+
 /// What to run in a sandbox: the bundle binary and its settings.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct SandboxConfig {
     /// The bundle: a binary whose `main` is `agentix::bundle::main()` (or
     /// that calls `agentix::bundle::dispatch()` first).
@@ -25,6 +29,20 @@ pub struct SandboxConfig {
     /// Extra flags for the server a provider starts, e.g.
     /// `["--shutdown-grace-ms", "10000"]` (see `agentix-server --help`).
     pub server_args: Vec<String>,
+    /// Sees every record the sandbox logs or prints, besides the replay
+    /// into the host's logging.
+    pub log_tap: Option<LogTap>,
+}
+
+impl std::fmt::Debug for SandboxConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SandboxConfig")
+            .field("bundle", &self.bundle)
+            .field("env", &self.env)
+            .field("server_args", &self.server_args)
+            .field("log_tap", &self.log_tap.is_some())
+            .finish_non_exhaustive()
+    }
 }
 
 impl SandboxConfig {
@@ -41,6 +59,7 @@ impl SandboxConfig {
             heartbeat_interval: Duration::from_secs(5),
             heartbeat_timeout: Duration::from_secs(20),
             server_args: Vec::new(),
+            log_tap: None,
         }
     }
 
@@ -62,6 +81,13 @@ impl SandboxConfig {
     pub fn heartbeat(mut self, interval: Duration, timeout: Duration) -> Self {
         self.heartbeat_interval = interval;
         self.heartbeat_timeout = timeout;
+        self
+    }
+
+    /// Calls `tap(sandbox_id, record)` for every record the sandbox logs or
+    /// prints (it runs on the connection's receive path: keep it quick).
+    pub fn on_log(mut self, tap: impl Fn(&str, &LogRecord) + Send + Sync + 'static) -> Self {
+        self.log_tap = Some(std::sync::Arc::new(tap));
         self
     }
 

@@ -566,7 +566,7 @@ fn is_transport_failure(text: &str) -> bool {
         .any(|needle| text.contains(needle))
 }
 
-fn first<T: DeserializeOwned>(payload: Payload) -> Option<T> {
+pub(crate) fn first<T: DeserializeOwned>(payload: Payload) -> Option<T> {
     #[allow(deprecated)]
     let value = match payload {
         Payload::Text(mut values) if !values.is_empty() => values.swap_remove(0),

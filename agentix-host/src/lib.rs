@@ -9,6 +9,8 @@
 //! - [`call`]: [`Call`], one unary call with an optional deadline.
 //! - [`stream`]: [`StreamCall`] and [`CallStream`], a streaming call's items.
 //! - [`connection`]: the `/rpc` Socket.IO connection and its pending calls.
+//! - [`log_replay`]: `/log`, sandbox records replayed into the host's logging.
+//! - [`logging`]: [`configure_logging`], a readable host default.
 //! - `nodelay`: turning off Nagle on the client's socket (why: see there).
 //!
 //! Works from a plain `#[tokio::main]`: no actix system is needed on the host.
@@ -18,6 +20,8 @@ pub mod config;
 pub mod connection;
 pub mod keeper;
 pub mod local;
+pub mod log_replay;
+pub mod logging;
 mod nodelay;
 pub mod provider;
 pub mod sandbox;
@@ -26,6 +30,8 @@ pub mod stream;
 pub use call::Call;
 pub use config::SandboxConfig;
 pub use local::LocalProvider;
+pub use log_replay::LogTap;
+pub use logging::configure_logging;
 pub use provider::{Provider, ProviderError};
 pub use sandbox::Sandbox;
 pub use stream::{CallStream, StreamCall};

@@ -17,6 +17,7 @@ use crate::call::Call;
 use crate::config::SandboxConfig;
 use crate::connection::{ConnectionSettings, Endpoint, RpcConnection};
 use crate::local::LocalResources;
+use crate::log_replay::{self, LogTap};
 use crate::stream::StreamCall;
 
 /// A running sandbox.
@@ -26,6 +27,9 @@ pub struct Sandbox {
     settings: ConnectionSettings,
     conn: Mutex<Option<Arc<RpcConnection>>>,
     connecting: tokio::sync::Mutex<()>,
+    log_tap: Option<LogTap>,
+    /// The `/log` connection, opened with the first `/rpc` one.
+    log_client: Mutex<Option<rust_socketio::asynchronous::Client>>,
     local: Option<LocalResources>,
     // Built on first use: creating an HTTP client loads TLS roots, which
     // would slow every sandbox start for a feature few calls use.
@@ -50,6 +54,8 @@ impl Sandbox {
             },
             conn: Mutex::new(None),
             connecting: tokio::sync::Mutex::new(()),
+            log_tap: config.log_tap.clone(),
+            log_client: Mutex::new(None),
             local,
             http: std::sync::OnceLock::new(),
         }
@@ -212,7 +218,29 @@ impl Sandbox {
             });
         }
         *self.conn.lock().unwrap_or_else(|p| p.into_inner()) = Some(conn.clone());
+        self.listen_to_logs().await;
         Ok(conn)
+    }
+
+    /// Joins `/log` once; a failure costs the logs, not the calls.
+    async fn listen_to_logs(&self) {
+        if self
+            .log_client
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_some()
+        {
+            return;
+        }
+        let id: Arc<str> = Arc::from(self.id.as_str());
+        match log_replay::listen(&self.endpoint, self.settings, id, self.log_tap.clone()).await {
+            Ok(client) => {
+                *self.log_client.lock().unwrap_or_else(|p| p.into_inner()) = Some(client);
+            }
+            Err(e) => {
+                tracing::warn!(sandbox = %self.id, "sandbox logs will not reach this host: {e}")
+            }
+        }
     }
 
     fn live_connection(&self) -> Option<Arc<RpcConnection>> {
@@ -232,6 +260,14 @@ impl Sandbox {
         if let Some(conn) = conn {
             conn.close().await;
         }
+        let logs = self
+            .log_client
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        if let Some(logs) = logs {
+            let _ = logs.disconnect().await;
+        }
         if let Some(local) = self.local.take() {
             local.shutdown().await;
         }
@@ -250,6 +286,16 @@ impl Drop for Sandbox {
     fn drop(&mut self) {
         if let Some(conn) = self.conn.lock().unwrap_or_else(|p| p.into_inner()).take() {
             conn.close_in_background("the sandbox was dropped");
+        }
+        let logs = self
+            .log_client
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        if let (Some(logs), Ok(rt)) = (logs, tokio::runtime::Handle::try_current()) {
+            rt.spawn(async move {
+                let _ = logs.disconnect().await;
+            });
         }
         if let Some(local) = self.local.take() {
             local.shutdown_in_background();

@@ -94,6 +94,7 @@ fn frame_name(frame: &Frame) -> &'static str {
         Frame::Cancel { .. } => "cancel",
         Frame::Items { .. } => "items",
         Frame::End { .. } => "end",
+        Frame::Logs { .. } => "logs",
         Frame::Result { .. } => "result",
         Frame::Error { .. } => "error",
     }

@@ -19,6 +19,8 @@ use tokio::signal::unix::{signal, SignalKind};
 use crate::auth::Token;
 use crate::config::ServerConfig;
 use crate::http::HttpRoutes;
+use crate::log_channel;
+use crate::log_relay::LogRelay;
 use crate::rpc;
 use crate::supervisor::{BeginDrain, ReportHealth, StopWorker, WorkerSupervisor};
 
@@ -71,7 +73,8 @@ async fn serve(config: ServerConfig) -> i32 {
         }
     };
     let token = Token::new(config.token.clone());
-    let supervisor = WorkerSupervisor::new(config.clone()).start();
+    let (logs, log_inbox) = LogRelay::channel();
+    let supervisor = WorkerSupervisor::new(config.clone(), logs.clone()).start();
     let (service, io) = SocketIo::builder()
         .max_payload(config.max_message_bytes as u64)
         .ws_max_message_size(config.max_message_bytes)
@@ -80,7 +83,9 @@ async fn serve(config: ServerConfig) -> i32 {
         .ping_interval(config.ping_interval)
         .ping_timeout(config.ping_timeout)
         .build_with_inner_svc(HttpRoutes::new(supervisor.clone(), token.clone()));
-    rpc::register(&io, supervisor.clone(), token);
+    rpc::register(&io, supervisor.clone(), token.clone());
+    log_channel::register(&io, logs, token);
+    log_inbox.start(io.clone(), LogRelay::dir_from_env());
 
     let ready = serde_json::json!({
         "agentix": "ready",

@@ -24,6 +24,7 @@ use tokio::sync::mpsc;
 
 use crate::calls::{CallTable, Cancelled, Delivery, NewCall, Origin};
 use crate::config::ServerConfig;
+use crate::log_relay::LogRelay;
 use crate::worker_process::{self, OutputTail};
 
 // ---- messages ------------------------------------------------------------
@@ -127,6 +128,7 @@ struct Running {
 /// Owns the worker process and the table of calls.
 pub struct WorkerSupervisor {
     config: ServerConfig,
+    logs: LogRelay,
     calls: CallTable,
     phase: Phase,
     worker: Option<Running>,
@@ -138,10 +140,12 @@ pub struct WorkerSupervisor {
 }
 
 impl WorkerSupervisor {
-    /// A supervisor that will start `config.worker_command` once started.
-    pub fn new(config: ServerConfig) -> Self {
+    /// A supervisor that will start `config.worker_command` once started,
+    /// relaying what its workers log and print to `logs`.
+    pub fn new(config: ServerConfig, logs: LogRelay) -> Self {
         WorkerSupervisor {
             config,
+            logs,
             calls: CallTable::default(),
             phase: Phase::Starting,
             worker: None,
@@ -158,7 +162,7 @@ impl WorkerSupervisor {
         let generation = self.generation;
         let worker_id = format!("{}-{}", std::process::id(), generation);
         self.phase = Phase::Starting;
-        let spawned = worker_process::spawn(&self.config.worker_command, &worker_id);
+        let spawned = worker_process::spawn(&self.config.worker_command, &worker_id, &self.logs);
         let proc = match spawned {
             Ok(p) => p,
             Err(e) => {
@@ -203,6 +207,38 @@ impl WorkerSupervisor {
                             "worker frame pipe unusable, killing the worker: {e}"
                         );
                         process::signal_group(proc.pid, libc::SIGKILL);
+                        break;
+                    }
+                }
+            }
+        });
+        let logs = self.logs.clone();
+        let mut side = FrameReader::new(proc.side_in, codec::DEFAULT_MAX_FRAME);
+        let pid = proc.pid;
+        actix::spawn(async move {
+            loop {
+                match side.next().await {
+                    Ok(Some(Frame::Logs { records })) => logs.send(records).await,
+                    Ok(Some(_)) => {
+                        tracing::warn!(
+                            generation,
+                            "only log frames belong on the side pipe; dropped"
+                        )
+                    }
+                    Ok(None) => break,
+                    Err(e) if e.is_recoverable() => {
+                        tracing::warn!(
+                            generation,
+                            "dropped a malformed log frame from the worker: {e}"
+                        );
+                    }
+                    Err(e) => {
+                        // Unread, the pipe would fill and stall the worker's logging.
+                        tracing::error!(
+                            generation,
+                            "worker side pipe unusable, killing the worker: {e}"
+                        );
+                        process::signal_group(pid, libc::SIGKILL);
                         break;
                     }
                 }
@@ -530,7 +566,7 @@ impl Handler<FrameArrived> for WorkerSupervisor {
                     }
                 }
             }
-            Frame::Call { .. } | Frame::Cancel { .. } | Frame::Ack { .. } => {
+            Frame::Call { .. } | Frame::Cancel { .. } | Frame::Ack { .. } | Frame::Logs { .. } => {
                 tracing::warn!("the worker sent a frame only the server may send; dropped");
             }
         }

@@ -1,10 +1,11 @@
 //! Starting the worker process with its frame pipes, and keeping the tail of
 //! what it prints.
 //!
-//! The worker gets its frame pipes as fds 3 and 4; its stdout and stderr are
-//! drained line by line so it never blocks on a full pipe, copied to the
-//! server's stderr, and the last lines are kept so that "the worker died"
-//! errors can say why.
+//! The worker gets its frame pipes as fds 3 and 4 and its side pipe (logs)
+//! as fd 5. Its stdout and stderr are read line by line at the descriptor
+//! level (so `println!`, child processes and C code are all caught) and
+//! relayed as log records; the last lines are also kept so that "the worker
+//! died" errors can say why.
 
 use std::collections::VecDeque;
 use std::ffi::OsString;
@@ -12,13 +13,17 @@ use std::os::fd::AsRawFd;
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 
+use agentix_actors::log_record::{LogRecord, TARGET_STDERR, TARGET_STDOUT};
 use agentix_actors::process;
-use agentix_actors::wire::{ENV_WORKER_ID, WORKER_FRAME_IN_FD, WORKER_FRAME_OUT_FD};
+use agentix_actors::wire::{
+    ENV_WORKER_ID, WORKER_FRAME_IN_FD, WORKER_FRAME_OUT_FD, WORKER_SIDE_OUT_FD,
+};
 use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
 use tokio::net::unix::pipe;
 use tokio::task::JoinHandle;
 
 use crate::config::ENV_TOKEN;
+use crate::log_relay::LogRelay;
 
 /// Lines of worker output kept for error reports.
 const TAIL_LINES: usize = 40;
@@ -31,6 +36,8 @@ pub struct WorkerProcess {
     pub frames_in: pipe::Receiver,
     /// Frames for the worker.
     pub frames_out: pipe::Sender,
+    /// Side-channel frames (logs) the worker writes.
+    pub side_in: pipe::Receiver,
     /// The child, to wait on.
     pub child: tokio::process::Child,
     /// The last lines it printed.
@@ -39,13 +46,18 @@ pub struct WorkerProcess {
     pub output_drained: JoinHandle<()>,
 }
 
-/// Starts `command` as worker `worker_id`.
-pub fn spawn(command: &[OsString], worker_id: &str) -> std::io::Result<WorkerProcess> {
+/// Starts `command` as worker `worker_id`; its output goes to `logs`.
+pub fn spawn(
+    command: &[OsString],
+    worker_id: &str,
+    logs: &LogRelay,
+) -> std::io::Result<WorkerProcess> {
     let (program, args) = command.split_first().ok_or_else(|| {
         std::io::Error::new(std::io::ErrorKind::InvalidInput, "no worker command given")
     })?;
     let (to_worker_read, to_worker_write) = process::pipe()?;
     let (from_worker_read, from_worker_write) = process::pipe()?;
+    let (side_read, side_write) = process::pipe()?;
     let mut cmd = tokio::process::Command::new(program);
     cmd.args(args)
         .env(ENV_WORKER_ID, worker_id)
@@ -57,29 +69,32 @@ pub fn spawn(command: &[OsString], worker_id: &str) -> std::io::Result<WorkerPro
     let parent = std::process::id() as libc::pid_t;
     let child_in = to_worker_read.as_raw_fd();
     let child_out = from_worker_write.as_raw_fd();
+    let child_side = side_write.as_raw_fd();
     // SAFETY: the closure only makes async-signal-safe syscalls.
     unsafe {
         cmd.pre_exec(move || {
             process::child_setup(parent, libc::SIGKILL)?;
             let input = process::move_fd_high(child_in)?;
             let output = process::move_fd_high(child_out)?;
+            let side = process::move_fd_high(child_side)?;
             process::install_fd(input, WORKER_FRAME_IN_FD)?;
             process::install_fd(output, WORKER_FRAME_OUT_FD)?;
+            process::install_fd(side, WORKER_SIDE_OUT_FD)?;
             Ok(())
         });
     }
     let mut child = cmd.spawn()?;
-    drop((to_worker_read, from_worker_write));
+    drop((to_worker_read, from_worker_write, side_write));
     let pid = child.id().unwrap_or_default();
     let tail = OutputTail::default();
     let stdout = child
         .stdout
         .take()
-        .map(|s| drain(s, "stdout", tail.clone()));
+        .map(|s| drain(s, Output::Stdout, worker_id, tail.clone(), logs.clone()));
     let stderr = child
         .stderr
         .take()
-        .map(|s| drain(s, "stderr", tail.clone()));
+        .map(|s| drain(s, Output::Stderr, worker_id, tail.clone(), logs.clone()));
     let output_drained = tokio::spawn(async move {
         for task in [stdout, stderr].into_iter().flatten() {
             let _ = task.await;
@@ -89,30 +104,57 @@ pub fn spawn(command: &[OsString], worker_id: &str) -> std::io::Result<WorkerPro
         pid,
         frames_in: pipe::Receiver::from_owned_fd(from_worker_read)?,
         frames_out: pipe::Sender::from_owned_fd(to_worker_write)?,
+        side_in: pipe::Receiver::from_owned_fd(side_read)?,
         child,
         tail,
         output_drained,
     })
 }
 
+#[derive(Clone, Copy)]
+enum Output {
+    Stdout,
+    Stderr,
+}
+
+/// Most lines relayed as one batch.
+const MAX_LINES: usize = 1024;
+
+/// Reads `stream` to its end, relaying each line (a last line without a
+/// newline too; invalid UTF-8 replaced) as a record.
 fn drain(
     stream: impl AsyncRead + Unpin + Send + 'static,
-    name: &'static str,
+    output: Output,
+    worker_id: &str,
     tail: OutputTail,
+    logs: LogRelay,
 ) -> JoinHandle<()> {
+    let worker_id = worker_id.to_owned();
+    let (level, target) = match output {
+        Output::Stdout => ("INFO", TARGET_STDOUT),
+        Output::Stderr => ("WARN", TARGET_STDERR),
+    };
     tokio::spawn(async move {
-        let mut reader = BufReader::new(stream);
+        let mut reader = BufReader::with_capacity(64 << 10, stream);
         let mut line = Vec::new();
+        let mut batch = Vec::new();
         loop {
             line.clear();
-            match reader.read_until(b'\n', &mut line).await {
-                Ok(0) | Err(_) => break,
-                Ok(_) => {
-                    let text = String::from_utf8_lossy(&line);
-                    let text = text.trim_end_matches(['\n', '\r']);
-                    eprintln!("[worker {name}] {text}");
-                    tail.push(text.to_owned());
-                }
+            let done = matches!(reader.read_until(b'\n', &mut line).await, Ok(0) | Err(_));
+            if !line.is_empty() {
+                let text = String::from_utf8_lossy(&line);
+                let text = text.trim_end_matches(['\n', '\r']).to_owned();
+                tail.push(text.clone());
+                let mut record = LogRecord::now(level, target, text);
+                record.worker_id.clone_from(&worker_id);
+                batch.push(record);
+            }
+            // Relay what was read once no more is waiting in the buffer.
+            if done || reader.buffer().is_empty() || batch.len() >= MAX_LINES {
+                logs.send(std::mem::take(&mut batch)).await;
+            }
+            if done {
+                break;
             }
         }
     })

@@ -19,10 +19,12 @@ pub mod bundle;
 
 pub use agentix_actors::cbor::Blob;
 pub use agentix_actors::errors::{ErrorKind, RemoteError};
+pub use agentix_actors::log_record::LogRecord;
 pub use agentix_actors::remote::{Remote, RemoteStream};
 pub use agentix_actors::wire::Window;
 pub use agentix_host::{
-    Call, CallStream, LocalProvider, Provider, ProviderError, Sandbox, SandboxConfig, StreamCall,
+    configure_logging, Call, CallStream, LocalProvider, LogTap, Provider, ProviderError, Sandbox,
+    SandboxConfig, StreamCall,
 };
 pub use agentix_macros::remote;
 pub use futures_util::{stream, Stream, StreamExt};

@@ -239,3 +239,55 @@ pub async fn crash(how: String) -> u32 {
         _ => std::process::exit(7),
     }
 }
+
+// ---- logs -------------------------------------------------------------------
+
+/// Logs `logs` tracing records (`seq` = 0..) and prints `lines` stdout lines
+/// (`line <i>`), interleaved.
+#[agentix::remote]
+pub async fn chatter(logs: u64, lines: u64) -> u64 {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    for i in 0..logs.max(lines) {
+        if i < logs {
+            tracing::info!(seq = i, "log {i}");
+        }
+        if i < lines {
+            let _ = writeln!(out, "line {i}");
+        }
+    }
+    let _ = out.flush();
+    logs + lines
+}
+
+/// Writes through every path a sandbox can: `println!`, `eprintln!`, a
+/// child process, a raw `write(2)`, invalid UTF-8, the `log` crate and a
+/// structured `tracing` event.
+#[agentix::remote]
+pub async fn noisy() -> bool {
+    println!("from println");
+    eprintln!("from eprintln");
+    let child = tokio::process::Command::new("sh")
+        .args(["-c", "echo from child; echo child complains >&2"])
+        .status()
+        .await;
+    let raw = b"from write(2)\n";
+    let bad = b"bad \xff byte\n";
+    // SAFETY: writing a valid buffer to the process's own stdout.
+    unsafe {
+        libc::write(1, raw.as_ptr().cast(), raw.len());
+        libc::write(1, bad.as_ptr().cast(), bad.len());
+    }
+    log::warn!(target: "legacy::module", "from the log crate");
+    tracing::info!(target: "my_eval::agent", step = 3, model = "claude", "structured");
+    child.is_ok()
+}
+
+/// Writes a line without its newline, then ends the worker.
+#[agentix::remote]
+pub async fn partial_line_then_exit() -> u32 {
+    let text = b"partial without newline";
+    // SAFETY: writing a valid buffer to the process's own stdout.
+    unsafe { libc::write(1, text.as_ptr().cast(), text.len()) };
+    std::process::exit(0)
+}

@@ -1,0 +1,111 @@
+//! `/log` on the host: what sandboxes log and print, replayed into the host's
+//! own logging.
+//!
+//! Each record goes through the `log` facade with its original target, so
+//! `RUST_LOG=my_eval=info,agentix.sandbox.stdout=warn` filters sandbox lines
+//! like local ones (`tracing-log` carries them on to `tracing` subscribers).
+//! The message is prefixed with the sandbox id. A [`LogTap`] set in the
+//! sandbox config also sees every record, for programs that collect them.
+
+use std::sync::Arc;
+
+use agentix_actors::errors::{ErrorKind, RemoteError};
+use agentix_actors::log_record::LogRecord;
+use agentix_actors::wire::{LogsEvent, EVENT_RECORDS, LOG_NAMESPACE};
+use futures_util::FutureExt;
+use rust_socketio::asynchronous::{Client, ClientBuilder};
+use rust_socketio::{Payload, TransportType};
+use serde_json::json;
+
+use crate::connection::{ConnectionSettings, Endpoint};
+
+/// Module path replayed records carry, which tells them from host records.
+pub const REPLAY_MODULE: &str = "agentix::sandbox";
+
+/// A callback that sees every record of a sandbox: `(sandbox id, record)`.
+pub type LogTap = Arc<dyn Fn(&str, &LogRecord) + Send + Sync>;
+
+/// Joins `/log` on `endpoint`; records are replayed, and passed to `tap`.
+pub(crate) async fn listen(
+    endpoint: &Endpoint,
+    settings: ConnectionSettings,
+    sandbox_id: Arc<str>,
+    tap: Option<LogTap>,
+) -> Result<Client, RemoteError> {
+    let on_records = move |payload: Payload, _: Client| {
+        if let Some(event) = crate::connection::first::<LogsEvent>(payload) {
+            for record in &event.records {
+                replay(&sandbox_id, record);
+                if let Some(tap) = &tap {
+                    tap(&sandbox_id, record);
+                }
+            }
+        }
+        async {}.boxed()
+    };
+    let url = format!("http://{}/", endpoint.addr);
+    let connect = ClientBuilder::new(url.clone())
+        .namespace(LOG_NAMESPACE)
+        .auth(json!({ "token": endpoint.token }))
+        .transport_type(TransportType::Websocket)
+        .reconnect(false)
+        .on(EVENT_RECORDS, on_records)
+        .connect();
+    match tokio::time::timeout(settings.connect_timeout, connect).await {
+        Ok(Ok(client)) => {
+            if let Ok(peer) = endpoint.addr.parse() {
+                crate::nodelay::disable_nagle_towards(peer);
+            }
+            Ok(client)
+        }
+        Ok(Err(e)) => Err(RemoteError::new(
+            ErrorKind::ServerUnreachable,
+            format!("cannot join {LOG_NAMESPACE} at {url}: {e}"),
+        )),
+        Err(_) => Err(RemoteError::new(
+            ErrorKind::ServerUnreachable,
+            format!(
+                "{LOG_NAMESPACE} at {url} did not answer within {:?}",
+                settings.connect_timeout
+            ),
+        )),
+    }
+}
+
+/// Logs `record` through the `log` facade under its own target.
+pub fn replay(sandbox_id: &str, record: &LogRecord) {
+    let level = match record.level.as_str() {
+        "ERROR" => log::Level::Error,
+        "WARN" => log::Level::Warn,
+        "DEBUG" => log::Level::Debug,
+        "TRACE" => log::Level::Trace,
+        _ => log::Level::Info,
+    };
+    if level > log::max_level() {
+        return;
+    }
+    let logger = log::logger();
+    let meta = log::Metadata::builder()
+        .level(level)
+        .target(&record.target)
+        .build();
+    if !logger.enabled(&meta) {
+        return;
+    }
+    let mut fields = String::new();
+    for (k, v) in &record.fields {
+        fields.push(' ');
+        fields.push_str(k);
+        fields.push('=');
+        fields.push_str(v);
+    }
+    logger.log(
+        &log::Record::builder()
+            .metadata(meta)
+            .args(format_args!("[{sandbox_id}] {}{fields}", record.message))
+            .module_path_static(Some(REPLAY_MODULE))
+            .file(record.file.as_deref())
+            .line(record.line)
+            .build(),
+    );
+}

@@ -1,0 +1,63 @@
+//! [`configure_logging`]: a readable default for the host's own log output.
+//!
+//! Lines read `time LEVEL [context] target: message`, where context is the
+//! sandbox id for lines replayed from a sandbox and `default_context` (say
+//! `"host"`) for the host's own lines. `RUST_LOG` filters both the usual way.
+
+use std::fmt;
+
+use tracing::{Event, Subscriber};
+use tracing_log::NormalizeEvent;
+use tracing_subscriber::fmt::format::Writer;
+use tracing_subscriber::fmt::time::{FormatTime, SystemTime};
+use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields};
+use tracing_subscriber::registry::LookupSpan;
+
+use crate::log_replay::REPLAY_MODULE;
+
+/// Installs a global `tracing` subscriber (with the `log` bridge) printing
+/// host and sandbox lines to stderr, filtered by `RUST_LOG` (default
+/// `info`). Fails if the program already installed one.
+pub fn configure_logging(
+    default_context: &str,
+) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .event_format(ContextFormat {
+            context: default_context.to_owned(),
+        })
+        .try_init()
+}
+
+/// Prefixes host lines with the host's context; sandbox lines carry theirs.
+struct ContextFormat {
+    context: String,
+}
+
+impl<S, N> FormatEvent<S, N> for ContextFormat
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+    N: for<'a> FormatFields<'a> + 'static,
+{
+    fn format_event(
+        &self,
+        ctx: &FmtContext<'_, S, N>,
+        mut writer: Writer<'_>,
+        event: &Event<'_>,
+    ) -> fmt::Result {
+        let normalized = event.normalized_metadata();
+        let meta = normalized.as_ref().unwrap_or_else(|| event.metadata());
+        SystemTime.format_time(&mut writer)?;
+        write!(writer, " {:>5} ", meta.level())?;
+        // A replayed message starts with its sandbox id in brackets.
+        if meta.module_path() != Some(REPLAY_MODULE) {
+            write!(writer, "[{}] ", self.context)?;
+        }
+        write!(writer, "{}: ", meta.target())?;
+        ctx.field_format().format_fields(writer.by_ref(), event)?;
+        writeln!(writer)
+    }
+}

@@ -1,0 +1,195 @@
+//! `/log`: everything a sandbox logs or prints reaches the host, complete
+//! and in order, and stays on disk in the sandbox.
+
+mod support;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use agentix::{ErrorKind, LogRecord, SandboxConfig};
+use agentix_actors::process::signal_pid;
+use support::{bundle_path, sandbox_with, scratch_dir, wait_until};
+
+type Seen = Arc<Mutex<Vec<LogRecord>>>;
+
+/// A config whose log tap collects every record, with logs written to `dir`.
+fn collecting(dir: &std::path::Path) -> (SandboxConfig, Seen) {
+    let seen: Seen = Arc::default();
+    let tap = seen.clone();
+    let config = SandboxConfig::new(bundle_path())
+        .env("AGENTIX_LOG_DIR", dir.to_str().unwrap())
+        .env("RUST_BACKTRACE", "0")
+        .on_log(move |_, r| tap.lock().unwrap().push(r.clone()));
+    (config, seen)
+}
+
+fn has(seen: &Seen, target: &str, message: &str) -> bool {
+    seen.lock()
+        .unwrap()
+        .iter()
+        .any(|r| r.target == target && r.message == message)
+}
+
+#[tokio::test]
+async fn every_way_of_writing_output_reaches_the_host() {
+    let dir = scratch_dir("logs-paths");
+    let (config, seen) = collecting(&dir);
+    let sb = sandbox_with(config).await;
+    assert!(sb.remote(agentix_e2e::noisy, ()).await.unwrap());
+    let err = sb
+        .remote(agentix_e2e::explode, ("kaboom".into(),))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind, ErrorKind::Panic);
+    let expected = [
+        ("agentix.sandbox.stdout", "from println"),
+        ("agentix.sandbox.stderr", "from eprintln"),
+        ("agentix.sandbox.stdout", "from child"),
+        ("agentix.sandbox.stderr", "child complains"),
+        ("agentix.sandbox.stdout", "from write(2)"),
+        ("agentix.sandbox.stdout", "bad \u{fffd} byte"),
+        ("legacy::module", "from the log crate"),
+        ("my_eval::agent", "structured"),
+    ];
+    wait_until("every line at the host", Duration::from_secs(10), || {
+        expected.iter().all(|(t, m)| has(&seen, t, m))
+    })
+    .await;
+    wait_until("the panic message", Duration::from_secs(10), || {
+        seen.lock()
+            .unwrap()
+            .iter()
+            .any(|r| r.target == "agentix.sandbox.stderr" && r.message.contains("kaboom"))
+    })
+    .await;
+    let records = seen.lock().unwrap().clone();
+    let structured = records.iter().find(|r| r.message == "structured").unwrap();
+    assert_eq!(structured.level, "INFO");
+    assert_eq!(structured.fields["step"], "3");
+    assert_eq!(structured.fields["model"], "claude");
+    assert!(structured.file.as_deref().unwrap().ends_with("lib.rs"));
+    assert!(structured.line.is_some());
+    let legacy = records
+        .iter()
+        .find(|r| r.target == "legacy::module")
+        .unwrap();
+    assert_eq!(legacy.level, "WARN");
+    assert!(
+        !legacy.fields.keys().any(|k| k.starts_with("log.")),
+        "{legacy:?}"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test]
+async fn a_partial_last_line_is_flushed_when_the_worker_ends() {
+    let dir = scratch_dir("logs-partial");
+    let (config, seen) = collecting(&dir);
+    let sb = sandbox_with(config).await;
+    let err = sb
+        .remote(agentix_e2e::partial_line_then_exit, ())
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind, ErrorKind::WorkerExited);
+    wait_until("the partial line", Duration::from_secs(10), || {
+        has(&seen, "agentix.sandbox.stdout", "partial without newline")
+    })
+    .await;
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test]
+async fn a_burst_arrives_complete_and_in_order_per_stream() {
+    let dir = scratch_dir("logs-burst");
+    let (config, seen) = collecting(&dir);
+    let sb = sandbox_with(config).await;
+    const N: u64 = 100_000;
+    assert_eq!(
+        sb.remote(agentix_e2e::chatter, (N, N)).await.unwrap(),
+        2 * N
+    );
+    let count = |target: &str| {
+        seen.lock()
+            .unwrap()
+            .iter()
+            .filter(|r| r.target == target)
+            .count()
+    };
+    wait_until("every record and line", Duration::from_secs(60), || {
+        count("agentix_e2e") as u64 >= N && count("agentix.sandbox.stdout") as u64 >= N
+    })
+    .await;
+    let records = seen.lock().unwrap().clone();
+    let logs: Vec<&LogRecord> = records
+        .iter()
+        .filter(|r| r.target == "agentix_e2e")
+        .collect();
+    let lines: Vec<&LogRecord> = records
+        .iter()
+        .filter(|r| r.target == "agentix.sandbox.stdout")
+        .collect();
+    assert_eq!(logs.len() as u64, N, "records lost or duplicated");
+    assert_eq!(lines.len() as u64, N, "lines lost or duplicated");
+    for (i, r) in logs.iter().enumerate() {
+        assert_eq!(r.fields["seq"], i.to_string(), "records out of order");
+    }
+    for (i, r) in lines.iter().enumerate() {
+        assert_eq!(r.message, format!("line {i}"), "lines out of order");
+    }
+    assert!(
+        !records.iter().any(|r| r.message.contains("dropped")),
+        "nothing may be dropped while a host listens"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test]
+async fn the_log_file_keeps_the_output_of_a_killed_worker() {
+    let dir = scratch_dir("logs-file");
+    let (config, seen) = collecting(&dir);
+    let sb = sandbox_with(config).await;
+    assert_eq!(
+        sb.remote(agentix_e2e::chatter, (50, 50)).await.unwrap(),
+        100
+    );
+    let health = sb.health().await.unwrap();
+    let worker_id = health["worker"]["id"].as_str().unwrap().to_owned();
+    let pid = health["worker"]["pid"].as_u64().unwrap() as u32;
+    wait_until("the lines at the host", Duration::from_secs(10), || {
+        has(&seen, "agentix.sandbox.stdout", "line 49")
+    })
+    .await;
+    signal_pid(pid, libc::SIGKILL);
+    let file = dir.join(format!("sandbox-{worker_id}.log"));
+    wait_until("the log file", Duration::from_secs(10), || file.exists()).await;
+    let text = std::fs::read_to_string(&file).unwrap();
+    for i in 0..50 {
+        assert!(
+            text.contains(&format!("agentix.sandbox.stdout: line {i}\n")),
+            "line {i} missing"
+        );
+        assert!(
+            text.contains(&format!("agentix_e2e: log {i} seq={i}\n")),
+            "log {i} missing"
+        );
+    }
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(&file).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600, "sandbox logs are private");
+    // The next worker writes a file of its own.
+    support::wait_until_async("the worker to be replaced", || async {
+        let h = sb.health().await.unwrap();
+        h["worker"]["state"] == "ready" && h["worker"]["pid"] != pid
+    })
+    .await;
+    assert_eq!(sb.remote(agentix_e2e::chatter, (1, 1)).await.unwrap(), 2);
+    let health = sb.health().await.unwrap();
+    let next_id = health["worker"]["id"].as_str().unwrap().to_owned();
+    assert_ne!(next_id, worker_id);
+    let next = dir.join(format!("sandbox-{next_id}.log"));
+    wait_until("the new worker's log file", Duration::from_secs(10), || {
+        next.exists()
+    })
+    .await;
+    let _ = std::fs::remove_dir_all(dir);
+}
