@@ -212,6 +212,7 @@ mod tests {
             target: "app::run".into(),
             args: ByteBuf::from(vec![0x1e, 0, 255]),
             stream: None,
+            trace: None,
         }
     }
 

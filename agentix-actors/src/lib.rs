@@ -7,10 +7,11 @@
 //! - [`cbor`]: CBOR helpers for values and byte blobs.
 //! - [`errors`]: the in-band error value every call can end with.
 //! - [`log_record`]: one line of what a sandbox logged or printed.
-//! - [`log_forward`]: the worker's `tracing` layer that sends records to the server.
+//! - [`log_forward`]: the worker's side channel: log records and trace events to the server.
 //! - [`remote`]: the typed handle `#[remote]` generates for each function.
 //! - [`registry`]: the link-time registry of remote functions in a worker.
 //! - [`invoke`]: argument decoding and outcome encoding around one call.
+//! - [`trace`]: traces, spans, processors, and their context across `.await`.
 //! - [`worker`]: the worker runtime that serves calls over the frame pipes;
 //!   `stream_call` drives one streaming call under its window.
 //! - [`process`]: small Unix process helpers shared by every spawner.
@@ -25,6 +26,7 @@ pub mod process;
 pub mod registry;
 pub mod remote;
 mod stream_call;
+pub mod trace;
 pub mod wire;
 pub mod worker;
 

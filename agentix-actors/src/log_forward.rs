@@ -1,12 +1,14 @@
-//! The worker's `tracing` layer: every record goes to the server.
+//! The worker's side channel: every log record and trace event goes to the
+//! server.
 //!
 //! Sandbox code logs with `tracing::info!` or `log::info!` and knows nothing
-//! of Agentix. The layer turns each event into a [`LogRecord`] and hands it
-//! to a dedicated thread that batches records into `logs` frames on the side
-//! pipe (fd 5). The hand-off is a bounded channel: when the host reads
-//! slowly, logging waits (back-pressure) instead of buffering without bound,
-//! and nothing is dropped. The thread never logs itself, so it cannot wait on
-//! its own channel.
+//! of Agentix. [`ForwardLayer`] turns each event into a [`LogRecord`];
+//! [`ForwardProcessor`] passes each trace event on. Both hand them to one
+//! dedicated thread that batches them, in order, into `logs` and `traces`
+//! frames on the side pipe (fd 5). The hand-off is a bounded channel: when
+//! the host reads slowly, logging and tracing wait (back-pressure) instead of
+//! buffering without bound, and nothing is dropped. The thread never logs
+//! itself, so it cannot wait on its own channel.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -20,27 +22,82 @@ use tracing_subscriber::layer::{Context, Layer};
 
 use crate::codec;
 use crate::log_record::{now_us, LogRecord};
+use crate::trace::{Processor, SpanData, TraceData, TraceEvent};
 use crate::wire::Frame;
 
 /// Records waiting for the forwarding thread before logging code waits.
 const QUEUE: usize = 8192;
-/// Most records in one `logs` frame.
+/// Most items in one write to the side pipe.
 const MAX_BATCH: usize = 2048;
+
+/// What travels on the side pipe.
+enum SideItem {
+    Log(Box<LogRecord>),
+    Trace(Box<TraceEvent>),
+}
+
+/// The side pipe's writer thread, fed by a bounded channel.
+#[derive(Clone)]
+pub struct SideChannel {
+    tx: SyncSender<SideItem>,
+}
+
+impl SideChannel {
+    /// Starts the thread writing to `pipe`.
+    pub fn start(pipe: std::fs::File) -> std::io::Result<Self> {
+        let (tx, rx) = sync_channel(QUEUE);
+        std::thread::Builder::new()
+            .name("agentix-side".into())
+            .spawn(move || forward(rx, pipe))?;
+        Ok(SideChannel { tx })
+    }
+
+    /// A `tracing` layer sending every event as a log record.
+    pub fn log_layer(&self, worker_id: String) -> ForwardLayer {
+        ForwardLayer {
+            tx: self.tx.clone(),
+            worker_id,
+        }
+    }
+
+    /// A trace processor sending every trace event.
+    pub fn trace_processor(&self) -> ForwardProcessor {
+        ForwardProcessor {
+            tx: self.tx.clone(),
+        }
+    }
+}
 
 /// The layer that sends every event to the server.
 pub struct ForwardLayer {
-    tx: SyncSender<LogRecord>,
+    tx: SyncSender<SideItem>,
     worker_id: String,
 }
 
-impl ForwardLayer {
-    /// A layer writing to `pipe` from a thread of its own.
-    pub fn start(pipe: std::fs::File, worker_id: String) -> std::io::Result<Self> {
-        let (tx, rx) = sync_channel(QUEUE);
-        std::thread::Builder::new()
-            .name("agentix-log".into())
-            .spawn(move || forward(rx, pipe))?;
-        Ok(ForwardLayer { tx, worker_id })
+/// The processor that sends every trace event to the server.
+pub struct ForwardProcessor {
+    tx: SyncSender<SideItem>,
+}
+
+impl ForwardProcessor {
+    fn send(&self, event: TraceEvent) {
+        // Blocks while the queue is full; fails only once the pipe is gone.
+        let _ = self.tx.send(SideItem::Trace(Box::new(event)));
+    }
+}
+
+impl Processor for ForwardProcessor {
+    fn on_trace_start(&mut self, t: &TraceData) {
+        self.send(TraceEvent::TraceStart(t.clone()));
+    }
+    fn on_trace_end(&mut self, t: &TraceData) {
+        self.send(TraceEvent::TraceEnd(t.clone()));
+    }
+    fn on_span_start(&mut self, s: &SpanData) {
+        self.send(TraceEvent::SpanStart(s.clone()));
+    }
+    fn on_span_end(&mut self, s: &SpanData) {
+        self.send(TraceEvent::SpanEnd(s.clone()));
     }
 }
 
@@ -63,7 +120,7 @@ impl<S: Subscriber> Layer<S> for ForwardLayer {
             worker_id: self.worker_id.clone(),
         };
         // Blocks while the queue is full; fails only once the pipe is gone.
-        let _ = self.tx.send(record);
+        let _ = self.tx.send(SideItem::Log(Box::new(record)));
     }
 }
 
@@ -98,20 +155,48 @@ impl FieldText {
     }
 }
 
-/// Batches records into frames on `pipe` until every sender is gone or the
-/// pipe breaks.
-fn forward(rx: Receiver<LogRecord>, mut pipe: std::fs::File) {
+/// Batches items into frames on `pipe`, in order, until every sender is gone
+/// or the pipe breaks.
+fn forward(rx: Receiver<SideItem>, mut pipe: std::fs::File) {
     let mut buf = Vec::with_capacity(64 << 10);
+    let mut records = Vec::new();
+    let mut events = Vec::new();
     while let Ok(first) = rx.recv() {
-        let mut records = vec![first];
-        while records.len() < MAX_BATCH {
-            match rx.try_recv() {
-                Ok(r) => records.push(r),
-                Err(_) => break,
+        let mut next = Some(first);
+        let mut taken = 0;
+        buf.clear();
+        while let Some(item) = next.take() {
+            // A change of kind closes the batch of the other kind, which
+            // keeps logs and traces in the order they were produced.
+            match item {
+                SideItem::Log(r) => {
+                    if !events.is_empty() {
+                        let events = std::mem::take(&mut events);
+                        codec::encode_into(&Frame::Traces { events }, &mut buf);
+                    }
+                    records.push(*r);
+                }
+                SideItem::Trace(e) => {
+                    if !records.is_empty() {
+                        let records = std::mem::take(&mut records);
+                        codec::encode_into(&Frame::Logs { records }, &mut buf);
+                    }
+                    events.push(*e);
+                }
+            }
+            taken += 1;
+            if taken < MAX_BATCH {
+                next = rx.try_recv().ok();
             }
         }
-        buf.clear();
-        codec::encode_into(&Frame::Logs { records }, &mut buf);
+        if !records.is_empty() {
+            let records = std::mem::take(&mut records);
+            codec::encode_into(&Frame::Logs { records }, &mut buf);
+        }
+        if !events.is_empty() {
+            let events = std::mem::take(&mut events);
+            codec::encode_into(&Frame::Traces { events }, &mut buf);
+        }
         if pipe.write_all(&buf).is_err() {
             // The server is gone; dropping the receiver makes senders fail
             // fast instead of waiting on a full queue.

@@ -15,6 +15,7 @@ use serde_bytes::ByteBuf;
 
 use crate::errors::RemoteError;
 use crate::log_record::LogRecord;
+use crate::trace::{SpanContext, TraceEvent};
 
 /// Socket.IO namespace of the remote-call protocol.
 pub const RPC_NAMESPACE: &str = "/rpc";
@@ -39,6 +40,11 @@ pub const EVENT_HEARTBEAT: &str = "heartbeat";
 pub const LOG_NAMESPACE: &str = "/log";
 /// Server -> host on `/log`: a batch of records ([`LogsEvent`]).
 pub const EVENT_RECORDS: &str = "records";
+
+/// Socket.IO namespace on which the server sends the sandbox's trace events.
+pub const TRACE_NAMESPACE: &str = "/trace";
+/// Server -> host on `/trace`: a batch of trace events ([`TracesEvent`]).
+pub const EVENT_TRACE_EVENTS: &str = "events";
 
 /// File descriptor on which the worker reads frames from the server.
 pub const WORKER_FRAME_IN_FD: i32 = 3;
@@ -78,6 +84,9 @@ pub enum Frame {
         /// For a streaming call, how far the worker may run ahead of the host.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         stream: Option<Window>,
+        /// The host's trace context: the call's spans are its children.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        trace: Option<SpanContext>,
     },
     /// Server -> worker: the host consumed this much of stream `id`, which
     /// frees that much of its window.
@@ -123,6 +132,12 @@ pub enum Frame {
     Logs {
         /// The records.
         records: Vec<LogRecord>,
+    },
+    /// Worker -> server, on the side pipe: trace events, in order.
+    #[serde(rename = "traces")]
+    Traces {
+        /// The events.
+        events: Vec<TraceEvent>,
     },
     /// Worker -> server: call `id` ended with an error.
     #[serde(rename = "error")]
@@ -170,6 +185,9 @@ pub struct CallEvent {
     /// Present for a streaming call: its flow-control window.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stream: Option<Window>,
+    /// The host's trace context, when the call was made inside a span.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace: Option<SpanContext>,
 }
 
 /// Payload of the host's `call:ack` event.
@@ -229,4 +247,11 @@ pub struct ErrorEvent {
 pub struct LogsEvent {
     /// The records, in the order the sandbox produced them.
     pub records: Vec<LogRecord>,
+}
+
+/// Payload of the server's `events` event on `/trace`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TracesEvent {
+    /// The events, in the order the sandbox produced them.
+    pub events: Vec<TraceEvent>,
 }

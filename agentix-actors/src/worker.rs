@@ -20,9 +20,10 @@ use tokio::task::AbortHandle;
 
 use crate::codec::{self, FrameReader};
 use crate::errors::{ErrorKind, RemoteError};
-use crate::log_forward::ForwardLayer;
+use crate::log_forward::SideChannel;
 use crate::registry::{self, Invoke};
 use crate::stream_call::{self, Credit};
+use crate::trace::{InContext, SpanContext};
 use crate::wire::{
     Frame, Window, ENV_WORKER_ID, WORKER_FRAME_IN_FD, WORKER_FRAME_OUT_FD, WORKER_SIDE_OUT_FD,
 };
@@ -72,8 +73,9 @@ pub fn run() -> i32 {
     code
 }
 
-/// Sends every `tracing` and `log` record to the server over the side pipe
-/// (fd 5), when the server gave one. Filtered by `RUST_LOG` (default `info`).
+/// Sends every `tracing` and `log` record (filtered by `RUST_LOG`, default
+/// `info`) and every trace event to the server over the side pipe (fd 5),
+/// when the server gave one.
 fn forward_logs() {
     use tracing_subscriber::layer::SubscriberExt;
     use tracing_subscriber::util::SubscriberInitExt;
@@ -87,13 +89,15 @@ fn forward_logs() {
     // this process for its exclusive use.
     let pipe = unsafe { std::fs::File::from_raw_fd(WORKER_SIDE_OUT_FD) };
     let worker_id = std::env::var(ENV_WORKER_ID).unwrap_or_default();
-    let layer = match ForwardLayer::start(pipe, worker_id) {
-        Ok(layer) => layer,
+    let side = match SideChannel::start(pipe) {
+        Ok(side) => side,
         Err(e) => {
             eprintln!("agentix worker: cannot start log forwarding: {e}");
             return;
         }
     };
+    crate::trace::add_processor(side.trace_processor());
+    let layer = side.log_layer(worker_id);
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     // Also installs the `log` -> `tracing` bridge.
@@ -161,8 +165,8 @@ async fn serve(input: pipe::Receiver, output: pipe::Sender) -> i32 {
                 running.remove(&id);
             }
             frame = reader.next() => match frame {
-                Ok(Some(Frame::Call { id, target, args, stream })) => {
-                    let call = start_call(id, target, args, stream, out_tx.clone(), done_tx.clone());
+                Ok(Some(Frame::Call { id, target, args, stream, trace })) => {
+                    let call = start_call(id, target, args, stream, trace, out_tx.clone(), done_tx.clone());
                     running.insert(id, call);
                 }
                 Ok(Some(Frame::Ack { id, items, bytes })) => {
@@ -206,12 +210,14 @@ fn start_call(
     target: String,
     args: ByteBuf,
     stream: Option<Window>,
+    trace: Option<SpanContext>,
     out: mpsc::Sender<Frame>,
     done: mpsc::UnboundedSender<u64>,
 ) -> RunningCall {
     let credit = stream.map(|_| Arc::new(Credit::default()));
     let task_credit = credit.clone();
-    let task = tokio::spawn(async move {
+    // Spans the call creates are children of the host's span, if any.
+    let task = tokio::spawn(InContext::new(trace, async move {
         let frame = match (registry::lookup(&target), stream, task_credit) {
             (Err(error), _, _) => Frame::Error { id, error },
             (Ok(f), None, _) => match f.invoke {
@@ -254,7 +260,7 @@ fn start_call(
         };
         let _ = out.send(frame).await;
         let _ = done.send(id);
-    });
+    }));
     RunningCall {
         task: task.abort_handle(),
         credit,

@@ -53,6 +53,7 @@ fn frame() -> impl Strategy<Value = Frame> {
                 target,
                 args,
                 stream: window.map(|(items, bytes)| Window { items, bytes }),
+                trace: None,
             }),
         any::<u64>().prop_map(|id| Frame::Cancel { id }),
         (any::<u64>(), any::<u64>(), any::<u64>()).prop_map(|(id, items, bytes)| Frame::Ack {

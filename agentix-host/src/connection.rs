@@ -370,6 +370,10 @@ impl RpcConnection {
         if let Some(window) = stream {
             event["stream"] = json!(window);
         }
+        // Made inside a span: the sandbox's spans for this call nest under it.
+        if let Some(ctx) = agentix_actors::trace::current() {
+            event["trace"] = json!(ctx);
+        }
         if let Err(e) = self.client.emit(EVENT_CALL, event).await {
             guard.disarm();
             self.pending.remove(&id);

@@ -10,6 +10,7 @@
 //! - [`stream`]: [`StreamCall`] and [`CallStream`], a streaming call's items.
 //! - [`connection`]: the `/rpc` Socket.IO connection and its pending calls.
 //! - [`log_replay`]: `/log`, sandbox records replayed into the host's logging.
+//! - [`trace_replay`]: `/trace`, sandbox spans replayed to the host's processors.
 //! - [`logging`]: [`configure_logging`], a readable host default.
 //! - `nodelay`: turning off Nagle on the client's socket (why: see there).
 //!
@@ -26,6 +27,7 @@ mod nodelay;
 pub mod provider;
 pub mod sandbox;
 pub mod stream;
+pub mod trace_replay;
 
 pub use call::Call;
 pub use config::SandboxConfig;

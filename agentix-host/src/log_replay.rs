@@ -32,24 +32,45 @@ pub(crate) async fn listen(
     sandbox_id: Arc<str>,
     tap: Option<LogTap>,
 ) -> Result<Client, RemoteError> {
-    let on_records = move |payload: Payload, _: Client| {
-        if let Some(event) = crate::connection::first::<LogsEvent>(payload) {
-            for record in &event.records {
-                replay(&sandbox_id, record);
-                if let Some(tap) = &tap {
-                    tap(&sandbox_id, record);
+    join(
+        endpoint,
+        settings,
+        LOG_NAMESPACE,
+        EVENT_RECORDS,
+        move |payload| {
+            if let Some(event) = crate::connection::first::<LogsEvent>(payload) {
+                for record in &event.records {
+                    replay(&sandbox_id, record);
+                    if let Some(tap) = &tap {
+                        tap(&sandbox_id, record);
+                    }
                 }
             }
-        }
+        },
+    )
+    .await
+}
+
+/// Joins `namespace` on `endpoint`, handing each `event` payload to `on_event`
+/// (on the client's receive path).
+pub(crate) async fn join(
+    endpoint: &Endpoint,
+    settings: ConnectionSettings,
+    namespace: &str,
+    event: &str,
+    on_event: impl Fn(Payload) + Send + Sync + 'static,
+) -> Result<Client, RemoteError> {
+    let on_payload = move |payload: Payload, _: Client| {
+        on_event(payload);
         async {}.boxed()
     };
     let url = format!("http://{}/", endpoint.addr);
     let connect = ClientBuilder::new(url.clone())
-        .namespace(LOG_NAMESPACE)
+        .namespace(namespace)
         .auth(json!({ "token": endpoint.token }))
         .transport_type(TransportType::Websocket)
         .reconnect(false)
-        .on(EVENT_RECORDS, on_records)
+        .on(event, on_payload)
         .connect();
     match tokio::time::timeout(settings.connect_timeout, connect).await {
         Ok(Ok(client)) => {
@@ -60,12 +81,12 @@ pub(crate) async fn listen(
         }
         Ok(Err(e)) => Err(RemoteError::new(
             ErrorKind::ServerUnreachable,
-            format!("cannot join {LOG_NAMESPACE} at {url}: {e}"),
+            format!("cannot join {namespace} at {url}: {e}"),
         )),
         Err(_) => Err(RemoteError::new(
             ErrorKind::ServerUnreachable,
             format!(
-                "{LOG_NAMESPACE} at {url} did not answer within {:?}",
+                "{namespace} at {url} did not answer within {:?}",
                 settings.connect_timeout
             ),
         )),

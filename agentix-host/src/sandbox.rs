@@ -19,6 +19,7 @@ use crate::connection::{ConnectionSettings, Endpoint, RpcConnection};
 use crate::local::LocalResources;
 use crate::log_replay::{self, LogTap};
 use crate::stream::StreamCall;
+use crate::trace_replay;
 
 /// A running sandbox.
 pub struct Sandbox {
@@ -28,8 +29,8 @@ pub struct Sandbox {
     conn: Mutex<Option<Arc<RpcConnection>>>,
     connecting: tokio::sync::Mutex<()>,
     log_tap: Option<LogTap>,
-    /// The `/log` connection, opened with the first `/rpc` one.
-    log_client: Mutex<Option<rust_socketio::asynchronous::Client>>,
+    /// The `/log` and `/trace` connections, opened with the first `/rpc` one.
+    side_clients: Mutex<Vec<rust_socketio::asynchronous::Client>>,
     local: Option<LocalResources>,
     // Built on first use: creating an HTTP client loads TLS roots, which
     // would slow every sandbox start for a feature few calls use.
@@ -55,7 +56,7 @@ impl Sandbox {
             conn: Mutex::new(None),
             connecting: tokio::sync::Mutex::new(()),
             log_tap: config.log_tap.clone(),
-            log_client: Mutex::new(None),
+            side_clients: Mutex::new(Vec::new()),
             local,
             http: std::sync::OnceLock::new(),
         }
@@ -218,29 +219,38 @@ impl Sandbox {
             });
         }
         *self.conn.lock().unwrap_or_else(|p| p.into_inner()) = Some(conn.clone());
-        self.listen_to_logs().await;
+        self.join_side_channels().await;
         Ok(conn)
     }
 
-    /// Joins `/log` once; a failure costs the logs, not the calls.
-    async fn listen_to_logs(&self) {
-        if self
-            .log_client
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .is_some()
-        {
+    /// Joins `/log` and `/trace` once; a failure costs those, not the calls.
+    async fn join_side_channels(&self) {
+        if !self.side_clients().is_empty() {
             return;
         }
         let id: Arc<str> = Arc::from(self.id.as_str());
-        match log_replay::listen(&self.endpoint, self.settings, id, self.log_tap.clone()).await {
-            Ok(client) => {
-                *self.log_client.lock().unwrap_or_else(|p| p.into_inner()) = Some(client);
-            }
-            Err(e) => {
-                tracing::warn!(sandbox = %self.id, "sandbox logs will not reach this host: {e}")
+        let (logs, traces) = tokio::join!(
+            log_replay::listen(
+                &self.endpoint,
+                self.settings,
+                id.clone(),
+                self.log_tap.clone()
+            ),
+            trace_replay::listen(&self.endpoint, self.settings, id),
+        );
+        let mut clients = self.side_clients();
+        for (what, joined) in [("logs", logs), ("traces", traces)] {
+            match joined {
+                Ok(client) => clients.push(client),
+                Err(e) => {
+                    tracing::warn!(sandbox = %self.id, "sandbox {what} will not reach this host: {e}")
+                }
             }
         }
+    }
+
+    fn side_clients(&self) -> std::sync::MutexGuard<'_, Vec<rust_socketio::asynchronous::Client>> {
+        self.side_clients.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     fn live_connection(&self) -> Option<Arc<RpcConnection>> {
@@ -260,13 +270,9 @@ impl Sandbox {
         if let Some(conn) = conn {
             conn.close().await;
         }
-        let logs = self
-            .log_client
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take();
-        if let Some(logs) = logs {
-            let _ = logs.disconnect().await;
+        let side = std::mem::take(&mut *self.side_clients());
+        for client in side {
+            let _ = client.disconnect().await;
         }
         if let Some(local) = self.local.take() {
             local.shutdown().await;
@@ -287,15 +293,13 @@ impl Drop for Sandbox {
         if let Some(conn) = self.conn.lock().unwrap_or_else(|p| p.into_inner()).take() {
             conn.close_in_background("the sandbox was dropped");
         }
-        let logs = self
-            .log_client
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take();
-        if let (Some(logs), Ok(rt)) = (logs, tokio::runtime::Handle::try_current()) {
-            rt.spawn(async move {
-                let _ = logs.disconnect().await;
-            });
+        let side = std::mem::take(&mut *self.side_clients());
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            for client in side {
+                rt.spawn(async move {
+                    let _ = client.disconnect().await;
+                });
+            }
         }
         if let Some(local) = self.local.take() {
             local.shutdown_in_background();

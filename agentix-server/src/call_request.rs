@@ -4,6 +4,7 @@
 //! pure function that property tests can throw anything at.
 
 use agentix_actors::errors::{ErrorKind, RemoteError};
+use agentix_actors::trace::SpanContext;
 use agentix_actors::wire::{CallEvent, ErrorEvent, Window};
 use base64::Engine;
 use serde_json::Value;
@@ -22,6 +23,8 @@ pub struct CallRequest {
     pub args: Vec<u8>,
     /// Present for a streaming call.
     pub stream: Option<Window>,
+    /// The host's trace context.
+    pub trace: Option<SpanContext>,
 }
 
 impl CallRequest {
@@ -58,6 +61,7 @@ impl CallRequest {
             target: event.target,
             args,
             stream: event.stream,
+            trace: event.trace,
         })
     }
 }
@@ -125,9 +129,10 @@ mod tests {
                 target: target.clone(),
                 args: B64.encode(&args),
                 stream,
+                trace: None,
             })
             .unwrap();
-            let want = CallRequest { id, target, args, stream };
+            let want = CallRequest { id, target, args, stream, trace: None };
             prop_assert_eq!(CallRequest::parse(data), Ok(want));
         }
     }

@@ -12,6 +12,7 @@ use std::collections::{HashMap, VecDeque};
 
 use agentix_actors::codec::DEFAULT_MAX_FRAME;
 use agentix_actors::errors::{ErrorKind, RemoteError};
+use agentix_actors::trace::SpanContext;
 use agentix_actors::wire::{Frame, Window};
 use serde_bytes::ByteBuf;
 use socketioxide::socket::Sid;
@@ -95,6 +96,7 @@ fn frame_name(frame: &Frame) -> &'static str {
         Frame::Items { .. } => "items",
         Frame::End { .. } => "end",
         Frame::Logs { .. } => "logs",
+        Frame::Traces { .. } => "traces",
         Frame::Result { .. } => "result",
         Frame::Error { .. } => "error",
     }
@@ -129,6 +131,8 @@ pub struct NewCall {
     pub target: String,
     /// CBOR arguments.
     pub args: Vec<u8>,
+    /// The host's trace context, passed on to the worker.
+    pub trace: Option<SpanContext>,
     /// Where the outcome goes.
     pub reply: Reply,
 }
@@ -204,6 +208,7 @@ impl CallTable {
             target: call.target,
             args: ByteBuf::from(call.args),
             stream,
+            trace: call.trace,
         }
     }
 
@@ -293,6 +298,7 @@ mod tests {
             origin,
             target: "t".into(),
             args: vec![1],
+            trace: None,
             reply: Reply::Unary(reply),
         };
         (call, rx)
@@ -315,6 +321,7 @@ mod tests {
             origin,
             target: "t".into(),
             args: vec![],
+            trace: None,
             reply: Reply::Stream { events, window },
         });
         let Frame::Call { id, stream, .. } = frame else {

@@ -12,8 +12,8 @@
 //! - [`supervisor`]: the `WorkerSupervisor` actor: owns the worker, correlates calls.
 //! - [`call_request`]: a host's `call` event, checked and decoded.
 //! - [`rpc`]: the `/rpc` Socket.IO namespace.
-//! - [`log_relay`]: what the sandbox logs and prints, to its log file and to hosts.
-//! - [`log_channel`]: the `/log` Socket.IO namespace hosts listen on.
+//! - [`side_relay`]: what the sandbox logs, prints and traces, to its log file and to hosts.
+//! - [`side_namespaces`]: the `/log` and `/trace` namespaces hosts listen on.
 //! - [`http`]: `/health`, the token gate and the listener.
 //! - [`server`]: [`run`], which ties them together on the actix runtime.
 
@@ -22,10 +22,10 @@ pub mod call_request;
 pub mod calls;
 pub mod config;
 pub mod http;
-pub mod log_channel;
-pub mod log_relay;
 pub mod rpc;
 pub mod server;
+pub mod side_namespaces;
+pub mod side_relay;
 pub mod supervisor;
 pub mod worker_process;
 

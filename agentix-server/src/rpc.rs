@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use actix::Addr;
 use agentix_actors::errors::{ErrorKind, RemoteError};
+use agentix_actors::trace::SpanContext;
 use agentix_actors::wire::{
     AckEvent, CancelEvent, EndEvent, ErrorEvent, ItemsEvent, ResultEvent, EVENT_ACK, EVENT_CALL,
     EVENT_CANCEL, EVENT_END, EVENT_ERROR, EVENT_HEARTBEAT, EVENT_ITEMS, EVENT_RESULT,
@@ -129,6 +130,7 @@ async fn on_call(s: SocketRef, supervisor: Addr<WorkerSupervisor>, data: Value) 
         target,
         args,
         stream,
+        trace,
     } = match CallRequest::parse(data) {
         Ok(request) => request,
         Err(rejected) => {
@@ -142,7 +144,7 @@ async fn on_call(s: SocketRef, supervisor: Addr<WorkerSupervisor>, data: Value) 
         host_id: id,
     };
     match stream {
-        None => unary_call(&s, &supervisor, origin, target, args).await,
+        None => unary_call(&s, &supervisor, origin, target, args, trace).await,
         Some(window) => {
             let (events, rx) = mpsc::unbounded_channel();
             let reply = Reply::Stream { events, window };
@@ -150,6 +152,7 @@ async fn on_call(s: SocketRef, supervisor: Addr<WorkerSupervisor>, data: Value) 
                 origin,
                 target,
                 args,
+                trace,
                 reply,
             }));
             relay_stream(&s, id, rx).await;
@@ -163,12 +166,14 @@ async fn unary_call(
     origin: Origin,
     target: String,
     args: Vec<u8>,
+    trace: Option<SpanContext>,
 ) {
     let (reply, rx) = oneshot::channel();
     supervisor.do_send(StartCall(NewCall {
         origin,
         target,
         args,
+        trace,
         reply: Reply::Unary(reply),
     }));
     let id = origin.host_id;

@@ -19,9 +19,9 @@ use tokio::signal::unix::{signal, SignalKind};
 use crate::auth::Token;
 use crate::config::ServerConfig;
 use crate::http::HttpRoutes;
-use crate::log_channel;
-use crate::log_relay::LogRelay;
 use crate::rpc;
+use crate::side_namespaces;
+use crate::side_relay::SideRelay;
 use crate::supervisor::{BeginDrain, ReportHealth, StopWorker, WorkerSupervisor};
 
 /// Runs the server until SIGTERM/SIGINT; returns the process exit code.
@@ -73,7 +73,7 @@ async fn serve(config: ServerConfig) -> i32 {
         }
     };
     let token = Token::new(config.token.clone());
-    let (logs, log_inbox) = LogRelay::channel();
+    let (logs, log_inbox) = SideRelay::channel();
     let supervisor = WorkerSupervisor::new(config.clone(), logs.clone()).start();
     let (service, io) = SocketIo::builder()
         .max_payload(config.max_message_bytes as u64)
@@ -84,8 +84,8 @@ async fn serve(config: ServerConfig) -> i32 {
         .ping_timeout(config.ping_timeout)
         .build_with_inner_svc(HttpRoutes::new(supervisor.clone(), token.clone()));
     rpc::register(&io, supervisor.clone(), token.clone());
-    log_channel::register(&io, logs, token);
-    log_inbox.start(io.clone(), LogRelay::dir_from_env());
+    side_namespaces::register(&io, logs, token);
+    log_inbox.start(io.clone(), SideRelay::dir_from_env());
 
     let ready = serde_json::json!({
         "agentix": "ready",

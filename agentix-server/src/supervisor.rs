@@ -24,7 +24,7 @@ use tokio::sync::mpsc;
 
 use crate::calls::{CallTable, Cancelled, Delivery, NewCall, Origin};
 use crate::config::ServerConfig;
-use crate::log_relay::LogRelay;
+use crate::side_relay::SideRelay;
 use crate::worker_process::{self, OutputTail};
 
 // ---- messages ------------------------------------------------------------
@@ -128,7 +128,7 @@ struct Running {
 /// Owns the worker process and the table of calls.
 pub struct WorkerSupervisor {
     config: ServerConfig,
-    logs: LogRelay,
+    logs: SideRelay,
     calls: CallTable,
     phase: Phase,
     worker: Option<Running>,
@@ -142,7 +142,7 @@ pub struct WorkerSupervisor {
 impl WorkerSupervisor {
     /// A supervisor that will start `config.worker_command` once started,
     /// relaying what its workers log and print to `logs`.
-    pub fn new(config: ServerConfig, logs: LogRelay) -> Self {
+    pub fn new(config: ServerConfig, logs: SideRelay) -> Self {
         WorkerSupervisor {
             config,
             logs,
@@ -219,10 +219,11 @@ impl WorkerSupervisor {
             loop {
                 match side.next().await {
                     Ok(Some(Frame::Logs { records })) => logs.send(records).await,
+                    Ok(Some(Frame::Traces { events })) => logs.send_traces(events).await,
                     Ok(Some(_)) => {
                         tracing::warn!(
                             generation,
-                            "only log frames belong on the side pipe; dropped"
+                            "only log and trace frames belong on the side pipe; dropped"
                         )
                     }
                     Ok(None) => break,
@@ -566,7 +567,11 @@ impl Handler<FrameArrived> for WorkerSupervisor {
                     }
                 }
             }
-            Frame::Call { .. } | Frame::Cancel { .. } | Frame::Ack { .. } | Frame::Logs { .. } => {
+            Frame::Call { .. }
+            | Frame::Cancel { .. }
+            | Frame::Ack { .. }
+            | Frame::Logs { .. }
+            | Frame::Traces { .. } => {
                 tracing::warn!("the worker sent a frame only the server may send; dropped");
             }
         }

@@ -23,7 +23,7 @@ use tokio::net::unix::pipe;
 use tokio::task::JoinHandle;
 
 use crate::config::ENV_TOKEN;
-use crate::log_relay::LogRelay;
+use crate::side_relay::SideRelay;
 
 /// Lines of worker output kept for error reports.
 const TAIL_LINES: usize = 40;
@@ -50,7 +50,7 @@ pub struct WorkerProcess {
 pub fn spawn(
     command: &[OsString],
     worker_id: &str,
-    logs: &LogRelay,
+    logs: &SideRelay,
 ) -> std::io::Result<WorkerProcess> {
     let (program, args) = command.split_first().ok_or_else(|| {
         std::io::Error::new(std::io::ErrorKind::InvalidInput, "no worker command given")
@@ -127,7 +127,7 @@ fn drain(
     output: Output,
     worker_id: &str,
     tail: OutputTail,
-    logs: LogRelay,
+    logs: SideRelay,
 ) -> JoinHandle<()> {
     let worker_id = worker_id.to_owned();
     let (level, target) = match output {

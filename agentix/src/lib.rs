@@ -21,6 +21,7 @@ pub use agentix_actors::cbor::Blob;
 pub use agentix_actors::errors::{ErrorKind, RemoteError};
 pub use agentix_actors::log_record::LogRecord;
 pub use agentix_actors::remote::{Remote, RemoteStream};
+pub use agentix_actors::trace;
 pub use agentix_actors::wire::Window;
 pub use agentix_host::{
     configure_logging, Call, CallStream, LocalProvider, LogTap, Provider, ProviderError, Sandbox,

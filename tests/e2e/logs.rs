@@ -98,15 +98,38 @@ async fn a_partial_last_line_is_flushed_when_the_worker_ends() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// Collects the `burst.span` spans replayed from one sandbox.
+struct BurstSpans {
+    sandbox: String,
+    seen: Arc<Mutex<Vec<u64>>>,
+}
+
+impl agentix::trace::Processor for BurstSpans {
+    fn on_span_end(&mut self, span: &agentix::trace::SpanData) {
+        if span.origin.as_deref() == Some(self.sandbox.as_str()) && span.name == "burst.span" {
+            let seq = span.attributes["seq"].as_u64().unwrap();
+            self.seen.lock().unwrap().push(seq);
+        }
+    }
+}
+
 #[tokio::test]
 async fn a_burst_arrives_complete_and_in_order_per_stream() {
     let dir = scratch_dir("logs-burst");
     let (config, seen) = collecting(&dir);
     let sb = sandbox_with(config).await;
+    let spans: Arc<Mutex<Vec<u64>>> = Arc::default();
+    agentix::trace::add_processor(BurstSpans {
+        sandbox: sb.id().to_owned(),
+        seen: spans.clone(),
+    });
     const N: u64 = 100_000;
+    const SPANS: u64 = 20_000;
     assert_eq!(
-        sb.remote(agentix_e2e::chatter, (N, N)).await.unwrap(),
-        2 * N
+        sb.remote(agentix_e2e::chatter, (N, N, SPANS))
+            .await
+            .unwrap(),
+        2 * N + SPANS
     );
     let count = |target: &str| {
         seen.lock()
@@ -115,10 +138,21 @@ async fn a_burst_arrives_complete_and_in_order_per_stream() {
             .filter(|r| r.target == target)
             .count()
     };
-    wait_until("every record and line", Duration::from_secs(60), || {
-        count("agentix_e2e") as u64 >= N && count("agentix.sandbox.stdout") as u64 >= N
-    })
+    wait_until(
+        "every record, line and span",
+        Duration::from_secs(60),
+        || {
+            count("agentix_e2e") as u64 >= N
+                && count("agentix.sandbox.stdout") as u64 >= N
+                && spans.lock().unwrap().len() as u64 >= SPANS
+        },
+    )
     .await;
+    let spans = spans.lock().unwrap().clone();
+    assert!(
+        spans.iter().copied().eq(0..SPANS),
+        "spans lost, duplicated or out of order"
+    );
     let records = seen.lock().unwrap().clone();
     let logs: Vec<&LogRecord> = records
         .iter()
@@ -149,7 +183,7 @@ async fn the_log_file_keeps_the_output_of_a_killed_worker() {
     let (config, seen) = collecting(&dir);
     let sb = sandbox_with(config).await;
     assert_eq!(
-        sb.remote(agentix_e2e::chatter, (50, 50)).await.unwrap(),
+        sb.remote(agentix_e2e::chatter, (50, 50, 0)).await.unwrap(),
         100
     );
     let health = sb.health().await.unwrap();
@@ -182,7 +216,7 @@ async fn the_log_file_keeps_the_output_of_a_killed_worker() {
         h["worker"]["state"] == "ready" && h["worker"]["pid"] != pid
     })
     .await;
-    assert_eq!(sb.remote(agentix_e2e::chatter, (1, 1)).await.unwrap(), 2);
+    assert_eq!(sb.remote(agentix_e2e::chatter, (1, 1, 0)).await.unwrap(), 2);
     let health = sb.health().await.unwrap();
     let next_id = health["worker"]["id"].as_str().unwrap().to_owned();
     assert_ne!(next_id, worker_id);

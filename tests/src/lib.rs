@@ -242,22 +242,80 @@ pub async fn crash(how: String) -> u32 {
 
 // ---- logs -------------------------------------------------------------------
 
-/// Logs `logs` tracing records (`seq` = 0..) and prints `lines` stdout lines
-/// (`line <i>`), interleaved.
+/// Logs `logs` tracing records (`seq` = 0..), prints `lines` stdout lines
+/// (`line <i>`) and creates `spans` spans (`burst.span`, attribute `seq`),
+/// interleaved; returns how many items it produced.
 #[agentix::remote]
-pub async fn chatter(logs: u64, lines: u64) -> u64 {
+pub async fn chatter(logs: u64, lines: u64, spans: u64) -> u64 {
     use std::io::Write;
     let mut out = std::io::stdout().lock();
-    for i in 0..logs.max(lines) {
+    for i in 0..logs.max(lines).max(spans) {
         if i < logs {
             tracing::info!(seq = i, "log {i}");
         }
         if i < lines {
             let _ = writeln!(out, "line {i}");
         }
+        if i < spans {
+            drop(agentix::trace::span("burst.span").attr("seq", i));
+        }
     }
     let _ = out.flush();
-    logs + lines
+    logs + lines + spans
+}
+
+// ---- traces -----------------------------------------------------------------
+
+/// Creates a `sandbox.step` span (attribute `children`) with `children`
+/// `sandbox.child` spans inside, each with a `tick` event; returns the step
+/// span's id.
+#[agentix::remote]
+pub async fn traced_step(children: u32) -> String {
+    let step = agentix::trace::span("sandbox.step").attr("children", children);
+    step.scope(async {
+        for i in 0..children {
+            let child = agentix::trace::span("sandbox.child").attr("index", i);
+            tokio::task::yield_now().await;
+            child.add_event("tick");
+        }
+    })
+    .await;
+    step.id()
+}
+
+static SANDBOX_SPANS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+static SANDBOX_FOREIGN: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Counts the spans a processor inside the sandbox sees.
+struct SandboxCounter;
+
+impl agentix::trace::Processor for SandboxCounter {
+    fn on_span_end(&mut self, span: &agentix::trace::SpanData) {
+        use std::sync::atomic::Ordering;
+        SANDBOX_SPANS.fetch_add(1, Ordering::SeqCst);
+        if span.origin.is_some() || span.name.starts_with("host.") {
+            SANDBOX_FOREIGN.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+}
+
+/// Registers a counting processor inside the sandbox.
+#[agentix::remote]
+pub async fn install_sandbox_counter() -> bool {
+    agentix::trace::add_processor(SandboxCounter);
+    true
+}
+
+/// `(spans, spans not created in this sandbox)` its counting processor saw,
+/// after a flush.
+#[agentix::remote]
+pub async fn sandbox_counts() -> (u64, u64) {
+    use std::sync::atomic::Ordering;
+    agentix::trace::force_flush();
+    (
+        SANDBOX_SPANS.load(Ordering::SeqCst),
+        SANDBOX_FOREIGN.load(Ordering::SeqCst),
+    )
 }
 
 /// Writes through every path a sandbox can: `println!`, `eprintln!`, a

@@ -1,9 +1,11 @@
-//! [`LogRelay`]: everything the sandbox logged or printed, to disk and to hosts.
+//! [`SideRelay`]: everything the sandbox logged, printed or traced, to disk
+//! and to hosts.
 //!
-//! Records come from the worker's side pipe (its `tracing`/`log` records) and
-//! from its stdout/stderr, read line by line. The relay appends each one to
-//! `$AGENTIX_LOG_DIR/sandbox-<worker-id>.log`, then sends it to every host on
-//! `/log`, in order. It runs as one task fed by a bounded channel: sending to
+//! Log records come from the worker's side pipe (its `tracing`/`log`
+//! records) and from its stdout/stderr, read line by line; trace events come
+//! from the side pipe. The relay appends each record to
+//! `$AGENTIX_LOG_DIR/sandbox-<worker-id>.log`, then sends records to every
+//! host on `/log` and trace events to every host on `/trace`, in order. It runs as one task fed by a bounded channel: sending to
 //! a slow host waits, which fills the channel, which makes the readers wait,
 //! which fills the worker's pipes, which makes the worker's logging wait. So
 //! nothing is buffered without bound and nothing is lost while a host
@@ -20,7 +22,11 @@ use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::PathBuf;
 
 use agentix_actors::log_record::{LogRecord, TARGET_AGENTIX};
-use agentix_actors::wire::{LogsEvent, EVENT_RECORDS, LOG_NAMESPACE};
+use agentix_actors::trace::TraceEvent;
+use agentix_actors::wire::{
+    LogsEvent, TracesEvent, EVENT_RECORDS, EVENT_TRACE_EVENTS, LOG_NAMESPACE, TRACE_NAMESPACE,
+};
+use serde::Serialize;
 use socketioxide::SocketIo;
 use tokio::sync::mpsc;
 
@@ -40,21 +46,22 @@ pub const DEFAULT_LOG_DIR: &str = "/tmp/agentix";
 
 enum Relayed {
     Records(Vec<LogRecord>),
+    Traces(Vec<TraceEvent>),
     HostJoined,
 }
 
 /// A handle to the relay task; cheap to clone.
 #[derive(Clone)]
-pub struct LogRelay {
+pub struct SideRelay {
     tx: mpsc::Sender<Relayed>,
 }
 
-/// The relay's input, until [`LogRelayInbox::start`] gives it a task.
-pub struct LogRelayInbox {
+/// The relay's input, until [`SideRelayInbox::start`] gives it a task.
+pub struct SideRelayInbox {
     rx: mpsc::Receiver<Relayed>,
 }
 
-impl LogRelayInbox {
+impl SideRelayInbox {
     /// Starts delivering to `/log` on `io`, writing files under `dir` (none:
     /// no files).
     pub fn start(self, io: SocketIo, dir: Option<PathBuf>) {
@@ -62,12 +69,12 @@ impl LogRelayInbox {
     }
 }
 
-impl LogRelay {
+impl SideRelay {
     /// A relay handle and its inbox; records sent before the inbox starts
     /// wait in it (the socket layer needs the handle before it exists).
-    pub fn channel() -> (Self, LogRelayInbox) {
+    pub fn channel() -> (Self, SideRelayInbox) {
         let (tx, rx) = mpsc::channel(QUEUE);
-        (LogRelay { tx }, LogRelayInbox { rx })
+        (SideRelay { tx }, SideRelayInbox { rx })
     }
 
     /// The log directory from the environment: `AGENTIX_LOG_DIR`, empty to
@@ -87,7 +94,14 @@ impl LogRelay {
         }
     }
 
-    /// A host joined `/log`: it gets the backlog at once.
+    /// Relays trace `events`, waiting while the relay is behind.
+    pub async fn send_traces(&self, events: Vec<TraceEvent>) {
+        if !events.is_empty() {
+            let _ = self.tx.send(Relayed::Traces(events)).await;
+        }
+    }
+
+    /// A host joined `/log` or `/trace`: it gets the backlog at once.
     pub fn host_joined(&self) {
         let _ = self.tx.try_send(Relayed::HostJoined);
     }
@@ -95,52 +109,129 @@ impl LogRelay {
 
 async fn relay(io: SocketIo, dir: Option<PathBuf>, mut rx: mpsc::Receiver<Relayed>) {
     let mut files = LogFiles::new(dir);
-    let mut backlog: VecDeque<LogRecord> = VecDeque::new();
-    let mut dropped = 0u64;
+    let mut logs = Channel::new(LOG_NAMESPACE);
+    let mut traces = Channel::new(TRACE_NAMESPACE);
     while let Some(msg) = rx.recv().await {
-        let records = match msg {
+        match msg {
             Relayed::Records(records) => {
                 files.append(&records);
-                records
+                logs.deliver(&io, records, |records| LogsEvent { records }, EVENT_RECORDS)
+                    .await;
             }
-            Relayed::HostJoined => Vec::new(),
-        };
+            Relayed::Traces(events) => {
+                traces
+                    .deliver(
+                        &io,
+                        events,
+                        |events| TracesEvent { events },
+                        EVENT_TRACE_EVENTS,
+                    )
+                    .await;
+            }
+            Relayed::HostJoined => {
+                logs.deliver(
+                    &io,
+                    Vec::new(),
+                    |records| LogsEvent { records },
+                    EVENT_RECORDS,
+                )
+                .await;
+                traces
+                    .deliver(
+                        &io,
+                        Vec::new(),
+                        |events| TracesEvent { events },
+                        EVENT_TRACE_EVENTS,
+                    )
+                    .await;
+            }
+        }
+    }
+}
+
+/// One side-channel namespace: its backlog while no host listens.
+struct Channel<T> {
+    namespace: &'static str,
+    backlog: VecDeque<T>,
+    dropped: u64,
+}
+
+/// What can report its own loss to a host.
+trait Droppable: Clone {
+    /// A notice that `n` earlier items were dropped, if this kind has one.
+    fn dropped_notice(n: u64) -> Option<Self>;
+}
+
+impl Droppable for LogRecord {
+    fn dropped_notice(n: u64) -> Option<Self> {
+        Some(LogRecord::now(
+            "WARN",
+            TARGET_AGENTIX,
+            format!(
+                "{n} earlier log records or trace events were dropped: no host was \
+                 listening and the backlog holds {BACKLOG}"
+            ),
+        ))
+    }
+}
+
+impl Droppable for TraceEvent {
+    fn dropped_notice(_: u64) -> Option<Self> {
+        None
+    }
+}
+
+impl<T: Droppable> Channel<T> {
+    fn new(namespace: &'static str) -> Self {
+        Channel {
+            namespace,
+            backlog: VecDeque::new(),
+            dropped: 0,
+        }
+    }
+
+    /// Sends the backlog and `items` to every host in the namespace, or
+    /// keeps them while there is none.
+    async fn deliver<E: Serialize>(
+        &mut self,
+        io: &SocketIo,
+        items: Vec<T>,
+        wrap: impl Fn(Vec<T>) -> E,
+        event: &str,
+    ) {
         let hosts = io
-            .of(LOG_NAMESPACE)
+            .of(self.namespace)
             .map(|ns| ns.sockets())
             .unwrap_or_default();
         if hosts.is_empty() {
-            backlog.extend(records);
-            while backlog.len() > BACKLOG {
-                backlog.pop_front();
-                dropped += 1;
+            self.backlog.extend(items);
+            while self.backlog.len() > BACKLOG {
+                self.backlog.pop_front();
+                self.dropped += 1;
             }
-            continue;
+            return;
         }
-        let mut pending: Vec<LogRecord> = Vec::new();
-        if dropped > 0 {
-            pending.push(LogRecord::now(
-                "WARN",
-                TARGET_AGENTIX,
-                format!(
-                    "{dropped} earlier log records were dropped: no host was listening \
-                     and the backlog holds {BACKLOG}"
-                ),
-            ));
-            dropped = 0;
+        let mut pending: Vec<T> = Vec::new();
+        if self.dropped > 0 {
+            // Trace events have no notice of their own: the log says it.
+            tracing::warn!(
+                namespace = self.namespace,
+                dropped = self.dropped,
+                "side-channel items were dropped while no host listened"
+            );
+            pending.extend(T::dropped_notice(self.dropped));
+            self.dropped = 0;
         }
-        pending.extend(backlog.drain(..));
-        pending.extend(records);
+        pending.extend(self.backlog.drain(..));
+        pending.extend(items);
         for chunk in pending.chunks(MAX_EVENT_RECORDS) {
-            let event = LogsEvent {
-                records: chunk.to_vec(),
-            };
+            let payload = wrap(chunk.to_vec());
             for host in &hosts {
-                emit(host, EVENT_RECORDS, &event).await;
+                emit(host, event, &payload).await;
             }
         }
-        if backlog.capacity() > 4 * MAX_EVENT_RECORDS {
-            backlog = VecDeque::new();
+        if self.backlog.capacity() > 4 * MAX_EVENT_RECORDS {
+            self.backlog = VecDeque::new();
         }
     }
 }

@@ -1,0 +1,90 @@
+//! The trace API in one process: nesting, attributes, events, status, and
+//! processors that run behind their mailboxes.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use agentix_actors::trace::{self, Processor, SpanData, SpanStatus, TraceData};
+
+#[derive(Clone, Default)]
+struct Slow {
+    starts: Arc<Mutex<Vec<SpanData>>>,
+    ends: Arc<Mutex<Vec<SpanData>>>,
+    traces: Arc<Mutex<Vec<TraceData>>>,
+}
+
+impl Processor for Slow {
+    fn on_trace_end(&mut self, t: &TraceData) {
+        self.traces.lock().unwrap().push(t.clone());
+    }
+    fn on_span_start(&mut self, s: &SpanData) {
+        self.starts.lock().unwrap().push(s.clone());
+    }
+    fn on_span_end(&mut self, s: &SpanData) {
+        // A slow exporter: the traced code must not wait for it.
+        std::thread::sleep(Duration::from_millis(1));
+        self.ends.lock().unwrap().push(s.clone());
+    }
+}
+
+#[test]
+fn spans_nest_carry_their_data_and_flush_delivers_everything() {
+    let seen = Slow::default();
+    trace::add_processor(seen.clone());
+
+    let eval = trace::trace("eval");
+    let trace_id = eval.id().to_owned();
+    let step_id;
+    {
+        let _in_eval = eval.enter();
+        let step = trace::span("agent.step").attr("model", "claude");
+        step_id = step.id();
+        let _in_step = step.enter();
+        for i in 0..200u32 {
+            let tool = trace::span("tool").attr("i", i);
+            if i == 7 {
+                tool.set_error("tool failed");
+            }
+        }
+        step.add_event("first_token");
+        step.set_status(SpanStatus::Ok);
+    }
+    drop(eval);
+    assert_eq!(trace::current(), None, "guards restore the outer context");
+
+    trace::force_flush();
+    let ends = seen.ends.lock().unwrap().clone();
+    let mine: Vec<&SpanData> = ends.iter().filter(|s| s.trace_id == trace_id).collect();
+    assert_eq!(mine.len(), 201, "force_flush waits for every queued event");
+    let tools: Vec<&&SpanData> = mine.iter().filter(|s| s.name == "tool").collect();
+    for (i, t) in tools.iter().enumerate() {
+        assert_eq!(t.parent_id.as_deref(), Some(step_id.as_str()));
+        assert_eq!(t.attributes["i"], i as u64, "in order");
+    }
+    assert_eq!(tools[7].status, SpanStatus::Error("tool failed".into()));
+    let step = mine.iter().find(|s| s.name == "agent.step").unwrap();
+    assert_eq!(step.parent_id, None, "top level of the trace");
+    assert_eq!(step.status, SpanStatus::Ok);
+    assert_eq!(step.events[0].name, "first_token");
+    let starts = seen.starts.lock().unwrap().clone();
+    let step_start = starts.iter().find(|s| s.span_id == step_id).unwrap();
+    assert_eq!(
+        step_start.attributes["model"], "claude",
+        "attributes set before first use are in the start event"
+    );
+    assert!(seen
+        .traces
+        .lock()
+        .unwrap()
+        .iter()
+        .any(|t| t.trace_id == trace_id && t.end_us.is_some()));
+}
+
+#[test]
+fn a_span_outside_any_trace_starts_its_own() {
+    let a = trace::span("lonely");
+    let b = trace::span("other");
+    assert_ne!(a.trace_id(), b.trace_id());
+    assert_eq!(a.trace_id().len(), 32);
+    assert_eq!(a.id().len(), 16);
+}

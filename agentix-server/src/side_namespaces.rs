@@ -1,0 +1,32 @@
+//! The `/log` and `/trace` Socket.IO namespaces: hosts join them to receive
+//! `records` and `events`.
+//!
+//! Joining needs the sandbox token, like `/rpc`. They take no events from
+//! hosts; a host that joins gets what was kept while no host listened, then
+//! everything new (see [`crate::side_relay`]).
+
+use agentix_actors::wire::{LOG_NAMESPACE, TRACE_NAMESPACE};
+use socketioxide::extract::{Event, SocketRef};
+use socketioxide::handler::ConnectHandler;
+use socketioxide::SocketIo;
+
+use crate::auth::Token;
+use crate::rpc::auth_middleware;
+use crate::side_relay::SideRelay;
+
+/// Registers `/log` and `/trace` on `io`; hosts that join get what `relay`
+/// relays.
+pub fn register(io: &SocketIo, relay: SideRelay, token: Token) {
+    for namespace in [LOG_NAMESPACE, TRACE_NAMESPACE] {
+        let relay = relay.clone();
+        let on_connect = move |s: SocketRef| {
+            s.on_fallback(move |s: SocketRef, Event(event): Event| {
+                tracing::warn!(socket = %s.id, event, namespace, "takes no events from hosts; dropped");
+                std::future::ready(())
+            });
+            relay.host_joined();
+            std::future::ready(())
+        };
+        io.ns(namespace, on_connect.with(auth_middleware(token.clone())));
+    }
+}

@@ -1,0 +1,161 @@
+//! `/trace`: sandbox spans reach host processors, nested under the host span
+//! that made the call; sandbox processors see sandbox spans only.
+
+mod support;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use agentix::trace::{self, Processor, SpanData, TraceData, TraceEvent};
+use support::{sandbox, wait_until};
+
+/// Keeps every event it receives.
+#[derive(Clone, Default)]
+struct Capture(Arc<Mutex<Vec<TraceEvent>>>);
+
+impl Processor for Capture {
+    fn on_trace_start(&mut self, t: &TraceData) {
+        self.0
+            .lock()
+            .unwrap()
+            .push(TraceEvent::TraceStart(t.clone()));
+    }
+    fn on_trace_end(&mut self, t: &TraceData) {
+        self.0.lock().unwrap().push(TraceEvent::TraceEnd(t.clone()));
+    }
+    fn on_span_start(&mut self, s: &SpanData) {
+        self.0
+            .lock()
+            .unwrap()
+            .push(TraceEvent::SpanStart(s.clone()));
+    }
+    fn on_span_end(&mut self, s: &SpanData) {
+        self.0.lock().unwrap().push(TraceEvent::SpanEnd(s.clone()));
+    }
+}
+
+impl Capture {
+    fn ended_spans(&self, trace_id: &str) -> Vec<SpanData> {
+        self.0
+            .lock()
+            .unwrap()
+            .iter()
+            .filter_map(|e| match e {
+                TraceEvent::SpanEnd(s) if s.trace_id == trace_id => Some(s.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+}
+
+#[tokio::test]
+async fn sandbox_spans_nest_under_the_host_span_that_made_the_call() {
+    let sb = sandbox().await;
+    let capture = Capture::default();
+    trace::add_processor(capture.clone());
+
+    let eval = trace::trace("eval");
+    let trace_id = eval.id().to_owned();
+    let host_step = {
+        let _in_eval = eval.enter();
+        trace::span("host.step").attr("model", "claude")
+    };
+    assert_eq!(host_step.trace_id(), trace_id);
+    let host_step_id = host_step.id();
+    let sandbox_step_id = host_step
+        .scope(async { sb.remote(agentix_e2e::traced_step, (3,)).await })
+        .await
+        .unwrap();
+    host_step.add_event("first_token");
+    drop(host_step);
+    drop(eval);
+
+    wait_until(
+        "the sandbox spans at the host",
+        Duration::from_secs(10),
+        || capture.ended_spans(&trace_id).len() >= 5,
+    )
+    .await;
+    trace::force_flush();
+    let spans = capture.ended_spans(&trace_id);
+    let host = spans.iter().find(|s| s.name == "host.step").unwrap();
+    assert_eq!(host.span_id, host_step_id);
+    assert_eq!(host.parent_id, None);
+    assert_eq!(host.origin, None, "a host span is local");
+    assert_eq!(host.attributes["model"], "claude");
+    assert_eq!(host.events[0].name, "first_token");
+
+    let step = spans.iter().find(|s| s.name == "sandbox.step").unwrap();
+    assert_eq!(step.span_id, sandbox_step_id);
+    assert_eq!(step.parent_id.as_deref(), Some(host_step_id.as_str()));
+    assert_eq!(step.origin.as_deref(), Some(sb.id()));
+    assert_eq!(step.attributes["children"], 3);
+    assert!(step.start_us >= host.start_us && step.end_us <= host.end_us);
+
+    let children: Vec<&SpanData> = spans.iter().filter(|s| s.name == "sandbox.child").collect();
+    assert_eq!(children.len(), 3);
+    for (i, child) in children.iter().enumerate() {
+        assert_eq!(child.parent_id.as_deref(), Some(sandbox_step_id.as_str()));
+        assert_eq!(child.attributes["index"], i as u64);
+        assert_eq!(child.events.len(), 1);
+        assert_eq!(child.events[0].name, "tick");
+        assert!(child.end_us.unwrap() >= child.start_us);
+    }
+    let events = capture.0.lock().unwrap().clone();
+    assert!(events.iter().any(
+        |e| matches!(e, TraceEvent::TraceEnd(t) if t.trace_id == trace_id && t.end_us.is_some())
+    ));
+    // Every sandbox span was announced before it ended.
+    for s in spans.iter().filter(|s| s.origin.is_some()) {
+        assert!(events
+            .iter()
+            .any(|e| matches!(e, TraceEvent::SpanStart(x) if x.span_id == s.span_id)));
+    }
+}
+
+#[tokio::test]
+async fn a_sandbox_processor_sees_only_sandbox_spans() {
+    let sb = sandbox().await;
+    assert!(sb
+        .remote(agentix_e2e::install_sandbox_counter, ())
+        .await
+        .unwrap());
+    let host_span = trace::span("host.outer");
+    host_span
+        .scope(async { sb.remote(agentix_e2e::traced_step, (2,)).await })
+        .await
+        .unwrap();
+    drop(host_span);
+    let (spans, foreign) = sb.remote(agentix_e2e::sandbox_counts, ()).await.unwrap();
+    assert_eq!(spans, 3, "one step and two children");
+    assert_eq!(foreign, 0, "host spans never reach sandbox processors");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_context_follows_a_task_across_threads() {
+    // A multi-thread runtime moves tasks between threads at .await points.
+    let capture = Capture::default();
+    trace::add_processor(capture.clone());
+    let outer = trace::span("host.migrating");
+    let outer_id = outer.id();
+    let trace_id = outer.trace_id();
+    let done = outer.scope(async move {
+        let mut ids = Vec::new();
+        for _ in 0..20 {
+            tokio::task::yield_now().await;
+            let child = trace::span("host.hop");
+            ids.push(child.id());
+        }
+        ids
+    });
+    let ids = tokio::spawn(done).await.unwrap();
+    drop(outer);
+    trace::force_flush();
+    let spans = capture.ended_spans(&trace_id);
+    for id in ids {
+        let hop = spans.iter().find(|s| s.span_id == id).unwrap();
+        assert_eq!(hop.parent_id.as_deref(), Some(outer_id.as_str()));
+    }
+    // And it does not leak out of the scope.
+    assert_eq!(trace::current(), None);
+}
