@@ -26,9 +26,11 @@ use crate::trace::{Processor, SpanData, TraceData, TraceEvent};
 use crate::wire::Frame;
 
 /// Records waiting for the forwarding thread before logging code waits.
-const QUEUE: usize = 8192;
+const QUEUE: usize = 1024;
 /// Most items in one write to the side pipe.
-const MAX_BATCH: usize = 2048;
+const MAX_BATCH: usize = 512;
+/// About the most bytes of messages in one write to the side pipe.
+const MAX_BATCH_BYTES: usize = 256 << 10;
 
 /// What travels on the side pipe.
 enum SideItem {
@@ -155,6 +157,15 @@ impl FieldText {
     }
 }
 
+/// A cheap estimate of the encoded size of what is batched.
+fn approx_bytes(records: &[LogRecord], events: &[TraceEvent]) -> usize {
+    let logs: usize = records
+        .iter()
+        .map(|r| 64 + r.message.len() + r.target.len() + r.fields.len() * 32)
+        .sum();
+    logs + events.len() * 256
+}
+
 /// Batches items into frames on `pipe`, in order, until every sender is gone
 /// or the pipe breaks.
 fn forward(rx: Receiver<SideItem>, mut pipe: std::fs::File) {
@@ -185,7 +196,7 @@ fn forward(rx: Receiver<SideItem>, mut pipe: std::fs::File) {
                 }
             }
             taken += 1;
-            if taken < MAX_BATCH {
+            if taken < MAX_BATCH && buf.len() + approx_bytes(&records, &events) < MAX_BATCH_BYTES {
                 next = rx.try_recv().ok();
             }
         }

@@ -41,6 +41,9 @@ pub const LOG_NAMESPACE: &str = "/log";
 /// Server -> host on `/log`: a batch of records ([`LogsEvent`]).
 pub const EVENT_RECORDS: &str = "records";
 
+/// Host -> server on `/log` and `/trace`: one batch was handled (flow control:
+/// the server sends a host only a few unacknowledged batches).
+pub const EVENT_SIDE_ACK: &str = "ack";
 /// Socket.IO namespace on which the server sends the sandbox's trace events.
 pub const TRACE_NAMESPACE: &str = "/trace";
 /// Server -> host on `/trace`: a batch of trace events ([`TracesEvent`]).

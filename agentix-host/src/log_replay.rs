@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use agentix_actors::errors::{ErrorKind, RemoteError};
 use agentix_actors::log_record::LogRecord;
-use agentix_actors::wire::{LogsEvent, EVENT_RECORDS, LOG_NAMESPACE};
+use agentix_actors::wire::{LogsEvent, EVENT_RECORDS, EVENT_SIDE_ACK, LOG_NAMESPACE};
 use futures_util::FutureExt;
 use rust_socketio::asynchronous::{Client, ClientBuilder};
 use rust_socketio::{Payload, TransportType};
@@ -60,9 +60,15 @@ pub(crate) async fn join(
     event: &str,
     on_event: impl Fn(Payload) + Send + Sync + 'static,
 ) -> Result<Client, RemoteError> {
-    let on_payload = move |payload: Payload, _: Client| {
+    let on_payload = move |payload: Payload, client: Client| {
         on_event(payload);
-        async {}.boxed()
+        // Handled: the server may send one more batch.
+        async move {
+            if let Err(e) = client.emit(EVENT_SIDE_ACK, json!({})).await {
+                tracing::debug!("side-channel ack not sent: {e}");
+            }
+        }
+        .boxed()
     };
     let url = format!("http://{}/", endpoint.addr);
     let connect = ClientBuilder::new(url.clone())

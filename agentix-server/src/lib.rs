@@ -13,6 +13,7 @@
 //! - [`call_request`]: a host's `call` event, checked and decoded.
 //! - [`rpc`]: the `/rpc` Socket.IO namespace.
 //! - [`side_relay`]: what the sandbox logs, prints and traces, to its log file and to hosts.
+//! - [`side_credits`]: how far behind each host may be on the side channels.
 //! - [`side_namespaces`]: the `/log` and `/trace` namespaces hosts listen on.
 //! - [`http`]: `/health`, the token gate and the listener.
 //! - [`server`]: [`run`], which ties them together on the actix runtime.
@@ -24,6 +25,7 @@ pub mod config;
 pub mod http;
 pub mod rpc;
 pub mod server;
+pub mod side_credits;
 pub mod side_namespaces;
 pub mod side_relay;
 pub mod supervisor;

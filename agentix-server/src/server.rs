@@ -20,6 +20,7 @@ use crate::auth::Token;
 use crate::config::ServerConfig;
 use crate::http::HttpRoutes;
 use crate::rpc;
+use crate::side_credits::SideCredits;
 use crate::side_namespaces;
 use crate::side_relay::SideRelay;
 use crate::supervisor::{BeginDrain, ReportHealth, StopWorker, WorkerSupervisor};
@@ -84,8 +85,9 @@ async fn serve(config: ServerConfig) -> i32 {
         .ping_timeout(config.ping_timeout)
         .build_with_inner_svc(HttpRoutes::new(supervisor.clone(), token.clone()));
     rpc::register(&io, supervisor.clone(), token.clone());
-    side_namespaces::register(&io, logs, token);
-    log_inbox.start(io.clone(), SideRelay::dir_from_env());
+    let credits = SideCredits::default();
+    side_namespaces::register(&io, logs, credits.clone(), token);
+    log_inbox.start(io.clone(), SideRelay::dir_from_env(), credits);
 
     let ready = serde_json::json!({
         "agentix": "ready",

@@ -1,25 +1,38 @@
 //! The `/log` and `/trace` Socket.IO namespaces: hosts join them to receive
 //! `records` and `events`.
 //!
-//! Joining needs the sandbox token, like `/rpc`. They take no events from
-//! hosts; a host that joins gets what was kept while no host listened, then
-//! everything new (see [`crate::side_relay`]).
+//! Joining needs the sandbox token, like `/rpc`. The only event they take
+//! from hosts is `ack`, one per batch handled; a host that joins gets what
+//! was kept while no host listened, then everything new (see
+//! [`crate::side_relay`]).
 
-use agentix_actors::wire::{LOG_NAMESPACE, TRACE_NAMESPACE};
+use agentix_actors::wire::{EVENT_SIDE_ACK, LOG_NAMESPACE, TRACE_NAMESPACE};
 use socketioxide::extract::{Event, SocketRef};
 use socketioxide::handler::ConnectHandler;
 use socketioxide::SocketIo;
 
 use crate::auth::Token;
 use crate::rpc::auth_middleware;
+use crate::side_credits::SideCredits;
 use crate::side_relay::SideRelay;
 
 /// Registers `/log` and `/trace` on `io`; hosts that join get what `relay`
-/// relays.
-pub fn register(io: &SocketIo, relay: SideRelay, token: Token) {
+/// relays, and acknowledge each batch (`ack`) to `credits`.
+pub fn register(io: &SocketIo, relay: SideRelay, credits: SideCredits, token: Token) {
     for namespace in [LOG_NAMESPACE, TRACE_NAMESPACE] {
         let relay = relay.clone();
+        let credits = credits.clone();
         let on_connect = move |s: SocketRef| {
+            let acks = credits.clone();
+            s.on(EVENT_SIDE_ACK, move |s: SocketRef| {
+                acks.ack(s.id);
+                std::future::ready(())
+            });
+            let gone = credits.clone();
+            s.on_disconnect(move |s: SocketRef| {
+                gone.forget(s.id);
+                std::future::ready(())
+            });
             s.on_fallback(move |s: SocketRef, Event(event): Event| {
                 tracing::warn!(socket = %s.id, event, namespace, "takes no events from hosts; dropped");
                 std::future::ready(())

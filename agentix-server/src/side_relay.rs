@@ -5,8 +5,11 @@
 //! records) and from its stdout/stderr, read line by line; trace events come
 //! from the side pipe. The relay appends each record to
 //! `$AGENTIX_LOG_DIR/sandbox-<worker-id>.log`, then sends records to every
-//! host on `/log` and trace events to every host on `/trace`, in order. It runs as one task fed by a bounded channel: sending to
-//! a slow host waits, which fills the channel, which makes the readers wait,
+//! host on `/log` and trace events to every host on `/trace`, in order. It
+//! runs as one task fed by a bounded channel. A host acknowledges each batch
+//! and may be at most a few batches behind (see [`crate::side_credits`]), so
+//! sending to a slow host waits, which fills the channel, which makes the
+//! readers wait,
 //! which fills the worker's pipes, which makes the worker's logging wait. So
 //! nothing is buffered without bound and nothing is lost while a host
 //! listens. While no host listens, the newest records are kept (up to
@@ -31,13 +34,14 @@ use socketioxide::SocketIo;
 use tokio::sync::mpsc;
 
 use crate::rpc::emit;
+use crate::side_credits::SideCredits;
 
 /// Records kept while no host listens.
 pub const BACKLOG: usize = 100_000;
 /// Batches waiting for the relay before readers wait.
-const QUEUE: usize = 8;
-/// Most records in one `/log` event.
-const MAX_EVENT_RECORDS: usize = 2048;
+const QUEUE: usize = 4;
+/// Most records or trace events in one batch.
+const MAX_EVENT_RECORDS: usize = 256;
 
 /// Environment variable naming the directory for sandbox log files.
 pub const ENV_LOG_DIR: &str = "AGENTIX_LOG_DIR";
@@ -64,8 +68,8 @@ pub struct SideRelayInbox {
 impl SideRelayInbox {
     /// Starts delivering to `/log` on `io`, writing files under `dir` (none:
     /// no files).
-    pub fn start(self, io: SocketIo, dir: Option<PathBuf>) {
-        tokio::spawn(relay(io, dir, self.rx));
+    pub fn start(self, io: SocketIo, dir: Option<PathBuf>, credits: SideCredits) {
+        tokio::spawn(relay(io, dir, credits, self.rx));
     }
 }
 
@@ -107,7 +111,12 @@ impl SideRelay {
     }
 }
 
-async fn relay(io: SocketIo, dir: Option<PathBuf>, mut rx: mpsc::Receiver<Relayed>) {
+async fn relay(
+    io: SocketIo,
+    dir: Option<PathBuf>,
+    credits: SideCredits,
+    mut rx: mpsc::Receiver<Relayed>,
+) {
     let mut files = LogFiles::new(dir);
     let mut logs = Channel::new(LOG_NAMESPACE);
     let mut traces = Channel::new(TRACE_NAMESPACE);
@@ -115,13 +124,20 @@ async fn relay(io: SocketIo, dir: Option<PathBuf>, mut rx: mpsc::Receiver<Relaye
         match msg {
             Relayed::Records(records) => {
                 files.append(&records);
-                logs.deliver(&io, records, |records| LogsEvent { records }, EVENT_RECORDS)
-                    .await;
+                logs.deliver(
+                    &io,
+                    &credits,
+                    records,
+                    |records| LogsEvent { records },
+                    EVENT_RECORDS,
+                )
+                .await;
             }
             Relayed::Traces(events) => {
                 traces
                     .deliver(
                         &io,
+                        &credits,
                         events,
                         |events| TracesEvent { events },
                         EVENT_TRACE_EVENTS,
@@ -131,6 +147,7 @@ async fn relay(io: SocketIo, dir: Option<PathBuf>, mut rx: mpsc::Receiver<Relaye
             Relayed::HostJoined => {
                 logs.deliver(
                     &io,
+                    &credits,
                     Vec::new(),
                     |records| LogsEvent { records },
                     EVENT_RECORDS,
@@ -139,6 +156,7 @@ async fn relay(io: SocketIo, dir: Option<PathBuf>, mut rx: mpsc::Receiver<Relaye
                 traces
                     .deliver(
                         &io,
+                        &credits,
                         Vec::new(),
                         |events| TracesEvent { events },
                         EVENT_TRACE_EVENTS,
@@ -195,6 +213,7 @@ impl<T: Droppable> Channel<T> {
     async fn deliver<E: Serialize>(
         &mut self,
         io: &SocketIo,
+        credits: &SideCredits,
         items: Vec<T>,
         wrap: impl Fn(Vec<T>) -> E,
         event: &str,
@@ -227,7 +246,9 @@ impl<T: Droppable> Channel<T> {
         for chunk in pending.chunks(MAX_EVENT_RECORDS) {
             let payload = wrap(chunk.to_vec());
             for host in &hosts {
-                emit(host, event, &payload).await;
+                if credits.take(host).await {
+                    emit(host, event, &payload).await;
+                }
             }
         }
         if self.backlog.capacity() > 4 * MAX_EVENT_RECORDS {

@@ -118,7 +118,7 @@ enum Output {
 }
 
 /// Most lines relayed as one batch.
-const MAX_LINES: usize = 1024;
+const MAX_LINES: usize = 256;
 
 /// Reads `stream` to its end, relaying each line (a last line without a
 /// newline too; invalid UTF-8 replaced) as a record.

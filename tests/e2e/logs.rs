@@ -227,3 +227,62 @@ async fn the_log_file_keeps_the_output_of_a_killed_worker() {
     .await;
     let _ = std::fs::remove_dir_all(dir);
 }
+
+fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_host_slows_the_sandbox_instead_of_filling_memory() {
+    let dir = scratch_dir("logs-slow");
+    let seen: Arc<Mutex<Vec<String>>> = Arc::default();
+    let tap = seen.clone();
+    let config = SandboxConfig::new(bundle_path())
+        .env("AGENTIX_LOG_DIR", "")
+        .on_log(move |_, r| {
+            if r.message.starts_with("wide ") {
+                // A host that takes its time with every record.
+                std::thread::sleep(Duration::from_micros(40));
+                tap.lock().unwrap().push(r.message.clone());
+            }
+        });
+    let sb = sandbox_with(config).await;
+    let worker = sb.remote(agentix_e2e::worker_pid, ()).await.unwrap();
+    let server = sb.server_pid().unwrap();
+    let (worker_before, server_before) = (rss_kib(worker), rss_kib(server));
+    const N: u64 = 30_000;
+    // 60 MB in all: unbounded queues would grow by that much.
+    const WIDTH: usize = 2_000;
+    let call = sb.remote(agentix_e2e::chatter_wide, (N, WIDTH));
+    let peaks = async {
+        let (mut w, mut s) = (0, 0);
+        while (seen.lock().unwrap().len() as u64) < N {
+            w = w.max(rss_kib(worker));
+            s = s.max(rss_kib(server));
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        (w, s)
+    };
+    let (done, (worker_peak, server_peak)) = tokio::join!(call, peaks);
+    assert_eq!(done.unwrap(), N);
+    let got = seen.lock().unwrap().clone();
+    for (i, m) in got.iter().enumerate() {
+        assert!(
+            m.starts_with(&format!("wide {i} ")),
+            "record {i} out of order"
+        );
+    }
+    let worker_growth = worker_peak.saturating_sub(worker_before);
+    let server_growth = server_peak.saturating_sub(server_before);
+    eprintln!("worker grew {worker_growth} KiB, server grew {server_growth} KiB");
+    assert!(worker_growth < 12 << 10, "worker grew {worker_growth} KiB");
+    assert!(server_growth < 16 << 10, "server grew {server_growth} KiB");
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -349,3 +349,13 @@ pub async fn partial_line_then_exit() -> u32 {
     unsafe { libc::write(1, text.as_ptr().cast(), text.len()) };
     std::process::exit(0)
 }
+
+/// Logs `n` records whose message is `width` bytes long (`wide <i> xxx..`).
+#[agentix::remote]
+pub async fn chatter_wide(n: u64, width: usize) -> u64 {
+    let pad = "x".repeat(width);
+    for i in 0..n {
+        tracing::info!("wide {i} {pad}");
+    }
+    n
+}
