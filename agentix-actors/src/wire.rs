@@ -59,9 +59,11 @@ pub const WORKER_SIDE_OUT_FD: i32 = 5;
 /// Environment variable carrying the worker id the server assigned.
 pub const ENV_WORKER_ID: &str = "AGENTIX_WORKER_ID";
 
-/// One frame on the server <-> worker pipes; the tag is the `t` field.
+/// One frame on the server <-> worker pipes, tagged by its variant name.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "t")]
+// Externally tagged (`{"call": {..}}`): an internally tagged enum makes
+// serde buffer each frame as a generic tree before decoding it, which
+// dominated the cost of large `logs` frames.
 pub enum Frame {
     /// Worker -> server, once at boot: the worker is ready to take calls.
     #[serde(rename = "ready")]
@@ -245,16 +247,64 @@ pub struct ErrorEvent {
     pub error: RemoteError,
 }
 
-/// Payload of the server's `records` event on `/log`.
+/// Payload of the server's `records` event on `/log`: base64 of a CBOR
+/// array of [`LogRecord`]s, in the order the sandbox produced them. (One
+/// string rather than a JSON tree: the host's client copies every payload
+/// it hands out, and a tree of thousands of records is slow to copy.)
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct LogsEvent {
-    /// The records, in the order the sandbox produced them.
-    pub records: Vec<LogRecord>,
+    /// Base64 of the CBOR-encoded records.
+    pub cbor: String,
 }
 
-/// Payload of the server's `events` event on `/trace`.
+impl LogsEvent {
+    /// Encodes `records`.
+    pub fn encode(records: &[LogRecord]) -> Self {
+        LogsEvent {
+            cbor: encode_b64_cbor(records),
+        }
+    }
+
+    /// Decodes the records.
+    pub fn decode(&self) -> Result<Vec<LogRecord>, String> {
+        decode_b64_cbor(&self.cbor)
+    }
+}
+
+fn encode_b64_cbor<T: Serialize + ?Sized>(value: &T) -> String {
+    use base64::Engine;
+    let mut bytes = Vec::new();
+    // Writing into a Vec cannot fail, and these types always serialise.
+    ciborium::into_writer(value, &mut bytes).expect("side-channel items encode");
+    base64::engine::general_purpose::STANDARD.encode(bytes)
+}
+
+fn decode_b64_cbor<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, String> {
+    use base64::Engine;
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(text.as_bytes())
+        .map_err(|e| format!("not base64: {e}"))?;
+    ciborium::from_reader(bytes.as_slice()).map_err(|e| format!("not the expected CBOR: {e}"))
+}
+
+/// Payload of the server's `events` event on `/trace`: base64 of a CBOR
+/// array of [`TraceEvent`]s, in the order the sandbox produced them.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct TracesEvent {
-    /// The events, in the order the sandbox produced them.
-    pub events: Vec<TraceEvent>,
+    /// Base64 of the CBOR-encoded events.
+    pub cbor: String,
+}
+
+impl TracesEvent {
+    /// Encodes `events`.
+    pub fn encode(events: &[TraceEvent]) -> Self {
+        TracesEvent {
+            cbor: encode_b64_cbor(events),
+        }
+    }
+
+    /// Decodes the events.
+    pub fn decode(&self) -> Result<Vec<TraceEvent>, String> {
+        decode_b64_cbor(&self.cbor)
+    }
 }

@@ -38,12 +38,20 @@ pub(crate) async fn listen(
         LOG_NAMESPACE,
         EVENT_RECORDS,
         move |payload| {
-            if let Some(event) = crate::connection::first::<LogsEvent>(payload) {
-                for record in &event.records {
-                    replay(&sandbox_id, record);
-                    if let Some(tap) = &tap {
-                        tap(&sandbox_id, record);
-                    }
+            let Some(batch) = crate::connection::first::<LogsEvent>(payload) else {
+                return;
+            };
+            let records = match batch.decode() {
+                Ok(records) => records,
+                Err(e) => {
+                    tracing::warn!("a /log batch from the sandbox is unreadable: {e}");
+                    return;
+                }
+            };
+            for record in &records {
+                replay(&sandbox_id, record);
+                if let Some(tap) = &tap {
+                    tap(&sandbox_id, record);
                 }
             }
         },

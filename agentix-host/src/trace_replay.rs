@@ -27,10 +27,16 @@ pub(crate) async fn listen(
         TRACE_NAMESPACE,
         EVENT_TRACE_EVENTS,
         move |payload| {
-            if let Some(batch) = crate::connection::first::<TracesEvent>(payload) {
-                for event in batch.events {
-                    trace::publish(event.with_origin(&sandbox_id));
+            let Some(batch) = crate::connection::first::<TracesEvent>(payload) else {
+                return;
+            };
+            match batch.decode() {
+                Ok(events) => {
+                    for event in events {
+                        trace::publish(event.with_origin(&sandbox_id));
+                    }
                 }
+                Err(e) => tracing::warn!("a /trace batch from the sandbox is unreadable: {e}"),
             }
         },
     )

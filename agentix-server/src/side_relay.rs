@@ -128,7 +128,7 @@ async fn relay(
                     &io,
                     &credits,
                     records,
-                    |records| LogsEvent { records },
+                    |records| LogsEvent::encode(&records),
                     EVENT_RECORDS,
                 )
                 .await;
@@ -139,7 +139,7 @@ async fn relay(
                         &io,
                         &credits,
                         events,
-                        |events| TracesEvent { events },
+                        |events| TracesEvent::encode(&events),
                         EVENT_TRACE_EVENTS,
                     )
                     .await;
@@ -149,7 +149,7 @@ async fn relay(
                     &io,
                     &credits,
                     Vec::new(),
-                    |records| LogsEvent { records },
+                    |records| LogsEvent::encode(&records),
                     EVENT_RECORDS,
                 )
                 .await;
@@ -158,7 +158,7 @@ async fn relay(
                         &io,
                         &credits,
                         Vec::new(),
-                        |events| TracesEvent { events },
+                        |events| TracesEvent::encode(&events),
                         EVENT_TRACE_EVENTS,
                     )
                     .await;

@@ -48,3 +48,21 @@ pub(crate) async fn hold(marker: String) -> u32 {
     let _ = std::fs::write(format!("{marker}.started"), b"");
     std::future::pending::<u32>().await
 }
+
+/// Logs `n` small records.
+#[agentix::remote]
+pub(crate) async fn emit_logs(n: u64) -> u64 {
+    for i in 0..n {
+        tracing::info!(i, "record");
+    }
+    n
+}
+
+/// Creates `n` spans named `bench.span`.
+#[agentix::remote]
+pub(crate) async fn emit_spans(n: u64) -> u64 {
+    for i in 0..n {
+        drop(agentix::trace::span("bench.span").attr("i", i));
+    }
+    n
+}

@@ -1,6 +1,6 @@
 //! `cargo run --release -p agentix-bench [-- --json] [--only SECTION,..]`:
 //! measures Agentix on this machine with the embedded local provider.
-//! Sections: boot, echo, inflight, blob, stream, cancel, kill, rss.
+//! Sections: boot, echo, inflight, blob, stream, cancel, kill, side, rss.
 //!
 //! The binary is its own bundle (it calls `agentix::bundle::dispatch` first),
 //! so the sandbox runs exactly the code measured here. It prints a table; with
@@ -11,6 +11,8 @@ mod bench_fns;
 mod report;
 
 use std::future::IntoFuture;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use agentix::{Blob, LocalProvider, Provider, Sandbox, SandboxConfig, StreamExt};
@@ -82,6 +84,9 @@ async fn run(sections: Sections) -> Report {
     sb.delete().await;
     if sections.wants("kill") {
         kill_to_recovered(&provider, &mut report).await;
+    }
+    if sections.wants("side") {
+        side_channels(&provider, &mut report).await;
     }
     report
 }
@@ -319,4 +324,77 @@ fn rss_kib(pid: u32) -> f64 {
         .find_map(|l| l.strip_prefix("VmRSS:"))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
         .unwrap_or(f64::NAN)
+}
+
+/// Counts the `bench.span` spans replayed from the sandbox.
+struct SpanCounter(Arc<AtomicU64>);
+
+impl agentix::trace::Processor for SpanCounter {
+    fn on_span_end(&mut self, span: &agentix::trace::SpanData) {
+        if span.origin.is_some() && span.name == "bench.span" {
+            self.0.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Waits until `counter` reaches `n`; returns the rate since `start`.
+async fn rate_until(counter: &AtomicU64, n: u64, start: Instant) -> f64 {
+    while counter.load(Ordering::Relaxed) < n {
+        tokio::time::sleep(Duration::from_micros(500)).await;
+    }
+    n as f64 / start.elapsed().as_secs_f64()
+}
+
+async fn side_channels(provider: &LocalProvider, report: &mut Report) {
+    const RECORDS: u64 = 200_000;
+    const SPANS: u64 = 100_000;
+    let records = Arc::new(AtomicU64::new(0));
+    let counted = records.clone();
+    let config = SandboxConfig::current_exe()
+        .expect("the bench knows its own path")
+        .env("AGENTIX_LOG_DIR", "")
+        .on_log(move |_, r| {
+            if r.message == "record" {
+                counted.fetch_add(1, Ordering::Relaxed);
+            }
+        });
+    let sb = provider.session(config).await.expect("sandbox starts");
+    let spans = Arc::new(AtomicU64::new(0));
+    agentix::trace::add_processor(SpanCounter(spans.clone()));
+    sb.remote(bench_fns::emit_logs, (1_000,))
+        .await
+        .expect("warm-up");
+
+    let mut log_rates = Vec::new();
+    let mut span_rates = Vec::new();
+    for _ in 0..3 {
+        records.store(0, Ordering::Relaxed);
+        let start = Instant::now();
+        sb.remote(bench_fns::emit_logs, (RECORDS,))
+            .await
+            .expect("logs");
+        log_rates.push(rate_until(&records, RECORDS, start).await);
+
+        spans.store(0, Ordering::Relaxed);
+        let start = Instant::now();
+        sb.remote(bench_fns::emit_spans, (SPANS,))
+            .await
+            .expect("spans");
+        span_rates.push(rate_until(&spans, SPANS, start).await);
+    }
+    log_rates.sort_by(f64::total_cmp);
+    span_rates.sort_by(f64::total_cmp);
+    report.add(
+        "log_records_per_s",
+        "200,000 records from one call, all at the host, median of 3",
+        "records/s",
+        log_rates[1],
+    );
+    report.add(
+        "spans_per_s",
+        "100,000 spans from one call, all at a host processor, median of 3",
+        "spans/s",
+        span_rates[1],
+    );
+    sb.delete().await;
 }

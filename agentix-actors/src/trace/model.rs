@@ -112,23 +112,39 @@ impl TraceEvent {
     }
 }
 
-/// A fresh random id of `bytes` bytes, hex-encoded (kernel randomness, so
-/// ids from different processes do not collide).
+/// A fresh random id of `bytes` (8 or 16) bytes, hex-encoded. Each thread
+/// runs its own generator seeded from the kernel, so ids from different
+/// processes and threads do not collide and making one costs no syscall.
 pub(crate) fn random_id(bytes: usize) -> String {
-    let mut buf = [0u8; 16];
-    let buf = &mut buf[..bytes.min(16)];
+    use std::cell::Cell;
+    thread_local! {
+        static STATE: Cell<u64> = Cell::new(seed());
+    }
+    let mut out = String::with_capacity(bytes * 2);
+    for _ in 0..bytes.div_ceil(8) {
+        let word = STATE.with(|s| {
+            // splitmix64: a full-period generator with well-mixed output.
+            let next = s.get().wrapping_add(0x9e37_79b9_7f4a_7c15);
+            s.set(next);
+            let mut z = next;
+            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+            z ^ (z >> 31)
+        });
+        out.push_str(&format!("{word:016x}"));
+    }
+    out.truncate(bytes * 2);
+    out
+}
+
+/// 64 random bits from the kernel (time and pid if it cannot give them).
+fn seed() -> u64 {
+    let mut buf = [0u8; 8];
     // SAFETY: getrandom writes at most `buf.len()` bytes into `buf`.
     let got = unsafe { libc::getrandom(buf.as_mut_ptr().cast(), buf.len(), 0) };
-    if got != buf.len() as isize {
-        // Practically unreachable; fall back to time and a counter.
-        use std::sync::atomic::{AtomicU64, Ordering};
-        static COUNTER: AtomicU64 = AtomicU64::new(0);
-        let mix = crate::log_record::now_us()
-            ^ (u64::from(std::process::id()) << 40)
-            ^ COUNTER.fetch_add(1, Ordering::Relaxed).rotate_left(17);
-        for (i, b) in buf.iter_mut().enumerate() {
-            *b = (mix >> ((i % 8) * 8)) as u8 ^ i as u8;
-        }
+    if got == buf.len() as isize {
+        u64::from_ne_bytes(buf)
+    } else {
+        crate::log_record::now_us() ^ (u64::from(std::process::id()) << 40)
     }
-    buf.iter().map(|b| format!("{b:02x}")).collect()
 }
