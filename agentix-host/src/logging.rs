@@ -1,8 +1,9 @@
 //! [`configure_logging`]: a readable default for the host's own log output.
 //!
-//! Lines read `time LEVEL [context] target: message`, where context is the
-//! sandbox id for lines replayed from a sandbox and `default_context` (say
-//! `"host"`) for the host's own lines. `RUST_LOG` filters both the usual way.
+//! The host's own lines read `time LEVEL [context] target: message`, with
+//! `default_context` (say `"host"`) as context; lines replayed from a
+//! sandbox read `time LEVEL target: [sandbox-id] message`, keeping the
+//! sandbox's own target. `RUST_LOG` filters both the usual way.
 
 use std::fmt;
 
@@ -26,6 +27,7 @@ pub fn configure_logging(
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .event_format(ContextFormat {
             context: default_context.to_owned(),
         })

@@ -1,6 +1,6 @@
 //! [`Trace`] and [`Span`]: what user code creates.
 
-use std::future::Future;
+use std::future::IntoFuture;
 use std::sync::Mutex;
 
 use super::context::{current, Entered, InContext, SpanContext};
@@ -43,8 +43,8 @@ impl Trace {
     }
 
     /// Runs `fut` inside this trace, across every `.await`.
-    pub fn scope<F: Future>(&self, fut: F) -> InContext<F> {
-        InContext::new(Some(self.context()), fut)
+    pub fn scope<F: IntoFuture>(&self, fut: F) -> InContext<F::IntoFuture> {
+        InContext::new(Some(self.context()), fut.into_future())
     }
 
     /// Makes this trace current on this thread while the guard lives (sync
@@ -168,8 +168,8 @@ impl Span {
     }
 
     /// Runs `fut` with this span current, across every `.await`.
-    pub fn scope<F: Future>(&self, fut: F) -> InContext<F> {
-        InContext::new(Some(self.context()), fut)
+    pub fn scope<F: IntoFuture>(&self, fut: F) -> InContext<F::IntoFuture> {
+        InContext::new(Some(self.context()), fut.into_future())
     }
 
     /// Makes this span current on this thread while the guard lives (sync
