@@ -111,6 +111,7 @@ impl<S: Subscriber> Layer<S> for ForwardLayer {
         let meta = normalized.as_ref().unwrap_or_else(|| event.metadata());
         let mut fields = FieldText::default();
         event.record(&mut fields);
+        let context = crate::trace::current();
         let record = LogRecord {
             ts_us: now_us(),
             level: meta.level().as_str().to_owned(),
@@ -120,6 +121,8 @@ impl<S: Subscriber> Layer<S> for ForwardLayer {
             file: meta.file().map(str::to_owned),
             line: meta.line(),
             worker_id: self.worker_id.clone(),
+            trace_id: context.as_ref().map(|c| c.trace_id.clone()),
+            span_id: context.and_then(|c| c.span_id),
         };
         // Blocks while the queue is full; fails only once the pipe is gone.
         let _ = self.tx.send(SideItem::Log(Box::new(record)));

@@ -38,6 +38,12 @@ pub struct LogRecord {
     /// The worker that produced it.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub worker_id: String,
+    /// The trace that was current when it was logged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace_id: Option<String>,
+    /// The span that was current when it was logged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub span_id: Option<String>,
 }
 
 impl LogRecord {
@@ -52,6 +58,8 @@ impl LogRecord {
             file: None,
             line: None,
             worker_id: String::new(),
+            trace_id: None,
+            span_id: None,
         }
     }
 

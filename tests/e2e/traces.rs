@@ -50,7 +50,11 @@ impl Capture {
 
 #[tokio::test]
 async fn sandbox_spans_nest_under_the_host_span_that_made_the_call() {
-    let sb = sandbox().await;
+    let logs: Arc<Mutex<Vec<agentix::LogRecord>>> = Arc::default();
+    let tap = logs.clone();
+    let config = agentix::SandboxConfig::new(support::bundle_path())
+        .on_log(move |_, r| tap.lock().unwrap().push(r.clone()));
+    let sb = support::sandbox_with(config).await;
     let capture = Capture::default();
     trace::add_processor(capture.clone());
 
@@ -101,6 +105,28 @@ async fn sandbox_spans_nest_under_the_host_span_that_made_the_call() {
         assert_eq!(child.events[0].name, "tick");
         assert!(child.end_us.unwrap() >= child.start_us);
     }
+    // A record logged inside a span names that span and its trace.
+    wait_until(
+        "the record logged inside the step",
+        Duration::from_secs(10),
+        || {
+            logs.lock()
+                .unwrap()
+                .iter()
+                .any(|r| r.message == "inside the step")
+        },
+    )
+    .await;
+    let inside = logs
+        .lock()
+        .unwrap()
+        .iter()
+        .find(|r| r.message == "inside the step")
+        .cloned()
+        .unwrap();
+    assert_eq!(inside.span_id.as_deref(), Some(sandbox_step_id.as_str()));
+    assert_eq!(inside.trace_id.as_deref(), Some(trace_id.as_str()));
+
     let events = capture.0.lock().unwrap().clone();
     assert!(events.iter().any(
         |e| matches!(e, TraceEvent::TraceEnd(t) if t.trace_id == trace_id && t.end_us.is_some())

@@ -273,6 +273,7 @@ pub async fn chatter(logs: u64, lines: u64, spans: u64) -> u64 {
 pub async fn traced_step(children: u32) -> String {
     let step = agentix::trace::span("sandbox.step").attr("children", children);
     step.scope(async {
+        tracing::info!("inside the step");
         for i in 0..children {
             let child = agentix::trace::span("sandbox.child").attr("index", i);
             tokio::task::yield_now().await;
