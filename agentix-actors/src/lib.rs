@@ -7,6 +7,7 @@
 //! - [`cbor`]: CBOR helpers for values and byte blobs.
 //! - [`errors`]: the in-band error value every call can end with.
 //! - [`log_record`]: one line of what a sandbox logged or printed.
+//! - [`log_file`]: the sandbox log file the worker and the server append to.
 //! - [`log_forward`]: the worker's side channel: log records and trace events to the server.
 //! - [`remote`]: the typed handle `#[remote]` generates for each function.
 //! - [`registry`]: the link-time registry of remote functions in a worker.
@@ -20,6 +21,7 @@ pub mod cbor;
 pub mod codec;
 pub mod errors;
 pub mod invoke;
+pub mod log_file;
 pub mod log_forward;
 pub mod log_record;
 pub mod process;

@@ -5,7 +5,8 @@
 //! of Agentix. [`ForwardLayer`] turns each event into a [`LogRecord`];
 //! [`ForwardProcessor`] passes each trace event on. Both hand them to one
 //! dedicated thread that batches them, in order, into `logs` and `traces`
-//! frames on the side pipe (fd 5). The hand-off is a bounded channel: when
+//! frames on the side pipe (fd 5), appending the records to the sandbox log
+//! file first. The hand-off is a bounded channel: when
 //! the host reads slowly, logging and tracing wait (back-pressure) instead of
 //! buffering without bound, and nothing is dropped. The thread never logs
 //! itself, so it cannot wait on its own channel.
@@ -21,9 +22,10 @@ use tracing_log::NormalizeEvent;
 use tracing_subscriber::layer::{Context, Layer};
 
 use crate::codec;
+use crate::log_file::SandboxLogFile;
 use crate::log_record::{now_us, LogRecord};
 use crate::trace::{Processor, SpanData, TraceData, TraceEvent};
-use crate::wire::Frame;
+use crate::wire::{Frame, SideBatch};
 
 /// Records waiting for the forwarding thread before logging code waits.
 const QUEUE: usize = 1024;
@@ -160,6 +162,27 @@ impl FieldText {
     }
 }
 
+/// Appends `records` to the log file and encodes them as a frame in `buf`.
+fn flush_logs(records: &mut Vec<LogRecord>, file: &mut SandboxLogFile, buf: &mut Vec<u8>) {
+    if records.is_empty() {
+        return;
+    }
+    file.append(records);
+    let batch = SideBatch::encode(records);
+    records.clear();
+    codec::encode_into(&Frame::Logs { batch }, buf);
+}
+
+/// Encodes `events` as a frame in `buf`.
+fn flush_traces(events: &mut Vec<TraceEvent>, buf: &mut Vec<u8>) {
+    if events.is_empty() {
+        return;
+    }
+    let batch = SideBatch::encode(events);
+    events.clear();
+    codec::encode_into(&Frame::Traces { batch }, buf);
+}
+
 /// A cheap estimate of the encoded size of what is batched.
 fn approx_bytes(records: &[LogRecord], events: &[TraceEvent]) -> usize {
     let logs: usize = records
@@ -172,6 +195,7 @@ fn approx_bytes(records: &[LogRecord], events: &[TraceEvent]) -> usize {
 /// Batches items into frames on `pipe`, in order, until every sender is gone
 /// or the pipe breaks.
 fn forward(rx: Receiver<SideItem>, mut pipe: std::fs::File) {
+    let mut file = SandboxLogFile::new(crate::log_file::dir_from_env());
     let mut buf = Vec::with_capacity(64 << 10);
     let mut records = Vec::new();
     let mut events = Vec::new();
@@ -184,17 +208,11 @@ fn forward(rx: Receiver<SideItem>, mut pipe: std::fs::File) {
             // keeps logs and traces in the order they were produced.
             match item {
                 SideItem::Log(r) => {
-                    if !events.is_empty() {
-                        let events = std::mem::take(&mut events);
-                        codec::encode_into(&Frame::Traces { events }, &mut buf);
-                    }
+                    flush_traces(&mut events, &mut buf);
                     records.push(*r);
                 }
                 SideItem::Trace(e) => {
-                    if !records.is_empty() {
-                        let records = std::mem::take(&mut records);
-                        codec::encode_into(&Frame::Logs { records }, &mut buf);
-                    }
+                    flush_logs(&mut records, &mut file, &mut buf);
                     events.push(*e);
                 }
             }
@@ -203,14 +221,8 @@ fn forward(rx: Receiver<SideItem>, mut pipe: std::fs::File) {
                 next = rx.try_recv().ok();
             }
         }
-        if !records.is_empty() {
-            let records = std::mem::take(&mut records);
-            codec::encode_into(&Frame::Logs { records }, &mut buf);
-        }
-        if !events.is_empty() {
-            let events = std::mem::take(&mut events);
-            codec::encode_into(&Frame::Traces { events }, &mut buf);
-        }
+        flush_logs(&mut records, &mut file, &mut buf);
+        flush_traces(&mut events, &mut buf);
         if pipe.write_all(&buf).is_err() {
             // The server is gone; dropping the receiver makes senders fail
             // fast instead of waiting on a full queue.

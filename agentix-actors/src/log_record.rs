@@ -65,16 +65,26 @@ impl LogRecord {
 
     /// The record as one line of the sandbox log file.
     pub fn to_line(&self) -> String {
+        let mut line = String::new();
+        self.write_line(&mut line);
+        line
+    }
+
+    /// Appends the record's file line (without the newline) to `out`.
+    pub fn write_line(&self, out: &mut String) {
+        use std::fmt::Write;
         let secs = self.ts_us / 1_000_000;
         let micros = self.ts_us % 1_000_000;
-        let mut line = format!(
-            "{secs}.{micros:06} {:<5} {}: {}",
-            self.level, self.target, self.message
-        );
+        let _ = write!(out, "{secs}.{micros:06} {:<5} ", self.level);
+        out.push_str(&self.target);
+        out.push_str(": ");
+        out.push_str(&self.message);
         for (k, v) in &self.fields {
-            line.push_str(&format!(" {k}={v}"));
+            out.push(' ');
+            out.push_str(k);
+            out.push('=');
+            out.push_str(v);
         }
-        line
     }
 }
 

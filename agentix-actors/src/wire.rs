@@ -132,17 +132,18 @@ pub enum Frame {
         /// Call id.
         id: u64,
     },
-    /// Worker -> server, on the side pipe: log records, in order.
+    /// Worker -> server, on the side pipe: log records, in order (the
+    /// worker already appended them to the sandbox log file).
     #[serde(rename = "logs")]
     Logs {
-        /// The records.
-        records: Vec<LogRecord>,
+        /// The records, encoded once and passed on undecoded.
+        batch: SideBatch,
     },
     /// Worker -> server, on the side pipe: trace events, in order.
     #[serde(rename = "traces")]
     Traces {
-        /// The events.
-        events: Vec<TraceEvent>,
+        /// The events, encoded once and passed on undecoded.
+        batch: SideBatch,
     },
     /// Worker -> server: call `id` ended with an error.
     #[serde(rename = "error")]
@@ -257,11 +258,53 @@ pub struct LogsEvent {
     pub cbor: String,
 }
 
+/// Side-channel items (log records or trace events) as one CBOR array: the
+/// worker encodes a batch once, the server passes it to hosts as is.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SideBatch {
+    /// How many items the array holds.
+    pub count: u32,
+    /// The CBOR array.
+    pub cbor: ByteBuf,
+}
+
+impl SideBatch {
+    /// Encodes `items`.
+    pub fn encode<T: Serialize>(items: &[T]) -> Self {
+        let mut bytes = Vec::new();
+        // Writing into a Vec cannot fail, and these types always serialise.
+        ciborium::into_writer(items, &mut bytes).expect("side-channel items encode");
+        SideBatch {
+            count: items.len() as u32,
+            cbor: ByteBuf::from(bytes),
+        }
+    }
+
+    /// Decodes the items.
+    pub fn decode<T: serde::de::DeserializeOwned>(&self) -> Result<Vec<T>, String> {
+        ciborium::from_reader(self.cbor.as_slice())
+            .map_err(|e| format!("not the expected CBOR: {e}"))
+    }
+
+    /// Base64 of the CBOR array, as `/log` and `/trace` events carry it.
+    pub fn to_base64(&self) -> String {
+        use base64::Engine;
+        base64::engine::general_purpose::STANDARD.encode(&self.cbor)
+    }
+}
+
 impl LogsEvent {
     /// Encodes `records`.
     pub fn encode(records: &[LogRecord]) -> Self {
         LogsEvent {
             cbor: encode_b64_cbor(records),
+        }
+    }
+
+    /// The event carrying `batch`, without decoding it.
+    pub fn from_batch(batch: &SideBatch) -> Self {
+        LogsEvent {
+            cbor: batch.to_base64(),
         }
     }
 
@@ -300,6 +343,13 @@ impl TracesEvent {
     pub fn encode(events: &[TraceEvent]) -> Self {
         TracesEvent {
             cbor: encode_b64_cbor(events),
+        }
+    }
+
+    /// The event carrying `batch`, without decoding it.
+    pub fn from_batch(batch: &SideBatch) -> Self {
+        TracesEvent {
+            cbor: batch.to_base64(),
         }
     }
 

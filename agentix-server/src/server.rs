@@ -87,7 +87,7 @@ async fn serve(config: ServerConfig) -> i32 {
     rpc::register(&io, supervisor.clone(), token.clone());
     let credits = SideCredits::default();
     side_namespaces::register(&io, logs, credits.clone(), token);
-    log_inbox.start(io.clone(), SideRelay::dir_from_env(), credits);
+    log_inbox.start(io.clone(), credits);
 
     let ready = serde_json::json!({
         "agentix": "ready",

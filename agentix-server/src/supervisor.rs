@@ -218,8 +218,8 @@ impl WorkerSupervisor {
         actix::spawn(async move {
             loop {
                 match side.next().await {
-                    Ok(Some(Frame::Logs { records })) => logs.send(records).await,
-                    Ok(Some(Frame::Traces { events })) => logs.send_traces(events).await,
+                    Ok(Some(Frame::Logs { batch })) => logs.send_logs(batch).await,
+                    Ok(Some(Frame::Traces { batch })) => logs.send_traces(batch).await,
                     Ok(Some(_)) => {
                         tracing::warn!(
                             generation,

@@ -13,10 +13,11 @@ use std::os::fd::AsRawFd;
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 
+use agentix_actors::log_file::{self, SandboxLogFile};
 use agentix_actors::log_record::{LogRecord, TARGET_STDERR, TARGET_STDOUT};
 use agentix_actors::process;
 use agentix_actors::wire::{
-    ENV_WORKER_ID, WORKER_FRAME_IN_FD, WORKER_FRAME_OUT_FD, WORKER_SIDE_OUT_FD,
+    SideBatch, ENV_WORKER_ID, WORKER_FRAME_IN_FD, WORKER_FRAME_OUT_FD, WORKER_SIDE_OUT_FD,
 };
 use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
 use tokio::net::unix::pipe;
@@ -120,8 +121,9 @@ enum Output {
 /// Most lines relayed as one batch.
 const MAX_LINES: usize = 256;
 
-/// Reads `stream` to its end, relaying each line (a last line without a
-/// newline too; invalid UTF-8 replaced) as a record.
+/// Reads `stream` to its end, appending each line (a last line without a
+/// newline too; invalid UTF-8 replaced) to the sandbox log file and relaying
+/// it as a record.
 fn drain(
     stream: impl AsyncRead + Unpin + Send + 'static,
     output: Output,
@@ -135,6 +137,7 @@ fn drain(
         Output::Stderr => ("WARN", TARGET_STDERR),
     };
     tokio::spawn(async move {
+        let mut file = SandboxLogFile::new(log_file::dir_from_env());
         let mut reader = BufReader::with_capacity(64 << 10, stream);
         let mut line = Vec::new();
         let mut batch = Vec::new();
@@ -150,8 +153,11 @@ fn drain(
                 batch.push(record);
             }
             // Relay what was read once no more is waiting in the buffer.
-            if done || reader.buffer().is_empty() || batch.len() >= MAX_LINES {
-                logs.send(std::mem::take(&mut batch)).await;
+            let flush = done || reader.buffer().is_empty() || batch.len() >= MAX_LINES;
+            if flush && !batch.is_empty() {
+                file.append(&batch);
+                logs.send_logs(SideBatch::encode(&batch)).await;
+                batch.clear();
             }
             if done {
                 break;

@@ -350,9 +350,11 @@ async fn side_channels(provider: &LocalProvider, report: &mut Report) {
     const SPANS: u64 = 100_000;
     let records = Arc::new(AtomicU64::new(0));
     let counted = records.clone();
+    // The sandbox log file stays on, as by default, in a directory of its own.
+    let log_dir = std::env::temp_dir().join(format!("agentix-bench-logs-{}", std::process::id()));
     let config = SandboxConfig::current_exe()
         .expect("the bench knows its own path")
-        .env("AGENTIX_LOG_DIR", "")
+        .env("AGENTIX_LOG_DIR", log_dir.to_str().expect("utf-8 temp dir"))
         .on_log(move |_, r| {
             if r.message == "record" {
                 counted.fetch_add(1, Ordering::Relaxed);
@@ -397,4 +399,5 @@ async fn side_channels(provider: &LocalProvider, report: &mut Report) {
         span_rates[1],
     );
     sb.delete().await;
+    let _ = std::fs::remove_dir_all(log_dir);
 }

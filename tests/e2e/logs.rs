@@ -286,3 +286,58 @@ async fn a_slow_host_slows_the_sandbox_instead_of_filling_memory() {
     assert!(server_growth < 16 << 10, "server grew {server_growth} KiB");
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[tokio::test]
+async fn records_made_while_no_host_listens_are_kept_or_counted() {
+    use base64::Engine;
+    let sb = support::sandbox().await;
+    // A client that makes calls but does not listen on /log.
+    let mut raw = support::raw_socket::RawSocket::connect(sb.addr(), sb.token()).await;
+    let args = agentix_actors::cbor::to_vec(&(120_000u64, 0u64, 0u64)).unwrap();
+    let args = base64::engine::general_purpose::STANDARD.encode(args);
+    raw.emit(
+        "call",
+        serde_json::json!({"id": 1, "target": "agentix_e2e::chatter", "args": args}),
+    )
+    .await;
+    let (name, _) = raw.recv_event().await.unwrap();
+    assert_eq!(name, "call:result");
+
+    // A host that joins later gets the newest records and a count of the rest.
+    let seen: Arc<Mutex<Vec<LogRecord>>> = Arc::default();
+    let tap = seen.clone();
+    let config = SandboxConfig::new(bundle_path()).on_log(move |_, r| {
+        if r.target != "agentix_e2e" || r.message == "log 119999" {
+            tap.lock().unwrap().push(r.clone());
+        }
+    });
+    let late = agentix::Sandbox::attach_with(sb.addr(), sb.token(), config);
+    assert_eq!(late.remote(agentix_e2e::add, (1, 1)).await.unwrap(), 2);
+    wait_until(
+        "the backlog at the late host",
+        Duration::from_secs(30),
+        || {
+            seen.lock()
+                .unwrap()
+                .iter()
+                .any(|r| r.message == "log 119999")
+        },
+    )
+    .await;
+    let notice = seen
+        .lock()
+        .unwrap()
+        .iter()
+        .find(|r| r.target == "agentix.sandbox" && r.message.contains("dropped"))
+        .cloned()
+        .expect("the loss is reported, not silent");
+    let dropped: u64 = notice
+        .message
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    // About 20,000: all but the newest 100,000, less what was still on its way.
+    assert!((10_000..=20_100).contains(&dropped), "{}", notice.message);
+}

@@ -1,0 +1,111 @@
+//! [`SandboxLogFile`]: `$AGENTIX_LOG_DIR/sandbox-<worker-id>.log`.
+//!
+//! Both the worker (its `tracing`/`log` records) and the server (the
+//! worker's stdout and stderr lines) append to it, whole lines per write with
+//! `O_APPEND`, so what a sandbox logged stays on disk inside it even when no
+//! host was connected or the worker was killed.
+
+use std::io::Write;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::PathBuf;
+
+use crate::log_record::LogRecord;
+
+/// Environment variable naming the directory for sandbox log files.
+pub const ENV_LOG_DIR: &str = "AGENTIX_LOG_DIR";
+/// Where log files go when `AGENTIX_LOG_DIR` is not set.
+pub const DEFAULT_LOG_DIR: &str = "/tmp/agentix";
+
+/// The log directory from the environment: `AGENTIX_LOG_DIR`, empty to
+/// disable, unset for the default.
+pub fn dir_from_env() -> Option<PathBuf> {
+    match std::env::var_os(ENV_LOG_DIR) {
+        Some(dir) if dir.is_empty() => None,
+        Some(dir) => Some(dir.into()),
+        None => Some(DEFAULT_LOG_DIR.into()),
+    }
+}
+
+/// The log file of the worker that produced the records being appended.
+pub struct SandboxLogFile {
+    dir: Option<PathBuf>,
+    current: Option<(String, std::fs::File)>,
+}
+
+impl SandboxLogFile {
+    /// Appends under `dir` (none: appends nothing).
+    pub fn new(dir: Option<PathBuf>) -> Self {
+        SandboxLogFile { dir, current: None }
+    }
+
+    /// Appends `records`, one line each, to their worker's file.
+    pub fn append(&mut self, records: &[LogRecord]) {
+        let Some(dir) = self.dir.clone() else { return };
+        let mut text = String::new();
+        for r in records {
+            let switch = self
+                .current
+                .as_ref()
+                .is_none_or(|(id, _)| *id != r.worker_id);
+            if switch {
+                self.flush(&mut text);
+                let path = dir.join(format!("sandbox-{}.log", file_safe(&r.worker_id)));
+                // Logs may hold secrets: private directory, private files.
+                let opened = std::fs::DirBuilder::new()
+                    .recursive(true)
+                    .mode(0o700)
+                    .create(&dir)
+                    .and_then(|()| {
+                        std::fs::OpenOptions::new()
+                            .create(true)
+                            .append(true)
+                            .mode(0o600)
+                            .open(&path)
+                    });
+                match opened {
+                    Ok(f) => self.current = Some((r.worker_id.clone(), f)),
+                    Err(e) => {
+                        eprintln!(
+                            "agentix: cannot open the sandbox log file {}: {e}",
+                            path.display()
+                        );
+                        self.dir = None;
+                        return;
+                    }
+                }
+            }
+            r.write_line(&mut text);
+            text.push('\n');
+        }
+        self.flush(&mut text);
+    }
+
+    fn flush(&mut self, text: &mut String) {
+        if let Some((_, f)) = &mut self.current {
+            if !text.is_empty() {
+                if let Err(e) = f.write_all(text.as_bytes()) {
+                    eprintln!("agentix: cannot write the sandbox log file: {e}");
+                }
+            }
+        }
+        text.clear();
+    }
+}
+
+fn file_safe(id: &str) -> String {
+    let id: String = id
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    if id.is_empty() {
+        "unknown".to_owned()
+    } else {
+        id
+    }
+}
