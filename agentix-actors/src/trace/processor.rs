@@ -13,9 +13,11 @@ use std::sync::RwLock;
 
 use super::model::{SpanData, TraceData, TraceEvent};
 
-/// Events a processor may fall behind by before traced code waits (the
-/// mailbox's slots are allocated up front: events are boxed to keep it small).
-const MAILBOX: usize = 16_384;
+/// Events a processor may fall behind by before traced code waits. The
+/// mailbox's slots are allocated and touched up front, in every process
+/// that registers a processor (every worker does), so it stays small and
+/// events are boxed.
+const MAILBOX: usize = 2_048;
 
 /// Receives trace and span lifecycle events. Every method has an empty
 /// default, so a processor implements only what it needs.
