@@ -88,3 +88,51 @@ fn a_span_outside_any_trace_starts_its_own() {
     assert_eq!(a.trace_id().len(), 32);
     assert_eq!(a.id().len(), 16);
 }
+
+#[test]
+fn the_json_lines_processor_writes_every_event() {
+    let path = std::env::temp_dir().join(format!("agentix-trace-{}.jsonl", std::process::id()));
+    let _ = std::fs::remove_file(&path);
+    trace::add_processor(trace::JsonLinesProcessor::create(&path).unwrap());
+    let t = trace::trace("json-lines");
+    let trace_id = t.id().to_owned();
+    {
+        let _in = t.enter();
+        let s = trace::span("written").attr("k", "v");
+        s.add_event("e");
+    }
+    drop(t);
+    trace::force_flush();
+    let text = std::fs::read_to_string(&path).unwrap();
+    let mine: Vec<trace::TraceEvent> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .filter(|e: &trace::TraceEvent| match e {
+            trace::TraceEvent::TraceStart(t) | trace::TraceEvent::TraceEnd(t) => {
+                t.trace_id == trace_id
+            }
+            trace::TraceEvent::SpanStart(s) | trace::TraceEvent::SpanEnd(s) => {
+                s.trace_id == trace_id
+            }
+        })
+        .collect();
+    let kinds: Vec<&str> = mine
+        .iter()
+        .map(|e| match e {
+            trace::TraceEvent::TraceStart(_) => "trace_start",
+            trace::TraceEvent::TraceEnd(_) => "trace_end",
+            trace::TraceEvent::SpanStart(_) => "span_start",
+            trace::TraceEvent::SpanEnd(_) => "span_end",
+        })
+        .collect();
+    assert_eq!(
+        kinds,
+        ["trace_start", "span_start", "span_end", "trace_end"]
+    );
+    let trace::TraceEvent::SpanEnd(span) = &mine[2] else {
+        unreachable!()
+    };
+    assert_eq!(span.attributes["k"], "v");
+    assert_eq!(span.events[0].name, "e");
+    let _ = std::fs::remove_file(&path);
+}
