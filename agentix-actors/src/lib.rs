@@ -8,10 +8,10 @@
 //! - [`errors`]: the in-band error value every call can end with.
 //! - [`log_record`]: one line of what a sandbox logged or printed.
 //! - [`log_file`]: the sandbox log file the worker and the server append to.
-//! - [`log_forward`]: the worker's side channel: log records and trace events to the server.
 //! - [`remote`]: the typed handle `#[remote]` generates for each function.
 //! - [`registry`]: the link-time registry of remote functions in a worker.
 //! - [`invoke`]: argument decoding and outcome encoding around one call.
+//! - [`side_channel`]: the worker's side pipe: log records and trace events to the server.
 //! - [`trace`]: traces, spans, processors, and their context across `.await`.
 //! - [`worker`]: the worker runtime that serves calls over the frame pipes;
 //!   `stream_call` drives one streaming call under its window.
@@ -22,11 +22,11 @@ pub mod codec;
 pub mod errors;
 pub mod invoke;
 pub mod log_file;
-pub mod log_forward;
 pub mod log_record;
 pub mod process;
 pub mod registry;
 pub mod remote;
+pub mod side_channel;
 mod stream_call;
 pub mod trace;
 pub mod wire;

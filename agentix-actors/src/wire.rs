@@ -5,6 +5,10 @@
 //! the `*Event` structs below; call arguments and results inside them are CBOR,
 //! base64-encoded into a JSON string (text events only: see the README).
 //!
+//! Log records and trace events leave the worker on a pipe of their own
+//! (fd 5) as [`SideBatch`]es, which the server passes to hosts on `/log` and
+//! `/trace` without decoding them; hosts ack each batch.
+//!
 //! A streaming call carries a [`Window`]: the worker sends items in batches
 //! and stops when the window is full; the host acknowledges what it consumed,
 //! which reopens the window. So a slow consumer slows the producer, and no
@@ -294,13 +298,6 @@ impl SideBatch {
 }
 
 impl LogsEvent {
-    /// Encodes `records`.
-    pub fn encode(records: &[LogRecord]) -> Self {
-        LogsEvent {
-            cbor: encode_b64_cbor(records),
-        }
-    }
-
     /// The event carrying `batch`, without decoding it.
     pub fn from_batch(batch: &SideBatch) -> Self {
         LogsEvent {
@@ -312,14 +309,6 @@ impl LogsEvent {
     pub fn decode(&self) -> Result<Vec<LogRecord>, String> {
         decode_b64_cbor(&self.cbor)
     }
-}
-
-fn encode_b64_cbor<T: Serialize + ?Sized>(value: &T) -> String {
-    use base64::Engine;
-    let mut bytes = Vec::new();
-    // Writing into a Vec cannot fail, and these types always serialise.
-    ciborium::into_writer(value, &mut bytes).expect("side-channel items encode");
-    base64::engine::general_purpose::STANDARD.encode(bytes)
 }
 
 fn decode_b64_cbor<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, String> {
@@ -339,13 +328,6 @@ pub struct TracesEvent {
 }
 
 impl TracesEvent {
-    /// Encodes `events`.
-    pub fn encode(events: &[TraceEvent]) -> Self {
-        TracesEvent {
-            cbor: encode_b64_cbor(events),
-        }
-    }
-
     /// The event carrying `batch`, without decoding it.
     pub fn from_batch(batch: &SideBatch) -> Self {
         TracesEvent {

@@ -20,8 +20,8 @@ use tokio::task::AbortHandle;
 
 use crate::codec::{self, FrameReader};
 use crate::errors::{ErrorKind, RemoteError};
-use crate::log_forward::SideChannel;
 use crate::registry::{self, Invoke};
+use crate::side_channel::SideChannel;
 use crate::stream_call::{self, Credit};
 use crate::trace::{InContext, SpanContext};
 use crate::wire::{

@@ -136,3 +136,45 @@ fn the_json_lines_processor_writes_every_event() {
     assert_eq!(span.events[0].name, "e");
     let _ = std::fs::remove_file(&path);
 }
+
+/// A writer whose bytes the test can read back.
+#[derive(Clone, Default)]
+struct Shared(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for Shared {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[test]
+fn the_console_processor_prints_an_indented_tree() {
+    let out = Shared::default();
+    trace::add_processor(trace::ConsoleProcessor::to_writer(out.clone()));
+    let t = trace::trace("console-tree");
+    {
+        let _in = t.enter();
+        let parent = trace::span("console.parent").attr("model", "claude");
+        let _in_parent = parent.enter();
+        let child = trace::span("console.child");
+        child.add_event("first_token");
+        child.set_error("boom");
+    }
+    drop(t);
+    trace::force_flush();
+    let text = String::from_utf8(out.0.lock().unwrap().clone()).unwrap();
+    let child = text.lines().find(|l| l.contains("console.child")).unwrap();
+    let parent = text.lines().find(|l| l.contains("console.parent")).unwrap();
+    assert!(child.starts_with("[local]     console.child "), "{child}");
+    assert!(
+        child.contains("events=first_token") && child.contains("error=\"boom\""),
+        "{child}"
+    );
+    assert!(parent.starts_with("[local]   console.parent "), "{parent}");
+    assert!(parent.contains("model=\"claude\""), "{parent}");
+    assert!(text.contains("trace console-tree ended after"), "{text}");
+}

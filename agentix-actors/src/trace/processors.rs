@@ -7,37 +7,57 @@ use std::path::Path;
 use super::model::{SpanData, SpanStatus, TraceData, TraceEvent};
 use super::processor::Processor;
 
-/// Prints each span as it ends, indented under its parent, on stderr:
-/// `[origin] name 12.3ms model="claude" events=first_token`.
-#[derive(Default)]
+/// Prints each span as it ends, indented under its parent, on stderr (or
+/// any writer): `[origin] name 12.3ms model="claude" events=first_token`.
 pub struct ConsoleProcessor {
     depth: HashMap<String, usize>,
+    out: Box<dyn Write + Send>,
+}
+
+impl Default for ConsoleProcessor {
+    fn default() -> Self {
+        ConsoleProcessor::to_writer(std::io::stderr())
+    }
 }
 
 impl ConsoleProcessor {
-    /// A printer.
+    /// A printer on stderr.
     pub fn new() -> Self {
         ConsoleProcessor::default()
+    }
+
+    /// A printer on `out`.
+    pub fn to_writer(out: impl Write + Send + 'static) -> Self {
+        ConsoleProcessor {
+            depth: HashMap::new(),
+            out: Box::new(out),
+        }
+    }
+
+    fn print(&mut self, line: &str) {
+        let _ = writeln!(self.out, "{line}");
     }
 }
 
 impl Processor for ConsoleProcessor {
     fn on_trace_start(&mut self, t: &TraceData) {
-        eprintln!(
+        let line = format!(
             "[{}] trace {} ({})",
             origin(&t.origin),
             t.name,
             short(&t.trace_id)
         );
+        self.print(&line);
     }
 
     fn on_trace_end(&mut self, t: &TraceData) {
         let ms = t.end_us.unwrap_or(t.start_us).saturating_sub(t.start_us) as f64 / 1e3;
-        eprintln!(
+        let line = format!(
             "[{}] trace {} ended after {ms:.1}ms",
             origin(&t.origin),
             t.name
         );
+        self.print(&line);
     }
 
     fn on_span_start(&mut self, s: &SpanData) {
@@ -68,7 +88,11 @@ impl Processor for ConsoleProcessor {
         if let SpanStatus::Error(m) = &s.status {
             line.push_str(&format!(" error={m:?}"));
         }
-        eprintln!("{line}");
+        self.print(&line);
+    }
+
+    fn force_flush(&mut self) {
+        let _ = self.out.flush();
     }
 }
 

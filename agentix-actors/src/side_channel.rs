@@ -6,10 +6,10 @@
 //! [`ForwardProcessor`] passes each trace event on. Both hand them to one
 //! dedicated thread that batches them, in order, into `logs` and `traces`
 //! frames on the side pipe (fd 5), appending the records to the sandbox log
-//! file first. The hand-off is a bounded channel: when
-//! the host reads slowly, logging and tracing wait (back-pressure) instead of
-//! buffering without bound, and nothing is dropped. The thread never logs
-//! itself, so it cannot wait on its own channel.
+//! file first. The hand-off is a bounded channel: when the host reads
+//! slowly, logging and tracing wait (back-pressure) instead of buffering
+//! without bound, and nothing is dropped. The thread never logs through
+//! `tracing` itself, so it cannot wait on its own channel.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
