@@ -8,6 +8,7 @@
 //! - [`errors`]: the in-band error value every call can end with.
 //! - [`log_record`]: one line of what a sandbox logged or printed.
 //! - [`log_file`]: the sandbox log file the worker and the server append to.
+//! - [`namespace`]: plugin namespaces, sandbox half: handlers, emit, requests.
 //! - [`remote`]: the typed handle `#[remote]` generates for each function.
 //! - [`registry`]: the link-time registry of remote functions in a worker.
 //! - [`invoke`]: argument decoding and outcome encoding around one call.
@@ -23,6 +24,7 @@ pub mod errors;
 pub mod invoke;
 pub mod log_file;
 pub mod log_record;
+pub mod namespace;
 pub mod process;
 pub mod registry;
 pub mod remote;

@@ -45,6 +45,24 @@ pub const LOG_NAMESPACE: &str = "/log";
 /// Server -> host on `/log`: a batch of records ([`LogsEvent`]).
 pub const EVENT_RECORDS: &str = "records";
 
+/// Namespaces Agentix itself uses; plugins cannot claim them.
+pub const RESERVED_NAMESPACES: [&str; 3] = [RPC_NAMESPACE, LOG_NAMESPACE, TRACE_NAMESPACE];
+
+/// Why `path` cannot be a plugin namespace, if it cannot.
+pub fn check_plugin_path(path: &str) -> Result<(), String> {
+    if RESERVED_NAMESPACES.contains(&path) {
+        return Err(format!(
+            "`{path}` is reserved: /rpc, /log and /trace belong to Agentix; give the plugin a namespace of its own"
+        ));
+    }
+    if !path.starts_with('/') || path.len() < 2 || path.contains(['?', '#', ' ']) {
+        return Err(format!(
+            "`{path}` is not a namespace path: it must start with `/`, like `/my-plugin`"
+        ));
+    }
+    Ok(())
+}
+
 /// Host -> server on `/log` and `/trace`: one batch was handled (flow control:
 /// the server sends a host only a few unacknowledged batches).
 pub const EVENT_SIDE_ACK: &str = "ack";
@@ -135,6 +153,23 @@ pub enum Frame {
     End {
         /// Call id.
         id: u64,
+    },
+    /// Worker -> server: open plugin namespace `path` (forward its events).
+    #[serde(rename = "sio_open")]
+    SioOpen {
+        /// The namespace path, like `/my-plugin`.
+        path: String,
+    },
+    /// Worker -> server: emit `event` with `data` to the hosts on `path`;
+    /// server -> worker: a host emitted `event` with `data` on `path`.
+    #[serde(rename = "sio_event")]
+    SioEvent {
+        /// The namespace path.
+        path: String,
+        /// The event name (any string; `:` included).
+        event: String,
+        /// The payload, as JSON.
+        data: serde_json::Value,
     },
     /// Worker -> server, on the side pipe: log records, in order (the
     /// worker already appended them to the sandbox log file).

@@ -144,6 +144,7 @@ fn frame_pipes(
 
 async fn serve(input: pipe::Receiver, output: pipe::Sender) -> i32 {
     let (out_tx, out_rx) = mpsc::channel::<Frame>(1024);
+    crate::namespace::attach_worker(out_tx.clone());
     let writer = tokio::spawn(codec::write_frames(output, out_rx));
     let ready = Frame::Ready {
         worker_id: std::env::var(ENV_WORKER_ID).unwrap_or_default(),
@@ -168,6 +169,9 @@ async fn serve(input: pipe::Receiver, output: pipe::Sender) -> i32 {
                 Ok(Some(Frame::Call { id, target, args, stream, trace })) => {
                     let call = start_call(id, target, args, stream, trace, out_tx.clone(), done_tx.clone());
                     running.insert(id, call);
+                }
+                Ok(Some(Frame::SioEvent { path, event, data })) => {
+                    crate::namespace::deliver(&path, event, data);
                 }
                 Ok(Some(Frame::Ack { id, items, bytes })) => {
                     if let Some(credit) = running.get(&id).and_then(|c| c.credit.as_ref()) {

@@ -10,6 +10,7 @@
 //! - [`stream`]: [`StreamCall`] and [`CallStream`], a streaming call's items.
 //! - [`connection`]: the `/rpc` Socket.IO connection and its pending calls.
 //! - [`log_replay`]: `/log`, sandbox records replayed into the host's logging.
+//! - [`namespace`]: plugin namespaces, host half: handlers and request handlers.
 //! - [`trace_replay`]: `/trace`, sandbox spans replayed to the host's processors.
 //! - [`logging`]: [`configure_logging`], a readable host default.
 //! - `nodelay`: turning off Nagle on the client's socket (why: see there).
@@ -23,6 +24,7 @@ pub mod keeper;
 pub mod local;
 pub mod log_replay;
 pub mod logging;
+pub mod namespace;
 mod nodelay;
 pub mod provider;
 pub mod sandbox;
@@ -34,6 +36,7 @@ pub use config::SandboxConfig;
 pub use local::LocalProvider;
 pub use log_replay::LogTap;
 pub use logging::configure_logging;
+pub use namespace::{ClientNamespace, HostNamespace};
 pub use provider::{Provider, ProviderError};
 pub use sandbox::Sandbox;
 pub use stream::{CallStream, StreamCall};

@@ -18,8 +18,11 @@ use crate::config::SandboxConfig;
 use crate::connection::{ConnectionSettings, Endpoint, RpcConnection};
 use crate::local::LocalResources;
 use crate::log_replay::{self, LogTap};
+use crate::namespace::{self, ClientNamespace, HostNamespace};
 use crate::stream::StreamCall;
 use crate::trace_replay;
+use agentix_actors::namespace::RegisterError;
+use agentix_actors::wire::check_plugin_path;
 
 /// A running sandbox.
 pub struct Sandbox {
@@ -29,8 +32,13 @@ pub struct Sandbox {
     conn: Mutex<Option<Arc<RpcConnection>>>,
     connecting: tokio::sync::Mutex<()>,
     log_tap: Option<LogTap>,
-    /// The `/log` and `/trace` connections, opened with the first `/rpc` one.
+    /// The `/log`, `/trace` and plugin connections, opened with the first
+    /// `/rpc` one.
     side_clients: Mutex<Vec<rust_socketio::asynchronous::Client>>,
+    /// Plugin namespaces to join when connecting; `None` once connected.
+    namespaces: Mutex<Option<Vec<ClientNamespace>>>,
+    /// The joined plugin namespaces, by path.
+    joined: Mutex<std::collections::HashMap<String, HostNamespace>>,
     local: Option<LocalResources>,
     // Built on first use: creating an HTTP client loads TLS roots, which
     // would slow every sandbox start for a feature few calls use.
@@ -57,6 +65,8 @@ impl Sandbox {
             connecting: tokio::sync::Mutex::new(()),
             log_tap: config.log_tap.clone(),
             side_clients: Mutex::new(Vec::new()),
+            namespaces: Mutex::new(Some(Vec::new())),
+            joined: Mutex::new(std::collections::HashMap::new()),
             local,
             http: std::sync::OnceLock::new(),
         }
@@ -238,6 +248,20 @@ impl Sandbox {
             ),
             trace_replay::listen(&self.endpoint, self.settings, id),
         );
+        let plugins = self
+            .namespaces
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+            .unwrap_or_default();
+        let mut joined_plugins = Vec::new();
+        for ns in plugins {
+            let path = ns.path.clone();
+            joined_plugins.push((
+                path,
+                namespace::join(&self.endpoint, self.settings, ns).await,
+            ));
+        }
         let mut clients = self.side_clients();
         for (what, joined) in [("logs", logs), ("traces", traces)] {
             match joined {
@@ -247,10 +271,62 @@ impl Sandbox {
                 }
             }
         }
+        for (path, joined) in joined_plugins {
+            match joined {
+                Ok(client) => {
+                    self.joined
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .insert(path, HostNamespace::new(client.clone()));
+                    clients.push(client);
+                }
+                Err(e) => {
+                    tracing::warn!(sandbox = %self.id, path, "plugin namespace not joined: {e}")
+                }
+            }
+        }
     }
 
     fn side_clients(&self) -> std::sync::MutexGuard<'_, Vec<rust_socketio::asynchronous::Client>> {
         self.side_clients.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Registers a host-side plugin namespace; it is joined when the
+    /// sandbox first connects, so this must come before the first call.
+    pub fn register_namespace(&self, namespace: ClientNamespace) -> Result<(), RegisterError> {
+        check_plugin_path(&namespace.path).map_err(RegisterError::BadPath)?;
+        let mut pending = self.namespaces.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(list) = pending.as_mut() else {
+            return Err(RegisterError::AfterConnect);
+        };
+        if list.iter().any(|n| n.path == namespace.path) {
+            return Err(RegisterError::Duplicate(namespace.path));
+        }
+        list.push(namespace);
+        Ok(())
+    }
+
+    /// Emits `event` with `data` to the sandbox on plugin namespace `path`
+    /// (registered with [`Sandbox::register_namespace`], after the first call).
+    pub async fn emit(
+        &self,
+        path: &str,
+        event: &str,
+        data: serde_json::Value,
+    ) -> Result<(), RemoteError> {
+        let ns = self
+            .joined
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(path)
+            .cloned();
+        match ns {
+            Some(ns) => ns.emit(event, data).await,
+            None => Err(RemoteError::new(
+                ErrorKind::Protocol,
+                format!("no joined namespace `{path}`: register it before the first call"),
+            )),
+        }
     }
 
     fn live_connection(&self) -> Option<Arc<RpcConnection>> {

@@ -97,6 +97,8 @@ fn frame_name(frame: &Frame) -> &'static str {
         Frame::End { .. } => "end",
         Frame::Logs { .. } => "logs",
         Frame::Traces { .. } => "traces",
+        Frame::SioOpen { .. } => "sio_open",
+        Frame::SioEvent { .. } => "sio_event",
         Frame::Result { .. } => "result",
         Frame::Error { .. } => "error",
     }

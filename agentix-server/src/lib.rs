@@ -12,6 +12,7 @@
 //! - [`supervisor`]: the `WorkerSupervisor` actor: owns the worker, correlates calls.
 //! - [`call_request`]: a host's `call` event, checked and decoded.
 //! - [`rpc`]: the `/rpc` Socket.IO namespace.
+//! - [`forwarder`]: plugin namespaces, forwarded both ways without knowing their events.
 //! - [`side_relay`]: what the sandbox logs, prints and traces, to its log file and to hosts.
 //! - [`side_credits`]: how far behind each host may be on the side channels.
 //! - [`side_namespaces`]: the `/log` and `/trace` namespaces hosts listen on.
@@ -22,6 +23,7 @@ pub mod auth;
 pub mod call_request;
 pub mod calls;
 pub mod config;
+pub mod forwarder;
 pub mod http;
 pub mod rpc;
 pub mod server;

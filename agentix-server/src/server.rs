@@ -18,12 +18,13 @@ use tokio::signal::unix::{signal, SignalKind};
 
 use crate::auth::Token;
 use crate::config::ServerConfig;
+use crate::forwarder;
 use crate::http::HttpRoutes;
 use crate::rpc;
 use crate::side_credits::SideCredits;
 use crate::side_namespaces;
 use crate::side_relay::SideRelay;
-use crate::supervisor::{BeginDrain, ReportHealth, StopWorker, WorkerSupervisor};
+use crate::supervisor::{AttachIo, BeginDrain, ReportHealth, StopWorker, WorkerSupervisor};
 
 /// Runs the server until SIGTERM/SIGINT; returns the process exit code.
 pub fn run(config: ServerConfig) -> i32 {
@@ -85,6 +86,8 @@ async fn serve(config: ServerConfig) -> i32 {
         .ping_timeout(config.ping_timeout)
         .build_with_inner_svc(HttpRoutes::new(supervisor.clone(), token.clone()));
     rpc::register(&io, supervisor.clone(), token.clone());
+    supervisor.do_send(AttachIo(io.clone()));
+    forwarder::register(&io, supervisor.clone(), token.clone());
     let credits = SideCredits::default();
     side_namespaces::register(&io, logs, credits.clone(), token);
     log_inbox.start(io.clone(), credits);

@@ -24,6 +24,7 @@ use tokio::sync::mpsc;
 
 use crate::calls::{CallTable, Cancelled, Delivery, NewCall, Origin};
 use crate::config::ServerConfig;
+use crate::forwarder::{NamespaceForwarder, ToHosts};
 use crate::side_relay::SideRelay;
 use crate::worker_process::{self, OutputTail};
 
@@ -55,6 +56,23 @@ pub struct AckStream {
 #[derive(Message)]
 #[rtype(result = "()")]
 pub struct HostDisconnected(pub Sid);
+
+/// A host emitted `event` on plugin namespace `path`.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct HostEvent {
+    /// The namespace path.
+    pub path: String,
+    /// The event name.
+    pub event: String,
+    /// The payload.
+    pub data: serde_json::Value,
+}
+
+/// The Socket.IO server exists now: forwarders can be started.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct AttachIo(pub socketioxide::SocketIo);
 
 /// Report the worker's state for `/health`.
 #[derive(Message)]
@@ -135,6 +153,12 @@ pub struct WorkerSupervisor {
     generation: u64,
     restarts: u64,
     recent_restarts: VecDeque<Instant>,
+    io: Option<socketioxide::SocketIo>,
+    /// One forwarder per plugin namespace a worker opened; they outlive
+    /// worker restarts (the new worker opens its namespaces again).
+    forwarders: std::collections::HashMap<String, Addr<NamespaceForwarder>>,
+    /// Namespaces opened before the Socket.IO server was attached.
+    early_opens: Vec<String>,
     last_exit: Option<String>,
     start_error: Option<RemoteError>,
 }
@@ -152,6 +176,9 @@ impl WorkerSupervisor {
             generation: 0,
             restarts: 0,
             recent_restarts: VecDeque::new(),
+            io: None,
+            forwarders: std::collections::HashMap::new(),
+            early_opens: Vec::new(),
             last_exit: None,
             start_error: None,
         }
@@ -567,6 +594,15 @@ impl Handler<FrameArrived> for WorkerSupervisor {
                     }
                 }
             }
+            Frame::SioOpen { path } => self.open_namespace(path),
+            Frame::SioEvent { path, event, data } => match self.forwarders.get(&path) {
+                Some(forwarder) => forwarder.do_send(ToHosts { event, data }),
+                None => tracing::debug!(
+                    path,
+                    event,
+                    "event for a namespace the worker never opened; dropped"
+                ),
+            },
             Frame::Call { .. }
             | Frame::Cancel { .. }
             | Frame::Ack { .. }
@@ -574,6 +610,56 @@ impl Handler<FrameArrived> for WorkerSupervisor {
             | Frame::Traces { .. } => {
                 tracing::warn!("the worker sent a frame only the server may send; dropped");
             }
+        }
+    }
+}
+
+impl WorkerSupervisor {
+    fn open_namespace(&mut self, path: String) {
+        if let Err(why) = agentix_actors::wire::check_plugin_path(&path) {
+            tracing::warn!("the worker tried to open a namespace: {why}");
+            return;
+        }
+        if self.forwarders.contains_key(&path) {
+            return;
+        }
+        let Some(io) = self.io.clone() else {
+            self.early_opens.push(path);
+            return;
+        };
+        tracing::info!(path, "plugin namespace opened");
+        let forwarder = NamespaceForwarder::new(path.clone(), io).start();
+        self.forwarders.insert(path, forwarder);
+    }
+}
+
+impl Handler<HostEvent> for WorkerSupervisor {
+    type Result = ();
+
+    fn handle(&mut self, msg: HostEvent, _: &mut Context<Self>) {
+        if !self.forwarders.contains_key(&msg.path) {
+            tracing::debug!(
+                path = msg.path,
+                event = msg.event,
+                "event for a namespace no worker opened; dropped"
+            );
+            return;
+        }
+        self.send_frame(Frame::SioEvent {
+            path: msg.path,
+            event: msg.event,
+            data: msg.data,
+        });
+    }
+}
+
+impl Handler<AttachIo> for WorkerSupervisor {
+    type Result = ();
+
+    fn handle(&mut self, AttachIo(io): AttachIo, _: &mut Context<Self>) {
+        self.io = Some(io);
+        for path in std::mem::take(&mut self.early_opens) {
+            self.open_namespace(path);
         }
     }
 }

@@ -20,12 +20,15 @@ pub mod bundle;
 pub use agentix_actors::cbor::Blob;
 pub use agentix_actors::errors::{ErrorKind, RemoteError};
 pub use agentix_actors::log_record::LogRecord;
+pub use agentix_actors::namespace::{
+    register_namespace, Namespace, NamespaceHandle, RegisterError, RemoteSioError,
+};
 pub use agentix_actors::remote::{Remote, RemoteStream};
 pub use agentix_actors::trace;
 pub use agentix_actors::wire::Window;
 pub use agentix_host::{
-    configure_logging, Call, CallStream, LocalProvider, LogTap, Provider, ProviderError, Sandbox,
-    SandboxConfig, StreamCall,
+    configure_logging, Call, CallStream, ClientNamespace, HostNamespace, LocalProvider, LogTap,
+    Provider, ProviderError, Sandbox, SandboxConfig, StreamCall,
 };
 pub use agentix_macros::remote;
 pub use futures_util::{stream, Stream, StreamExt};

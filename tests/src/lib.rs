@@ -360,3 +360,64 @@ pub async fn chatter_wide(n: u64, width: usize) -> u64 {
     }
     n
 }
+
+// ---- plugin namespaces --------------------------------------------------------
+
+static PLUGIN: std::sync::OnceLock<agentix::NamespaceHandle> = std::sync::OnceLock::new();
+
+fn plugin() -> &'static agentix::NamespaceHandle {
+    PLUGIN.get().expect("open_plugin ran first")
+}
+
+/// Registers `/e2e-plugin`: `configure` echoes its data back as
+/// `configured`; `explode` panics.
+#[agentix::remote]
+pub async fn open_plugin() -> Result<String, agentix::RegisterError> {
+    if PLUGIN.get().is_some() {
+        return Ok("already open".into());
+    }
+    let ns = agentix::Namespace::new("/e2e-plugin")
+        .on("configure", |ns, data| async move {
+            ns.emit("configured", data);
+        })
+        .on("explode", |_, _| async move {
+            panic!("a sandbox handler broke")
+        });
+    let handle = agentix::register_namespace(ns)?;
+    let _ = PLUGIN.set(handle);
+    Ok("open".into())
+}
+
+/// Tries to register `path`; returns the error text, or "ok".
+#[agentix::remote]
+pub async fn try_register(path: String) -> String {
+    match agentix::register_namespace(agentix::Namespace::new(path)) {
+        Ok(_) => "ok".into(),
+        Err(e) => e.to_string(),
+    }
+}
+
+/// Makes `n` concurrent `fetch` requests with bodies `{i}`; returns the replies.
+#[agentix::remote]
+pub async fn ask_host(n: u64) -> Vec<agentix::JsonValue> {
+    let requests = (0..n).map(|i| plugin().request("fetch", serde_json::json!({ "i": i })));
+    futures_util::future::join_all(requests)
+        .await
+        .into_iter()
+        .map(|r| r.unwrap_or_else(|e| serde_json::json!({ "error": e.to_string() })))
+        .collect()
+}
+
+/// Requests `event` with a timeout of `ms`; returns the reply or the error text.
+#[agentix::remote]
+pub async fn ask_host_event(event: String, ms: u64) -> Result<agentix::JsonValue, String> {
+    plugin()
+        .request_with_timeout(&event, serde_json::json!({}), Duration::from_millis(ms))
+        .await
+        .map_err(|e| match e {
+            agentix::RemoteSioError::Raised { type_name, message } => {
+                format!("raised {type_name}: {message}")
+            }
+            other => other.to_string(),
+        })
+}

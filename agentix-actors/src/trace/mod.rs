@@ -30,6 +30,7 @@ mod processors;
 mod span;
 
 pub use context::{current, Entered, InContext, SpanContext};
+pub(crate) use model::random_id;
 pub use model::{SpanData, SpanEvent, SpanId, SpanStatus, TraceData, TraceEvent, TraceId};
 pub use processor::{add_processor, force_flush, publish, shutdown, Processor};
 pub use processors::{ConsoleProcessor, JsonLinesProcessor};

@@ -1,0 +1,339 @@
+//! Plugin namespaces, sandbox half: [`Namespace`], [`register_namespace`],
+//! and the [`NamespaceHandle`] that emits and makes round-trip requests.
+//!
+//! ```ignore
+//! let ns = agentix::Namespace::new("/my-plugin")
+//!     .on("configure", |ns, data| async move { ns.emit("configured", data); });
+//! let ns = agentix::register_namespace(ns)?;
+//! let answer = ns.request("fetch", json!({"url": ".."})).await?;
+//! ```
+//!
+//! Each registered namespace is an actor: a task with a mailbox that owns
+//! its table of requests waiting for a reply, so many requests in flight are
+//! told apart by request id without a lock. Handlers run as tasks of their
+//! own; a panic in one is logged and nothing else stops.
+//!
+//! The envelope of a request is `{request_id, data}` on the event; the reply
+//! is `<event>:result {request_id, data}` or `<event>:error {request_id,
+//! error: {type, message}}`.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use futures_util::FutureExt;
+use serde_json::{json, Value};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::wire::{check_plugin_path, Frame};
+
+/// How long [`NamespaceHandle::request`] waits for a reply by default.
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(300);
+
+type Handler = Arc<dyn Fn(NamespaceHandle, Value) -> BoxFuture + Send + Sync>;
+type BoxFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
+
+/// A sandbox-side plugin namespace: a path and handlers by event name.
+pub struct Namespace {
+    path: String,
+    handlers: HashMap<String, Handler>,
+}
+
+impl Namespace {
+    /// A namespace at `path` (like `/my-plugin`) with no handlers yet.
+    pub fn new(path: impl Into<String>) -> Self {
+        Namespace {
+            path: path.into(),
+            handlers: HashMap::new(),
+        }
+    }
+
+    /// Runs `handler` for every `event` a host emits (names may contain `:`).
+    pub fn on<F, Fut>(mut self, event: impl Into<String>, handler: F) -> Self
+    where
+        F: Fn(NamespaceHandle, Value) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        self.handlers.insert(
+            event.into(),
+            Arc::new(move |ns, data| Box::pin(handler(ns, data))),
+        );
+        self
+    }
+}
+
+/// A request's reply: the value, or the host's error.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum RemoteSioError {
+    /// The host's handler failed: its error type and message.
+    #[error("{type_name}: {message}")]
+    Raised {
+        /// The error's type, as the host named it.
+        type_name: String,
+        /// Its message.
+        message: String,
+    },
+    /// No reply came within the timeout.
+    #[error("no reply to `{event}` on {path} within {timeout:?}")]
+    Timeout {
+        /// The namespace.
+        path: String,
+        /// The request's event.
+        event: String,
+        /// How long it waited.
+        timeout: Duration,
+    },
+    /// The worker is shutting down or the namespace is gone.
+    #[error("the namespace {0} is closed")]
+    Closed(String),
+    /// The reply was not an envelope the protocol allows.
+    #[error("malformed reply: {0}")]
+    Malformed(String),
+}
+
+/// Why a namespace could not be registered.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RegisterError {
+    /// The path is reserved or not a path.
+    #[error("{0}")]
+    BadPath(String),
+    /// Another namespace already has the path.
+    #[error("`{0}` is already registered in this worker; a path belongs to one plugin")]
+    Duplicate(String),
+    /// Not inside a worker started by an Agentix server.
+    #[error("namespaces can only be registered inside an Agentix worker")]
+    NoWorker,
+    /// The host connected already: its set of namespaces is fixed.
+    #[error(
+        "register host namespaces before the first remote call: the sandbox's \
+         connections are planned when it first connects"
+    )]
+    AfterConnect,
+}
+
+enum Mail {
+    Incoming {
+        event: String,
+        data: Value,
+    },
+    Request {
+        request_id: String,
+        reply: oneshot::Sender<Result<Value, RemoteSioError>>,
+    },
+    Forget(String),
+}
+
+/// A registered namespace: emit to its hosts, make requests.
+#[derive(Clone)]
+pub struct NamespaceHandle {
+    path: Arc<str>,
+    mailbox: mpsc::UnboundedSender<Mail>,
+}
+
+struct Registry {
+    out: Option<mpsc::Sender<Frame>>,
+    namespaces: HashMap<String, NamespaceHandle>,
+}
+
+fn registry() -> &'static Mutex<Registry> {
+    static REGISTRY: OnceLock<Mutex<Registry>> = OnceLock::new();
+    REGISTRY.get_or_init(|| {
+        Mutex::new(Registry {
+            out: None,
+            namespaces: HashMap::new(),
+        })
+    })
+}
+
+fn lock() -> std::sync::MutexGuard<'static, Registry> {
+    registry().lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Registers `namespace` in this worker and tells the server to forward it.
+pub fn register_namespace(namespace: Namespace) -> Result<NamespaceHandle, RegisterError> {
+    check_plugin_path(&namespace.path).map_err(RegisterError::BadPath)?;
+    let mut reg = lock();
+    let Some(out) = reg.out.clone() else {
+        return Err(RegisterError::NoWorker);
+    };
+    if reg.namespaces.contains_key(&namespace.path) {
+        return Err(RegisterError::Duplicate(namespace.path));
+    }
+    let (tx, rx) = mpsc::unbounded_channel();
+    let handle = NamespaceHandle {
+        path: Arc::from(namespace.path.as_str()),
+        mailbox: tx,
+    };
+    reg.namespaces
+        .insert(namespace.path.clone(), handle.clone());
+    drop(reg);
+    tokio::spawn(run(handle.clone(), namespace.handlers, rx, out.clone()));
+    let open = Frame::SioOpen {
+        path: namespace.path,
+    };
+    if out.try_send(open.clone()).is_err() {
+        tokio::spawn(async move {
+            let _ = out.send(open).await;
+        });
+    }
+    Ok(handle)
+}
+
+/// Called by the worker runtime: where frames for the server go.
+pub(crate) fn attach_worker(out: mpsc::Sender<Frame>) {
+    lock().out = Some(out);
+}
+
+/// Called by the worker runtime: a host emitted `event` on `path`.
+pub(crate) fn deliver(path: &str, event: String, data: Value) {
+    match lock().namespaces.get(path) {
+        Some(ns) => {
+            let _ = ns.mailbox.send(Mail::Incoming { event, data });
+        }
+        None => tracing::debug!(path, event, "event for an unregistered namespace; dropped"),
+    }
+}
+
+impl NamespaceHandle {
+    /// The namespace path.
+    pub fn path(&self) -> &str {
+        &self.path
+    }
+
+    /// Emits `event` with `data` to every host on this namespace.
+    pub fn emit(&self, event: impl Into<String>, data: Value) {
+        let Some(out) = lock().out.clone() else {
+            return;
+        };
+        let frame = Frame::SioEvent {
+            path: self.path.to_string(),
+            event: event.into(),
+            data,
+        };
+        if let Err(mpsc::error::TrySendError::Full(frame)) = out.try_send(frame) {
+            // Keep the event rather than drop it; order with later emits from
+            // other tasks is not promised while the pipe is this busy.
+            tokio::spawn(async move {
+                let _ = out.send(frame).await;
+            });
+        }
+    }
+
+    /// Sends `event {request_id, data: body}` to the host and waits for
+    /// `event:result` or `event:error`, at most [`DEFAULT_REQUEST_TIMEOUT`].
+    pub async fn request(&self, event: &str, body: Value) -> Result<Value, RemoteSioError> {
+        self.request_with_timeout(event, body, DEFAULT_REQUEST_TIMEOUT)
+            .await
+    }
+
+    /// Like [`NamespaceHandle::request`], waiting at most `timeout`.
+    pub async fn request_with_timeout(
+        &self,
+        event: &str,
+        body: Value,
+        timeout: Duration,
+    ) -> Result<Value, RemoteSioError> {
+        let request_id = crate::trace::random_id(16);
+        let (tx, rx) = oneshot::channel();
+        let closed = || RemoteSioError::Closed(self.path.to_string());
+        self.mailbox
+            .send(Mail::Request {
+                request_id: request_id.clone(),
+                reply: tx,
+            })
+            .map_err(|_| closed())?;
+        self.emit(event, json!({ "request_id": request_id, "data": body }));
+        match tokio::time::timeout(timeout, rx).await {
+            Ok(Ok(reply)) => reply,
+            Ok(Err(_)) => Err(closed()),
+            Err(_) => {
+                let _ = self.mailbox.send(Mail::Forget(request_id));
+                Err(RemoteSioError::Timeout {
+                    path: self.path.to_string(),
+                    event: event.to_owned(),
+                    timeout,
+                })
+            }
+        }
+    }
+}
+
+/// The namespace actor: resolves replies, dispatches everything else.
+async fn run(
+    handle: NamespaceHandle,
+    handlers: HashMap<String, Handler>,
+    mut mailbox: mpsc::UnboundedReceiver<Mail>,
+    _out: mpsc::Sender<Frame>,
+) {
+    let mut waiting: HashMap<String, oneshot::Sender<Result<Value, RemoteSioError>>> =
+        HashMap::new();
+    while let Some(mail) = mailbox.recv().await {
+        match mail {
+            Mail::Request { request_id, reply } => {
+                waiting.insert(request_id, reply);
+            }
+            Mail::Forget(request_id) => {
+                waiting.remove(&request_id);
+            }
+            Mail::Incoming { event, data } => {
+                if let Some(outcome) = reply_outcome(&event, &data) {
+                    let id = data.get("request_id").and_then(Value::as_str).unwrap_or("");
+                    match waiting.remove(id) {
+                        Some(reply) => {
+                            let _ = reply.send(outcome);
+                        }
+                        None => tracing::debug!(
+                            path = &*handle.path,
+                            event,
+                            "reply for an unknown request id; dropped"
+                        ),
+                    }
+                    continue;
+                }
+                match handlers.get(&event) {
+                    Some(handler) => {
+                        let fut = handler(handle.clone(), data);
+                        let path = handle.path.clone();
+                        tokio::spawn(async move {
+                            if AssertUnwindSafe(fut).catch_unwind().await.is_err() {
+                                tracing::error!(path = &*path, event, "namespace handler panicked");
+                            }
+                        });
+                    }
+                    None => tracing::debug!(
+                        path = &*handle.path,
+                        event,
+                        "no handler for this event; dropped"
+                    ),
+                }
+            }
+        }
+    }
+}
+
+/// For `x:result` / `x:error` events carrying a request id: the outcome.
+fn reply_outcome(event: &str, data: &Value) -> Option<Result<Value, RemoteSioError>> {
+    data.get("request_id")?;
+    if event.ends_with(":result") {
+        return Some(Ok(data.get("data").cloned().unwrap_or(Value::Null)));
+    }
+    if event.ends_with(":error") {
+        let error = data.get("error");
+        let text = |key: &str| {
+            error
+                .and_then(|e| e.get(key))
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+        };
+        return Some(match (text("type"), text("message")) {
+            (Some(type_name), Some(message)) => Err(RemoteSioError::Raised { type_name, message }),
+            _ => Err(RemoteSioError::Malformed(format!(
+                "`{event}` needs error: {{type, message}}, got {data}"
+            ))),
+        });
+    }
+    None
+}

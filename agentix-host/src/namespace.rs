@@ -1,0 +1,205 @@
+//! Plugin namespaces, host half: [`ClientNamespace`] and [`HostNamespace`].
+//!
+//! ```ignore
+//! let ns = ClientNamespace::new("/my-plugin")
+//!     .on("record", |_ns, data| async move { println!("{data}") })
+//!     .request_handler("fetch", |body| async move { call_upstream(body).await });
+//! sandbox.register_namespace(ns)?; // before the first remote call
+//! ```
+//!
+//! Each handler runs as a task of its own, off the Socket.IO receive loop, so
+//! a slow handler delays neither other namespaces nor call results. A
+//! `request_handler` unwraps `{request_id, data}`, and replies with
+//! `<event>:result {request_id, data}` or `<event>:error {request_id, error:
+//! {type, message}}` (also when the handler panics).
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use agentix_actors::errors::{ErrorKind, RemoteError};
+use futures_util::FutureExt;
+use rust_socketio::asynchronous::{Client, ClientBuilder};
+use rust_socketio::{Payload, TransportType};
+use serde::Serialize;
+use serde_json::{json, Value};
+
+use crate::connection::{ConnectionSettings, Endpoint};
+
+type BoxFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
+type Handler = Arc<dyn Fn(HostNamespace, Value) -> BoxFuture + Send + Sync>;
+
+/// A host-side plugin namespace: a path and handlers by event name.
+#[derive(Clone)]
+pub struct ClientNamespace {
+    pub(crate) path: String,
+    handlers: HashMap<String, Handler>,
+}
+
+/// The live host side of a namespace: emit to the sandbox.
+#[derive(Clone)]
+pub struct HostNamespace {
+    client: Client,
+}
+
+impl HostNamespace {
+    pub(crate) fn new(client: Client) -> Self {
+        HostNamespace { client }
+    }
+
+    /// Emits `event` with `data` to the sandbox's namespace.
+    pub async fn emit(&self, event: &str, data: Value) -> Result<(), RemoteError> {
+        self.client.emit(event, data).await.map_err(|e| {
+            RemoteError::new(
+                ErrorKind::ConnectionLost,
+                format!("cannot emit `{event}`: {e}"),
+            )
+        })
+    }
+}
+
+impl ClientNamespace {
+    /// A namespace at `path` (like `/my-plugin`) with no handlers yet.
+    pub fn new(path: impl Into<String>) -> Self {
+        ClientNamespace {
+            path: path.into(),
+            handlers: HashMap::new(),
+        }
+    }
+
+    /// Runs `handler` for every `event` the sandbox emits.
+    pub fn on<F, Fut>(mut self, event: impl Into<String>, handler: F) -> Self
+    where
+        F: Fn(HostNamespace, Value) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        self.handlers.insert(
+            event.into(),
+            Arc::new(move |ns, data| Box::pin(handler(ns, data))),
+        );
+        self
+    }
+
+    /// Answers the sandbox's `request(event, body)`: `handler` gets the body
+    /// and its `Ok` becomes `<event>:result`, its `Err` (or a panic)
+    /// `<event>:error {type, message}`.
+    pub fn request_handler<F, Fut, T, E>(self, event: &str, handler: F) -> Self
+    where
+        F: Fn(Value) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<T, E>> + Send + 'static,
+        T: Serialize,
+        E: std::fmt::Display,
+    {
+        let handler = Arc::new(handler);
+        let name = event.to_owned();
+        self.on(event, move |ns: HostNamespace, envelope: Value| {
+            let handler = handler.clone();
+            let name = name.clone();
+            async move {
+                let Some(request_id) = envelope.get("request_id").cloned() else {
+                    tracing::debug!(event = name, "request without a request_id; dropped");
+                    return;
+                };
+                let body = envelope.get("data").cloned().unwrap_or(Value::Null);
+                let outcome = AssertUnwindSafe(handler(body)).catch_unwind().await;
+                // Turned into plain JSON before the next await: `T` and `E`
+                // need not be `Send`.
+                let (reply_event, reply) = reply_for(&name, request_id, outcome);
+                if let Err(e) = ns.emit(&reply_event, reply).await {
+                    tracing::debug!("reply not sent: {e}");
+                }
+            }
+        })
+    }
+}
+
+fn reply_for<T: Serialize, E: std::fmt::Display>(
+    name: &str,
+    request_id: Value,
+    outcome: Result<Result<T, E>, Box<dyn std::any::Any + Send>>,
+) -> (String, Value) {
+    match outcome {
+        Ok(Ok(value)) => match serde_json::to_value(value) {
+            Ok(data) => (
+                format!("{name}:result"),
+                json!({ "request_id": request_id, "data": data }),
+            ),
+            Err(e) => error_reply(name, request_id, "SerializeError", e.to_string()),
+        },
+        Ok(Err(e)) => error_reply(name, request_id, short_type_name::<E>(), format!("{e:#}")),
+        Err(_) => error_reply(
+            name,
+            request_id,
+            "Panic",
+            format!("the `{name}` handler panicked"),
+        ),
+    }
+}
+
+fn error_reply(
+    event: &str,
+    request_id: Value,
+    type_name: impl Into<String>,
+    message: String,
+) -> (String, Value) {
+    (
+        format!("{event}:error"),
+        json!({ "request_id": request_id, "error": { "type": type_name.into(), "message": message } }),
+    )
+}
+
+fn short_type_name<E>() -> String {
+    let full = std::any::type_name::<E>();
+    full.rsplit("::").next().unwrap_or(full).to_owned()
+}
+
+/// Joins `namespace` on `endpoint`; its handlers run as tasks.
+pub(crate) async fn join(
+    endpoint: &Endpoint,
+    settings: ConnectionSettings,
+    namespace: ClientNamespace,
+) -> Result<Client, RemoteError> {
+    let handlers = Arc::new(namespace.handlers);
+    let path = namespace.path.clone();
+    let on_any = move |event: rust_socketio::Event, payload: Payload, client: Client| {
+        let name = event.as_str().to_owned();
+        match handlers.get(&name) {
+            Some(handler) => {
+                let data = crate::connection::first::<Value>(payload).unwrap_or(Value::Null);
+                let fut = handler(HostNamespace { client }, data);
+                let path = path.clone();
+                tokio::spawn(async move {
+                    if AssertUnwindSafe(fut).catch_unwind().await.is_err() {
+                        tracing::error!(path, event = name, "namespace handler panicked");
+                    }
+                });
+            }
+            None => tracing::debug!(path, event = name, "no handler for this event; dropped"),
+        }
+        async {}.boxed()
+    };
+    let url = format!("http://{}/", endpoint.addr);
+    let connect = ClientBuilder::new(url.clone())
+        .namespace(namespace.path.as_str())
+        .auth(json!({ "token": endpoint.token }))
+        .transport_type(TransportType::Websocket)
+        .reconnect(false)
+        .on_any(on_any)
+        .connect();
+    match tokio::time::timeout(settings.connect_timeout, connect).await {
+        Ok(Ok(client)) => Ok(client),
+        Ok(Err(e)) => Err(RemoteError::new(
+            ErrorKind::ServerUnreachable,
+            format!("cannot join {} at {url}: {e}", namespace.path),
+        )),
+        Err(_) => Err(RemoteError::new(
+            ErrorKind::ServerUnreachable,
+            format!(
+                "{} at {url} did not answer within {:?}",
+                namespace.path, settings.connect_timeout
+            ),
+        )),
+    }
+}

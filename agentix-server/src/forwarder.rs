@@ -1,0 +1,101 @@
+//! [`NamespaceForwarder`]: one actor per plugin namespace the worker opened.
+//!
+//! The server knows no plugin's events or payloads: the forwarder emits
+//! whatever the worker sends to every host on its path, in order, and the
+//! plugin namespace handler (see [`register`]) passes whatever hosts send on
+//! to the worker. A host may connect to a path before the worker opens it:
+//! it then gets the events the worker emits once it does.
+
+use actix::prelude::*;
+use agentix_actors::wire::check_plugin_path;
+use serde_json::Value;
+use socketioxide::extract::{Event, SocketRef, TryData};
+use socketioxide::handler::ConnectHandler;
+use socketioxide::SocketIo;
+
+use crate::auth::Token;
+use crate::rpc::{auth_middleware, emit};
+use crate::supervisor::{HostEvent, WorkerSupervisor};
+
+/// Forwards the worker's events on one namespace path to its hosts.
+pub struct NamespaceForwarder {
+    path: String,
+    io: SocketIo,
+}
+
+impl NamespaceForwarder {
+    /// A forwarder for `path` on `io`.
+    pub fn new(path: String, io: SocketIo) -> Self {
+        NamespaceForwarder { path, io }
+    }
+}
+
+impl Actor for NamespaceForwarder {
+    type Context = Context<Self>;
+}
+
+/// Emit `event` with `data` to every host on the forwarder's path.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct ToHosts {
+    /// The event name.
+    pub event: String,
+    /// The payload.
+    pub data: Value,
+}
+
+impl Handler<ToHosts> for NamespaceForwarder {
+    // Atomic: the next event waits until this one is handed to every host,
+    // which keeps the order and lets a full socket slow the worker down.
+    type Result = AtomicResponse<Self, ()>;
+
+    fn handle(&mut self, msg: ToHosts, _: &mut Context<Self>) -> Self::Result {
+        let hosts = self
+            .io
+            .of(&self.path)
+            .map(|ns| ns.sockets())
+            .unwrap_or_default();
+        if hosts.is_empty() {
+            tracing::debug!(
+                path = self.path,
+                event = msg.event,
+                "no host on this namespace; event dropped"
+            );
+        }
+        AtomicResponse::new(Box::pin(
+            async move {
+                for host in &hosts {
+                    emit(host, &msg.event, &msg.data).await;
+                }
+            }
+            .into_actor(self),
+        ))
+    }
+}
+
+/// Accepts hosts on any path that is not a core namespace and passes their
+/// events to `supervisor`.
+pub fn register(io: &SocketIo, supervisor: Addr<WorkerSupervisor>, token: Token) {
+    let on_connect = move |s: SocketRef| {
+        let supervisor = supervisor.clone();
+        s.on_fallback(
+            move |s: SocketRef, Event(event): Event, TryData(data): TryData<Value>| {
+                let path = s.ns().to_owned();
+                match data {
+                    Ok(data) if check_plugin_path(&path).is_ok() => {
+                        supervisor.do_send(HostEvent { path, event, data });
+                    }
+                    Ok(_) => {
+                        tracing::debug!(path, event, "event on a path no plugin may use; dropped")
+                    }
+                    Err(e) => tracing::debug!(path, event, "malformed plugin event dropped: {e}"),
+                }
+                std::future::ready(())
+            },
+        );
+        std::future::ready(())
+    };
+    if let Err(e) = io.dyn_ns("/{*path}", on_connect.with(auth_middleware(token))) {
+        tracing::error!("cannot accept plugin namespaces: {e}");
+    }
+}

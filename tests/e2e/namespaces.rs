@@ -1,0 +1,146 @@
+//! Plugin namespaces: events both ways, round-trip requests, errors,
+//! timeouts, panics, and the rules on paths.
+
+mod support;
+
+use std::time::Duration;
+
+use agentix::{ClientNamespace, JsonValue, RegisterError};
+use serde_json::json;
+use support::sandbox;
+use tokio::sync::mpsc;
+
+/// The host half the tests use: doubles `fetch` bodies, fails `fail`,
+/// panics on `panic`, never answers `silent`, and reports `configured`.
+fn host_half(configured: mpsc::UnboundedSender<JsonValue>) -> ClientNamespace {
+    ClientNamespace::new("/e2e-plugin")
+        .on("configured", move |_, data| {
+            let configured = configured.clone();
+            async move {
+                let _ = configured.send(data);
+            }
+        })
+        .request_handler("fetch", |body| async move {
+            let i = body["i"].as_u64().ok_or("no i")?;
+            Ok::<_, &str>(json!(i * 2))
+        })
+        .request_handler("fail", |_| async move {
+            Err::<JsonValue, _>(std::io::Error::other("upstream said no"))
+        })
+        .request_handler("panic", |_| async move {
+            if true {
+                panic!("a host handler broke");
+            }
+            Ok::<JsonValue, String>(JsonValue::Null)
+        })
+}
+
+#[tokio::test]
+async fn events_flow_both_ways_and_requests_round_trip() {
+    let sb = sandbox().await;
+    let (tx, mut configured) = mpsc::unbounded_channel();
+    sb.register_namespace(host_half(tx)).unwrap();
+    assert_eq!(
+        sb.remote(agentix_e2e::open_plugin, ()).await.unwrap(),
+        "open"
+    );
+
+    sb.emit("/e2e-plugin", "configure", json!({"model": "claude"}))
+        .await
+        .unwrap();
+    let echoed = tokio::time::timeout(Duration::from_secs(10), configured.recv())
+        .await
+        .expect("the sandbox answered the event")
+        .unwrap();
+    assert_eq!(echoed, json!({"model": "claude"}));
+
+    // 1,000 requests in flight at once, each matched to its own reply.
+    let replies = sb.remote(agentix_e2e::ask_host, (1_000,)).await.unwrap();
+    assert_eq!(replies.len(), 1_000);
+    for (i, reply) in replies.iter().enumerate() {
+        assert_eq!(reply, &json!(i * 2), "request {i} got another's reply");
+    }
+}
+
+#[tokio::test]
+async fn errors_timeouts_and_panics_become_clear_replies() {
+    let sb = sandbox().await;
+    let (tx, mut configured) = mpsc::unbounded_channel();
+    sb.register_namespace(host_half(tx)).unwrap();
+    sb.remote(agentix_e2e::open_plugin, ()).await.unwrap();
+
+    let err = sb
+        .remote(agentix_e2e::ask_host_event, ("fail".into(), 10_000))
+        .await
+        .unwrap_err()
+        .message;
+    assert_eq!(err, "raised Error: upstream said no");
+    let err = sb
+        .remote(agentix_e2e::ask_host_event, ("panic".into(), 10_000))
+        .await
+        .unwrap_err()
+        .message;
+    assert!(err.starts_with("raised Panic:"), "{err}");
+    let err = sb
+        .remote(agentix_e2e::ask_host_event, ("silent".into(), 300))
+        .await
+        .unwrap_err()
+        .message;
+    assert!(err.contains("no reply to `silent`"), "{err}");
+
+    // A sandbox handler that panics takes nothing down with it.
+    sb.emit("/e2e-plugin", "explode", json!({})).await.unwrap();
+    sb.emit("/e2e-plugin", "configure", json!(1)).await.unwrap();
+    let echoed = tokio::time::timeout(Duration::from_secs(10), configured.recv())
+        .await
+        .expect("the namespace still serves")
+        .unwrap();
+    assert_eq!(echoed, json!(1));
+    assert_eq!(sb.remote(agentix_e2e::add, (1, 1)).await.unwrap(), 2);
+}
+
+#[tokio::test]
+async fn reserved_duplicate_and_late_registrations_fail_clearly() {
+    let sb = sandbox().await;
+    let (tx, _rx) = mpsc::unbounded_channel();
+    for reserved in ["/rpc", "/log", "/trace"] {
+        let err = sb
+            .register_namespace(ClientNamespace::new(reserved))
+            .unwrap_err();
+        assert!(matches!(err, RegisterError::BadPath(_)), "{err}");
+        assert!(err.to_string().contains("reserved"), "{err}");
+        let sandbox_side = sb
+            .remote(agentix_e2e::try_register, (reserved.to_owned(),))
+            .await
+            .unwrap();
+        assert!(sandbox_side.contains("reserved"), "{sandbox_side}");
+    }
+    assert!(matches!(
+        sb.register_namespace(ClientNamespace::new("no-slash")),
+        Err(RegisterError::BadPath(_))
+    ));
+    // The host connected above: its plan is fixed.
+    let err = sb.register_namespace(host_half(tx)).unwrap_err();
+    assert_eq!(err, RegisterError::AfterConnect);
+    assert!(err.to_string().contains("before the first remote call"));
+
+    let first = sb
+        .remote(agentix_e2e::try_register, ("/twice".into(),))
+        .await
+        .unwrap();
+    assert_eq!(first, "ok");
+    let second = sb
+        .remote(agentix_e2e::try_register, ("/twice".into(),))
+        .await
+        .unwrap();
+    assert!(second.contains("already registered"), "{second}");
+
+    let fresh = sandbox().await;
+    fresh
+        .register_namespace(ClientNamespace::new("/same"))
+        .unwrap();
+    let err = fresh
+        .register_namespace(ClientNamespace::new("/same"))
+        .unwrap_err();
+    assert_eq!(err, RegisterError::Duplicate("/same".into()));
+}
