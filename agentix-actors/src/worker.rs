@@ -37,6 +37,13 @@ struct RunningCall {
 
 /// Runs the worker until the server closes the frame pipe; returns the exit code.
 pub fn run() -> i32 {
+    run_with(|| {})
+}
+
+/// Like [`run`], calling `setup` inside the worker's runtime before it takes
+/// calls, in every worker the server starts (so a restarted worker registers
+/// its plugin namespaces again).
+pub fn run_with(setup: impl FnOnce()) -> i32 {
     crate::process::release_memory_eagerly();
     // Claim fds 3 and 4 before the runtime opens descriptors of its own,
     // which would take those numbers when the server did not provide them.
@@ -61,7 +68,7 @@ pub fn run() -> i32 {
     };
     let code = runtime.block_on(async {
         match frame_pipes(fds) {
-            Ok((input, output)) => serve(input, output).await,
+            Ok((input, output)) => serve(input, output, setup).await,
             Err(e) => {
                 eprintln!("agentix worker: fds 3 and 4 are not usable pipes: {e}");
                 2
@@ -142,9 +149,10 @@ fn frame_pipes(
     ))
 }
 
-async fn serve(input: pipe::Receiver, output: pipe::Sender) -> i32 {
+async fn serve(input: pipe::Receiver, output: pipe::Sender, setup: impl FnOnce()) -> i32 {
     let (out_tx, out_rx) = mpsc::channel::<Frame>(1024);
     crate::namespace::attach_worker(out_tx.clone());
+    setup();
     let writer = tokio::spawn(codec::write_frames(output, out_rx));
     let ready = Frame::Ready {
         worker_id: std::env::var(ENV_WORKER_ID).unwrap_or_default(),

@@ -9,7 +9,14 @@ use std::ffi::OsString;
 
 /// Runs the bundle: `serve [server flags]` or `worker`; exits the process.
 pub fn main() -> ! {
-    dispatch();
+    main_with(|| {})
+}
+
+/// Like [`main`], running `worker_setup` in every worker before it takes
+/// calls: the place to register plugin namespaces, which a restarted worker
+/// then registers again.
+pub fn main_with(worker_setup: fn()) -> ! {
+    dispatch_with(worker_setup);
     eprintln!(
         "usage: {} serve [--host ADDR] [--port N] | worker\n\
          (a bundle binary is started by an Agentix provider)",
@@ -21,6 +28,12 @@ pub fn main() -> ! {
 /// If this process was started as `serve` or `worker`, runs that role and
 /// exits; otherwise returns so the program can go on as a host.
 pub fn dispatch() {
+    dispatch_with(|| {})
+}
+
+/// Like [`dispatch`], running `worker_setup` in every worker before it
+/// takes calls.
+pub fn dispatch_with(worker_setup: fn()) {
     let mut args = std::env::args_os().skip(1);
     let role = args.next();
     match role.as_ref().and_then(|r| r.to_str()) {
@@ -28,7 +41,7 @@ pub fn dispatch() {
             let rest: Vec<OsString> = args.collect();
             std::process::exit(serve(rest))
         }
-        Some("worker") => std::process::exit(agentix_actors::worker::run()),
+        Some("worker") => std::process::exit(agentix_actors::worker::run_with(worker_setup)),
         _ => {}
     }
 }

@@ -144,3 +144,34 @@ async fn reserved_duplicate_and_late_registrations_fail_clearly() {
         .unwrap_err();
     assert_eq!(err, RegisterError::Duplicate("/same".into()));
 }
+
+#[tokio::test]
+async fn a_restarted_worker_opens_its_namespaces_again() {
+    let sb = sandbox().await;
+    let (tx, mut pongs) = mpsc::unbounded_channel();
+    sb.register_namespace(ClientNamespace::new("/boot-plugin").on("pong", move |_, pid| {
+        let tx = tx.clone();
+        async move {
+            let _ = tx.send(pid);
+        }
+    }))
+    .unwrap();
+    let first = sb.remote(agentix_e2e::worker_pid, ()).await.unwrap();
+    sb.emit("/boot-plugin", "ping", json!(null)).await.unwrap();
+    let pid = tokio::time::timeout(Duration::from_secs(10), pongs.recv())
+        .await
+        .expect("pong from the first worker")
+        .unwrap();
+    assert_eq!(pid, json!(first));
+
+    let err = sb.remote(agentix_e2e::exit_worker, (3,)).await.unwrap_err();
+    assert_eq!(err.kind, agentix::ErrorKind::WorkerExited);
+    let second = sb.remote(agentix_e2e::worker_pid, ()).await.unwrap();
+    assert_ne!(first, second);
+    sb.emit("/boot-plugin", "ping", json!(null)).await.unwrap();
+    let pid = tokio::time::timeout(Duration::from_secs(10), pongs.recv())
+        .await
+        .expect("pong from the restarted worker, over the same host connection")
+        .unwrap();
+    assert_eq!(pid, json!(second));
+}

@@ -421,3 +421,14 @@ pub async fn ask_host_event(event: String, ms: u64) -> Result<agentix::JsonValue
             other => other.to_string(),
         })
 }
+
+/// Runs in every e2e worker at start: registers `/boot-plugin`, which
+/// answers `ping` with `pong` carrying the worker's pid.
+pub fn worker_setup() {
+    let ns = agentix::Namespace::new("/boot-plugin").on("ping", |ns, _| async move {
+        ns.emit("pong", serde_json::json!(std::process::id()));
+    });
+    if let Err(e) = agentix::register_namespace(ns) {
+        eprintln!("e2e worker: /boot-plugin not registered: {e}");
+    }
+}

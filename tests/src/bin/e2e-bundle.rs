@@ -40,7 +40,7 @@ fn main() {
         attach_and_call(addr, token, path);
         return;
     }
-    agentix::bundle::main()
+    agentix::bundle::main_with(agentix_e2e::worker_setup)
 }
 
 #[tokio::main]
