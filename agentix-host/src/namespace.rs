@@ -180,26 +180,50 @@ pub(crate) async fn join(
         }
         async {}.boxed()
     };
+    // Wait for the server to accept the namespace, not only for the socket:
+    // an event the sandbox emits before that reaches nobody.
+    let (open_tx, open_rx) = tokio::sync::oneshot::channel::<()>();
+    let open_tx = Arc::new(std::sync::Mutex::new(Some(open_tx)));
+    let on_open = move |_: Payload, _: Client| {
+        if let Some(tx) = open_tx.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            let _ = tx.send(());
+        }
+        async {}.boxed()
+    };
     let url = format!("http://{}/", endpoint.addr);
     let connect = ClientBuilder::new(url.clone())
         .namespace(namespace.path.as_str())
         .auth(json!({ "token": endpoint.token }))
         .transport_type(TransportType::Websocket)
         .reconnect(false)
+        .on("open", on_open)
         .on_any(on_any)
         .connect();
-    match tokio::time::timeout(settings.connect_timeout, connect).await {
-        Ok(Ok(client)) => Ok(client),
-        Ok(Err(e)) => Err(RemoteError::new(
-            ErrorKind::ServerUnreachable,
-            format!("cannot join {} at {url}: {e}", namespace.path),
-        )),
-        Err(_) => Err(RemoteError::new(
-            ErrorKind::ServerUnreachable,
-            format!(
+    let deadline = tokio::time::Instant::now() + settings.connect_timeout;
+    let unreachable = |why: String| RemoteError::new(ErrorKind::ServerUnreachable, why);
+    let client = match tokio::time::timeout_at(deadline, connect).await {
+        Ok(Ok(client)) => client,
+        Ok(Err(e)) => {
+            return Err(unreachable(format!(
+                "cannot join {} at {url}: {e}",
+                namespace.path
+            )))
+        }
+        Err(_) => {
+            return Err(unreachable(format!(
                 "{} at {url} did not answer within {:?}",
                 namespace.path, settings.connect_timeout
-            ),
-        )),
+            )))
+        }
+    };
+    match tokio::time::timeout_at(deadline, open_rx).await {
+        Ok(Ok(())) => Ok(client),
+        _ => {
+            let _ = client.disconnect().await;
+            Err(unreachable(format!(
+                "{} at {url} was not accepted within {:?}",
+                namespace.path, settings.connect_timeout
+            )))
+        }
     }
 }

@@ -66,3 +66,44 @@ pub(crate) async fn emit_spans(n: u64) -> u64 {
     }
     n
 }
+
+static BENCH_NS: std::sync::OnceLock<agentix::NamespaceHandle> = std::sync::OnceLock::new();
+
+/// Runs in every bench worker: registers `/bench-plugin`.
+pub(crate) fn worker_setup() {
+    if let Ok(ns) = agentix::register_namespace(agentix::Namespace::new("/bench-plugin")) {
+        let _ = BENCH_NS.set(ns);
+    }
+}
+
+/// Makes `n` sequential `echo` requests to the host; returns each round
+/// trip in microseconds.
+#[agentix::remote]
+pub(crate) async fn ns_round_trips(n: u32) -> Vec<f64> {
+    let ns = BENCH_NS.get().expect("registered at worker start");
+    let mut times = Vec::with_capacity(n as usize);
+    for i in 0..n {
+        let start = std::time::Instant::now();
+        ns.request("echo", serde_json::json!(i))
+            .await
+            .expect("reply");
+        times.push(start.elapsed().as_secs_f64() * 1e6);
+    }
+    times
+}
+
+/// Makes `n` `echo` requests, `inflight` at a time; returns seconds taken.
+#[agentix::remote]
+pub(crate) async fn ns_parallel(n: u32, inflight: usize) -> f64 {
+    use futures_util::stream::{self, StreamExt};
+    let ns = BENCH_NS.get().expect("registered at worker start");
+    let start = std::time::Instant::now();
+    stream::iter(0..n)
+        .map(|i| ns.request("echo", serde_json::json!(i)))
+        .buffer_unordered(inflight)
+        .for_each(|r| async move {
+            r.expect("reply");
+        })
+        .await;
+    start.elapsed().as_secs_f64()
+}

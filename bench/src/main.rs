@@ -1,6 +1,6 @@
 //! `cargo run --release -p agentix-bench [-- --json] [--only SECTION,..]`:
 //! measures Agentix on this machine with the embedded local provider.
-//! Sections: boot, echo, inflight, blob, stream, cancel, kill, side, rss.
+//! Sections: boot, echo, inflight, blob, stream, cancel, kill, side, ns, rss.
 //!
 //! The binary is its own bundle (it calls `agentix::bundle::dispatch` first),
 //! so the sandbox runs exactly the code measured here. It prints a table; with
@@ -21,7 +21,7 @@ use futures_util::stream;
 use report::Report;
 
 fn main() {
-    agentix::bundle::dispatch();
+    agentix::bundle::dispatch_with(bench_fns::worker_setup);
     let args: Vec<String> = std::env::args().collect();
     let json = args.iter().any(|a| a == "--json");
     let only: Option<Vec<String>> = args
@@ -87,6 +87,9 @@ async fn run(sections: Sections) -> Report {
     }
     if sections.wants("side") {
         side_channels(&provider, &mut report).await;
+    }
+    if sections.wants("ns") {
+        namespace_requests(&provider, &mut report).await;
     }
     report
 }
@@ -400,4 +403,40 @@ async fn side_channels(provider: &LocalProvider, report: &mut Report) {
     );
     sb.delete().await;
     let _ = std::fs::remove_dir_all(log_dir);
+}
+
+async fn namespace_requests(provider: &LocalProvider, report: &mut Report) {
+    let config = SandboxConfig::current_exe().expect("the bench knows its own path");
+    let sb = provider.session(config).await.expect("sandbox starts");
+    sb.register_namespace(
+        agentix::ClientNamespace::new("/bench-plugin")
+            .request_handler("echo", |body| async move { Ok::<_, String>(body) }),
+    )
+    .expect("namespace registers");
+    sb.remote(bench_fns::ns_round_trips, (200,))
+        .await
+        .expect("warm-up");
+    let mut times = sb
+        .remote(bench_fns::ns_round_trips, (2_000,))
+        .await
+        .expect("round trips");
+    times.sort_by(f64::total_cmp);
+    report.add(
+        "ns_request_p50_us",
+        "namespace request sandbox -> host -> sandbox, p50 of 2,000",
+        "µs",
+        times[times.len() / 2],
+    );
+    const N: u32 = 20_000;
+    let secs = sb
+        .remote(bench_fns::ns_parallel, (N, 64))
+        .await
+        .expect("parallel requests");
+    report.add(
+        "ns_requests_per_s",
+        "20,000 namespace requests, 64 in flight",
+        "requests/s",
+        f64::from(N) / secs,
+    );
+    sb.delete().await;
 }
