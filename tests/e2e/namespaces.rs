@@ -212,3 +212,35 @@ async fn a_stock_python_socketio_client_speaks_a_plugin_namespace() {
     let printed: JsonValue = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(printed, json!({"from": "python", "n": 42}));
 }
+
+#[tokio::test]
+async fn bad_plugin_traffic_is_dropped_and_the_namespace_serves_on() {
+    use support::raw_socket::RawSocket;
+    let sb = sandbox().await;
+    sb.remote(agentix_e2e::open_plugin, ()).await.unwrap();
+    let mut raw = RawSocket::connect_ns(sb.addr(), sb.token(), "/e2e-plugin").await;
+    // Replies nobody asked for, malformed envelopes, events without handlers.
+    raw.emit(
+        "fetch:result",
+        json!({"request_id": "never-sent", "data": 1}),
+    )
+    .await;
+    raw.emit("fetch:error", json!({"request_id": "never-sent"}))
+        .await;
+    raw.emit("fetch:error", json!("not an envelope")).await;
+    raw.emit("no-such-event", json!([1, 2])).await;
+    raw.send("42/e2e-plugin,[\"configure\", {broken").await;
+    // A path no worker opened accepts the connection and drops the events.
+    let mut nobody = RawSocket::connect_ns(sb.addr(), sb.token(), "/nobody").await;
+    nobody.emit("configure", json!({"x": 1})).await;
+
+    // The namespace still answers (possibly on a fresh connection, if the
+    // broken packet closed the first one).
+    let mut fresh = RawSocket::connect_ns(sb.addr(), sb.token(), "/e2e-plugin").await;
+    fresh.emit("configure", json!({"still": "here"})).await;
+    let (name, data) = fresh.recv_event().await.expect("configured");
+    assert_eq!(name, "configured");
+    assert_eq!(data, json!({"still": "here"}));
+    assert_eq!(sb.remote(agentix_e2e::add, (2, 2)).await.unwrap(), 4);
+    drop((raw, nobody));
+}
