@@ -100,6 +100,63 @@ async fn errors_timeouts_and_panics_become_clear_replies() {
 }
 
 #[tokio::test]
+async fn event_names_with_colons_work_and_slow_host_handlers_block_nothing() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    let sb = sandbox().await;
+    let (status_tx, mut status) = mpsc::unbounded_channel();
+    let slow_done = Arc::new(AtomicBool::new(false));
+    let done = slow_done.clone();
+    sb.register_namespace(
+        ClientNamespace::new("/e2e-plugin")
+            .on("status:value", move |_, data| {
+                let tx = status_tx.clone();
+                async move {
+                    let _ = tx.send(data);
+                }
+            })
+            .request_handler("slow", move |_| {
+                let done = done.clone();
+                async move {
+                    tokio::time::sleep(Duration::from_secs(3)).await;
+                    done.store(true, Ordering::SeqCst);
+                    Ok::<_, String>(json!("finally"))
+                }
+            }),
+    )
+    .unwrap();
+    sb.remote(agentix_e2e::open_plugin, ()).await.unwrap();
+
+    sb.emit("/e2e-plugin", "status:get", json!(null))
+        .await
+        .unwrap();
+    let value = tokio::time::timeout(Duration::from_secs(10), status.recv())
+        .await
+        .expect("status:value arrives")
+        .unwrap();
+    assert_eq!(value, json!("ready"));
+
+    // While the host's slow handler works, calls and other events go on.
+    let slow = sb.remote(agentix_e2e::ask_host_event, ("slow".into(), 20_000));
+    let meanwhile = async {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let sum = sb.remote(agentix_e2e::add, (2, 3)).await.unwrap();
+        sb.emit("/e2e-plugin", "status:get", json!(null))
+            .await
+            .unwrap();
+        let value = status.recv().await.unwrap();
+        (sum, value, slow_done.load(Ordering::SeqCst))
+    };
+    let (slow_reply, (sum, value, slow_finished_first)) = tokio::join!(slow, meanwhile);
+    assert_eq!((sum, value), (5, json!("ready")));
+    assert!(
+        !slow_finished_first,
+        "the call and the event were served while the slow handler still ran"
+    );
+    assert_eq!(slow_reply.unwrap(), json!("finally"));
+}
+
+#[tokio::test]
 async fn reserved_duplicate_and_late_registrations_fail_clearly() {
     let sb = sandbox().await;
     let (tx, _rx) = mpsc::unbounded_channel();

@@ -382,6 +382,9 @@ pub async fn open_plugin() -> Result<String, agentix::RegisterError> {
         })
         .on("explode", |_, _| async move {
             panic!("a sandbox handler broke")
+        })
+        .on("status:get", |ns, _| async move {
+            ns.emit("status:value", serde_json::json!("ready"));
         });
     let handle = agentix::register_namespace(ns)?;
     let _ = PLUGIN.set(handle);
