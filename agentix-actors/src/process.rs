@@ -45,8 +45,11 @@ pub fn child_setup(parent_pid: libc::pid_t, signal: libc::c_int) -> io::Result<(
 /// Async-signal-safe. Done before [`install_fd`] so that installing several
 /// fds at low numbers never clobbers one that is still to be installed.
 pub fn move_fd_high(fd: libc::c_int) -> io::Result<libc::c_int> {
-    // SAFETY: fcntl with F_DUPFD only reads its integer arguments.
-    let high = unsafe { libc::fcntl(fd, libc::F_DUPFD, 100) };
+    // Close-on-exec: the high copy is only a stepping stone; without the
+    // flag the worker would inherit it and pass it on to every process it
+    // starts, keeping the server's pipes open behind its back.
+    // SAFETY: fcntl with F_DUPFD_CLOEXEC only reads its integer arguments.
+    let high = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 100) };
     if high < 0 {
         return Err(io::Error::last_os_error());
     }

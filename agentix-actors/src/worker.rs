@@ -88,8 +88,7 @@ fn forward_logs() {
     use tracing_subscriber::util::SubscriberInitExt;
     use tracing_subscriber::Layer;
 
-    // SAFETY: F_GETFD only inspects the descriptor table.
-    if unsafe { libc::fcntl(WORKER_SIDE_OUT_FD, libc::F_GETFD) } < 0 {
+    if !keep_from_children(WORKER_SIDE_OUT_FD) {
         return;
     }
     // SAFETY: fd 5 was checked open and is the server's side pipe, handed to
@@ -116,6 +115,17 @@ fn forward_logs() {
     }
 }
 
+/// Marks `fd` close-on-exec, so processes that remote functions start do not
+/// inherit the server's pipes (the server installed them with `dup2`, which
+/// clears the flag); `false` if `fd` is not open.
+fn keep_from_children(fd: i32) -> bool {
+    // SAFETY: F_GETFD/F_SETFD only read and set this descriptor's flags.
+    unsafe {
+        let flags = libc::fcntl(fd, libc::F_GETFD);
+        flags >= 0 && libc::fcntl(fd, libc::F_SETFD, flags | libc::FD_CLOEXEC) >= 0
+    }
+}
+
 fn frame_fds() -> std::io::Result<(OwnedFd, OwnedFd)> {
     let err = |what| {
         std::io::Error::new(
@@ -124,8 +134,7 @@ fn frame_fds() -> std::io::Result<(OwnedFd, OwnedFd)> {
         )
     };
     for fd in [WORKER_FRAME_IN_FD, WORKER_FRAME_OUT_FD] {
-        // SAFETY: F_GETFD only inspects the descriptor table.
-        if unsafe { libc::fcntl(fd, libc::F_GETFD) } < 0 {
+        if !keep_from_children(fd) {
             return Err(err(fd));
         }
     }

@@ -145,3 +145,12 @@ async fn a_dead_worker_ends_its_calls_and_the_next_call_gets_a_new_one() {
     assert!(err.message.contains("exit status 7"), "{err}");
     assert_eq!(sb.remote(agentix_e2e::add, (2, 3)).await.unwrap(), 5);
 }
+
+#[tokio::test]
+async fn processes_a_call_starts_do_not_inherit_the_worker_pipes() {
+    let sb = sandbox().await;
+    assert!(!sb
+        .remote(agentix_e2e::child_inherits_frame_pipes, ())
+        .await
+        .unwrap());
+}

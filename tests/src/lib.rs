@@ -435,3 +435,23 @@ pub fn worker_setup() {
         eprintln!("e2e worker: /boot-plugin not registered: {e}");
     }
 }
+
+/// Whether a child process of the worker holds any of the worker's pipes to
+/// the server (fds 3, 4, 5): it must not.
+#[agentix::remote]
+pub async fn child_inherits_frame_pipes() -> Result<bool, std::io::Error> {
+    let mine: Vec<std::path::PathBuf> = [3, 4, 5]
+        .iter()
+        .filter_map(|fd| std::fs::read_link(format!("/proc/self/fd/{fd}")).ok())
+        .collect();
+    assert_eq!(mine.len(), 3, "the worker has its three pipes");
+    let out = tokio::process::Command::new("sh")
+        .args(["-c", "for f in /proc/$$/fd/*; do readlink \"$f\"; done"])
+        .output()
+        .await?;
+    let theirs = String::from_utf8_lossy(&out.stdout);
+    assert!(theirs.contains("/dev/null"), "the listing worked: {theirs}");
+    Ok(mine
+        .iter()
+        .any(|p| theirs.lines().any(|l| l == p.to_string_lossy())))
+}
