@@ -3,8 +3,11 @@
 //! This facade re-exports what user code needs:
 //! - in a crate shared by host and bundle: [`remote`] and [`Blob`] (and
 //!   [`stream`], [`Stream`] and [`StreamExt`] for streaming functions);
-//! - in the host program: [`LocalProvider`], [`SandboxConfig`], [`Sandbox`];
-//! - in the bundle binary: [`bundle::main`].
+//! - in the host program: [`LocalProvider`], [`SandboxConfig`], [`Sandbox`],
+//!   [`configure_logging`], [`ClientNamespace`];
+//! - in the bundle binary: [`bundle::main`] (or [`bundle::main_with`] to run
+//!   setup, such as [`register_namespace`], in every worker);
+//! - anywhere: [`trace`] for traces and spans.
 //!
 //! ```ignore
 //! #[agentix::remote]
