@@ -131,6 +131,8 @@ enum Mail {
 pub struct NamespaceHandle {
     path: Arc<str>,
     mailbox: mpsc::UnboundedSender<Mail>,
+    /// Frames for the server; held here so emitting takes no lock.
+    out: mpsc::Sender<Frame>,
 }
 
 struct Registry {
@@ -166,19 +168,18 @@ pub fn register_namespace(namespace: Namespace) -> Result<NamespaceHandle, Regis
     let handle = NamespaceHandle {
         path: Arc::from(namespace.path.as_str()),
         mailbox: tx,
+        out: out.clone(),
     };
     reg.namespaces
         .insert(namespace.path.clone(), handle.clone());
     drop(reg);
-    tokio::spawn(run(handle.clone(), namespace.handlers, rx, out.clone()));
-    let open = Frame::SioOpen {
-        path: namespace.path,
-    };
-    if out.try_send(open.clone()).is_err() {
-        tokio::spawn(async move {
-            let _ = out.send(open).await;
-        });
-    }
+    tokio::spawn(run(handle.clone(), namespace.handlers, rx));
+    send_frame(
+        &out,
+        Frame::SioOpen {
+            path: namespace.path,
+        },
+    );
     Ok(handle)
 }
 
@@ -205,21 +206,12 @@ impl NamespaceHandle {
 
     /// Emits `event` with `data` to every host on this namespace.
     pub fn emit(&self, event: impl Into<String>, data: Value) {
-        let Some(out) = lock().out.clone() else {
-            return;
-        };
         let frame = Frame::SioEvent {
             path: self.path.to_string(),
             event: event.into(),
             data,
         };
-        if let Err(mpsc::error::TrySendError::Full(frame)) = out.try_send(frame) {
-            // Keep the event rather than drop it; order with later emits from
-            // other tasks is not promised while the pipe is this busy.
-            tokio::spawn(async move {
-                let _ = out.send(frame).await;
-            });
-        }
+        send_frame(&self.out, frame);
     }
 
     /// Sends `event {request_id, data: body}` to the host and waits for
@@ -261,12 +253,23 @@ impl NamespaceHandle {
     }
 }
 
+/// Queues `frame` for the server without waiting; when the queue is full
+/// it is sent from a task of its own rather than dropped (its order with
+/// later frames is then not promised).
+fn send_frame(out: &mpsc::Sender<Frame>, frame: Frame) {
+    if let Err(mpsc::error::TrySendError::Full(frame)) = out.try_send(frame) {
+        let out = out.clone();
+        tokio::spawn(async move {
+            let _ = out.send(frame).await;
+        });
+    }
+}
+
 /// The namespace actor: resolves replies, dispatches everything else.
 async fn run(
     handle: NamespaceHandle,
     handlers: HashMap<String, Handler>,
     mut mailbox: mpsc::UnboundedReceiver<Mail>,
-    _out: mpsc::Sender<Frame>,
 ) {
     let mut waiting: HashMap<String, oneshot::Sender<Result<Value, RemoteSioError>>> =
         HashMap::new();

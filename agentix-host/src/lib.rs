@@ -10,6 +10,7 @@
 //! - [`stream`]: [`StreamCall`] and [`CallStream`], a streaming call's items.
 //! - [`connection`]: the `/rpc` Socket.IO connection and its pending calls.
 //! - [`log_replay`]: `/log`, sandbox records replayed into the host's logging.
+//! - `namespace_client`: joining `/log`, `/trace` or a plugin namespace.
 //! - [`namespace`]: plugin namespaces, host half: handlers and request handlers.
 //! - [`trace_replay`]: `/trace`, sandbox spans replayed to the host's processors.
 //! - [`logging`]: [`configure_logging`], a readable host default.
@@ -25,6 +26,7 @@ pub mod local;
 pub mod log_replay;
 pub mod logging;
 pub mod namespace;
+mod namespace_client;
 mod nodelay;
 pub mod provider;
 pub mod sandbox;

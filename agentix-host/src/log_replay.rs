@@ -9,15 +9,16 @@
 
 use std::sync::Arc;
 
-use agentix_actors::errors::{ErrorKind, RemoteError};
+use agentix_actors::errors::RemoteError;
 use agentix_actors::log_record::LogRecord;
 use agentix_actors::wire::{LogsEvent, EVENT_RECORDS, EVENT_SIDE_ACK, LOG_NAMESPACE};
 use futures_util::FutureExt;
-use rust_socketio::asynchronous::{Client, ClientBuilder};
-use rust_socketio::{Payload, TransportType};
+use rust_socketio::asynchronous::Client;
+use rust_socketio::Payload;
 use serde_json::json;
 
 use crate::connection::{ConnectionSettings, Endpoint};
+use crate::namespace_client::join_namespace;
 
 /// Module path replayed records carry, which tells them from host records.
 pub const REPLAY_MODULE: &str = "agentix::sandbox";
@@ -59,8 +60,8 @@ pub(crate) async fn listen(
     .await
 }
 
-/// Joins `namespace` on `endpoint`, handing each `event` payload to `on_event`
-/// (on the client's receive path).
+/// Joins side channel `namespace` on `endpoint`, handing each `event`
+/// payload to `on_event` (on the client's receive path), then acking it.
 pub(crate) async fn join(
     endpoint: &Endpoint,
     settings: ConnectionSettings,
@@ -78,33 +79,7 @@ pub(crate) async fn join(
         }
         .boxed()
     };
-    let url = format!("http://{}/", endpoint.addr);
-    let connect = ClientBuilder::new(url.clone())
-        .namespace(namespace)
-        .auth(json!({ "token": endpoint.token }))
-        .transport_type(TransportType::Websocket)
-        .reconnect(false)
-        .on(event, on_payload)
-        .connect();
-    match tokio::time::timeout(settings.connect_timeout, connect).await {
-        Ok(Ok(client)) => {
-            if let Ok(peer) = endpoint.addr.parse() {
-                crate::nodelay::disable_nagle_towards(peer);
-            }
-            Ok(client)
-        }
-        Ok(Err(e)) => Err(RemoteError::new(
-            ErrorKind::ServerUnreachable,
-            format!("cannot join {namespace} at {url}: {e}"),
-        )),
-        Err(_) => Err(RemoteError::new(
-            ErrorKind::ServerUnreachable,
-            format!(
-                "{namespace} at {url} did not answer within {:?}",
-                settings.connect_timeout
-            ),
-        )),
-    }
+    join_namespace(endpoint, settings, namespace, |b| b.on(event, on_payload)).await
 }
 
 /// Logs `record` through the `log` facade under its own target.

@@ -21,12 +21,13 @@ use std::sync::Arc;
 
 use agentix_actors::errors::{ErrorKind, RemoteError};
 use futures_util::FutureExt;
-use rust_socketio::asynchronous::{Client, ClientBuilder};
-use rust_socketio::{Payload, TransportType};
+use rust_socketio::asynchronous::Client;
+use rust_socketio::Payload;
 use serde::Serialize;
 use serde_json::{json, Value};
 
 use crate::connection::{ConnectionSettings, Endpoint};
+use crate::namespace_client::join_namespace;
 
 type BoxFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
 type Handler = Arc<dyn Fn(HostNamespace, Value) -> BoxFuture + Send + Sync>;
@@ -180,50 +181,5 @@ pub(crate) async fn join(
         }
         async {}.boxed()
     };
-    // Wait for the server to accept the namespace, not only for the socket:
-    // an event the sandbox emits before that reaches nobody.
-    let (open_tx, open_rx) = tokio::sync::oneshot::channel::<()>();
-    let open_tx = Arc::new(std::sync::Mutex::new(Some(open_tx)));
-    let on_open = move |_: Payload, _: Client| {
-        if let Some(tx) = open_tx.lock().unwrap_or_else(|p| p.into_inner()).take() {
-            let _ = tx.send(());
-        }
-        async {}.boxed()
-    };
-    let url = format!("http://{}/", endpoint.addr);
-    let connect = ClientBuilder::new(url.clone())
-        .namespace(namespace.path.as_str())
-        .auth(json!({ "token": endpoint.token }))
-        .transport_type(TransportType::Websocket)
-        .reconnect(false)
-        .on("open", on_open)
-        .on_any(on_any)
-        .connect();
-    let deadline = tokio::time::Instant::now() + settings.connect_timeout;
-    let unreachable = |why: String| RemoteError::new(ErrorKind::ServerUnreachable, why);
-    let client = match tokio::time::timeout_at(deadline, connect).await {
-        Ok(Ok(client)) => client,
-        Ok(Err(e)) => {
-            return Err(unreachable(format!(
-                "cannot join {} at {url}: {e}",
-                namespace.path
-            )))
-        }
-        Err(_) => {
-            return Err(unreachable(format!(
-                "{} at {url} did not answer within {:?}",
-                namespace.path, settings.connect_timeout
-            )))
-        }
-    };
-    match tokio::time::timeout_at(deadline, open_rx).await {
-        Ok(Ok(())) => Ok(client),
-        _ => {
-            let _ = client.disconnect().await;
-            Err(unreachable(format!(
-                "{} at {url} was not accepted within {:?}",
-                namespace.path, settings.connect_timeout
-            )))
-        }
-    }
+    join_namespace(endpoint, settings, &namespace.path, |b| b.on_any(on_any)).await
 }

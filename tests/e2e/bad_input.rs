@@ -9,7 +9,7 @@ use agentix::{ErrorKind, SandboxConfig};
 use base64::Engine;
 use serde_json::{json, Value};
 use support::raw_socket::RawSocket;
-use support::{bundle_path, sandbox, sandbox_with, scratch_dir};
+use support::{bundle_path, rss_kib, sandbox, sandbox_with, scratch_dir};
 
 const B64: base64::engine::GeneralPurpose = base64::engine::general_purpose::STANDARD;
 
@@ -38,15 +38,6 @@ async fn expect_error(raw: &mut RawSocket, id: u64, kind: &str) -> Value {
     assert_eq!(payload["id"], id, "{payload}");
     assert_eq!(payload["error"]["kind"], kind, "{payload}");
     payload["error"].clone()
-}
-
-fn server_rss_kib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .expect("VmRSS")
 }
 
 #[tokio::test]
@@ -158,11 +149,11 @@ async fn a_flood_of_garbage_does_not_grow_the_server() {
     for _ in 0..200 {
         garbage_round(&mut raw).await;
     }
-    let before = server_rss_kib(pid);
+    let before = rss_kib(pid);
     for _ in 0..1_500 {
         garbage_round(&mut raw).await;
     }
-    let after = server_rss_kib(pid);
+    let after = rss_kib(pid);
     assert!(
         after < before + 4 * 1024,
         "server RSS grew from {before} KiB to {after} KiB over 6,000 garbage events"

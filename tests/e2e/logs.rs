@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use agentix::{ErrorKind, LogRecord, SandboxConfig};
 use agentix_actors::process::signal_pid;
-use support::{bundle_path, sandbox_with, scratch_dir, wait_until};
+use support::{bundle_path, rss_kib, sandbox_with, scratch_dir, wait_until};
 
 type Seen = Arc<Mutex<Vec<LogRecord>>>;
 
@@ -226,17 +226,6 @@ async fn the_log_file_keeps_the_output_of_a_killed_worker() {
     })
     .await;
     let _ = std::fs::remove_dir_all(dir);
-}
-
-fn rss_kib(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("VmRSS:"))
-                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        })
-        .unwrap_or(0)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

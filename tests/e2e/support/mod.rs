@@ -120,3 +120,15 @@ impl Drop for HandStartedServer {
         let _ = self.child.wait();
     }
 }
+
+/// The resident memory of process `pid`, in KiB (0 once it is gone).
+pub(crate) fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        })
+        .unwrap_or(0)
+}
