@@ -95,6 +95,10 @@ pub struct RemoteError {
     /// Extra context: close matches, exit status, the worker's stderr tail.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub details: Option<String>,
+    /// The raised error's own fields, when its type is `Serialize`; read them
+    /// back with [`RemoteError::data_as`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data: Option<serde_json::Value>,
 }
 
 impl RemoteError {
@@ -105,6 +109,7 @@ impl RemoteError {
             type_name: kind.as_str().to_owned(),
             message: message.into(),
             details: None,
+            data: None,
         }
     }
 
@@ -115,6 +120,7 @@ impl RemoteError {
             type_name: type_name.into(),
             message: message.into(),
             details: None,
+            data: None,
         }
     }
 
@@ -123,6 +129,19 @@ impl RemoteError {
         let details = details.into();
         self.details = (!details.is_empty()).then_some(details);
         self
+    }
+
+    /// The same error carrying the raised error's fields.
+    pub fn with_data(mut self, data: Option<serde_json::Value>) -> Self {
+        self.data = data;
+        self
+    }
+
+    /// The raised error as its own type `T`, if it carried its fields and they
+    /// decode as `T`: `err.data_as::<FileError>()` gives back the sandbox's
+    /// `FileError` with its kind and path.
+    pub fn data_as<T: serde::de::DeserializeOwned>(&self) -> Option<T> {
+        serde_json::from_value(self.data.clone()?).ok()
     }
 }
 

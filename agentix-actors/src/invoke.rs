@@ -16,7 +16,6 @@ use serde::{de::DeserializeOwned, Serialize};
 use crate::cbor::{self, DecodeFailure};
 use crate::errors::{ErrorKind, RemoteError};
 use crate::registry::ItemStream;
-use crate::remote::Fallible;
 
 /// Runs a remote function that returns a plain value.
 pub async fn plain<A, F, Fut>(
@@ -35,8 +34,9 @@ where
     cbor::to_vec(&f(args).await)
 }
 
-/// Runs a remote function that returns `Result<T, E>`; `Err` becomes `Raised`.
-pub async fn fallible<A, F, Fut>(
+/// Runs a remote function that returns `Result<T, E>`; the expansion has
+/// already turned `E` into its `Raised` form (see [`crate::raised`]).
+pub async fn fallible<A, F, Fut, T>(
     name: &str,
     params: &[&str],
     args: Vec<u8>,
@@ -45,12 +45,11 @@ pub async fn fallible<A, F, Fut>(
 where
     A: DeserializeOwned,
     F: FnOnce(A) -> Fut,
-    Fut: Future,
-    Fut::Output: Fallible,
-    <Fut::Output as Fallible>::Ok: Serialize,
+    Fut: Future<Output = Result<T, RemoteError>>,
+    T: Serialize,
 {
     let args = decode_args::<A>(name, params, &args)?;
-    cbor::to_vec(&f(args).await.into_remote()?)
+    cbor::to_vec(&f(args).await?)
 }
 
 /// Runs a streaming remote function whose items are plain values.
@@ -71,21 +70,25 @@ where
     }
 }
 
-/// Runs a streaming remote function whose items are `Result<T, E>`; an `Err`
-/// item ends the stream as `Raised`.
-pub fn stream_fallible<A, F, Fut>(name: &str, params: &[&str], args: Vec<u8>, f: F) -> ItemStream
+/// Runs a streaming remote function whose items are `Result<T, E>`, with
+/// `E` already in its `Raised` form; an `Err` item ends the stream.
+pub fn stream_fallible<A, F, Fut, S, T>(
+    name: &str,
+    params: &[&str],
+    args: Vec<u8>,
+    f: F,
+) -> ItemStream
 where
     A: DeserializeOwned,
     F: FnOnce(A) -> Fut,
-    Fut: Future + Send + 'static,
-    Fut::Output: futures_util::Stream + Send + 'static,
-    <Fut::Output as futures_util::Stream>::Item: Fallible,
-    <<Fut::Output as futures_util::Stream>::Item as Fallible>::Ok: Serialize,
+    Fut: Future<Output = S> + Send + 'static,
+    S: futures_util::Stream<Item = Result<T, RemoteError>> + Send + 'static,
+    T: Serialize,
 {
     match decode_args::<A>(name, params, &args) {
         Ok(args) => stream::once(f(args))
             .flatten()
-            .map(|item| cbor::to_vec(&item.into_remote()?))
+            .map(|item| cbor::to_vec(&item?))
             .boxed(),
         Err(e) => stream::once(std::future::ready(Err(e))).boxed(),
     }

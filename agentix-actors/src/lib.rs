@@ -26,6 +26,7 @@ pub mod log_file;
 pub mod log_record;
 pub mod namespace;
 pub mod process;
+pub mod raised;
 pub mod registry;
 pub mod remote;
 pub mod side_channel;

@@ -10,8 +10,6 @@
 use std::fmt;
 use std::marker::PhantomData;
 
-use crate::errors::RemoteError;
-
 /// A remote function taking the argument tuple `A` and returning `O`.
 pub struct Remote<A, O> {
     name: &'static str,
@@ -88,44 +86,21 @@ impl<A, T> fmt::Debug for RemoteStream<A, T> {
 
 /// What a fallible remote function (`-> Result<T, E>`) returns on success.
 ///
-/// `Err(e)` does not travel as a value: it becomes a [`RemoteError`] of kind
-/// `Raised` carrying `e`'s type name and its `{:#}` display.
+/// `Err(e)` does not travel as a value: it becomes a
+/// [`RemoteError`](crate::errors::RemoteError) of kind
+/// `Raised` (see [`crate::raised`]).
 pub trait Fallible {
     /// The success type that reaches the host.
     type Ok;
-    /// Splits the result, turning the error into its wire form.
-    fn into_remote(self) -> Result<Self::Ok, RemoteError>;
 }
 
-impl<T, E: fmt::Display> Fallible for Result<T, E> {
+impl<T, E> Fallible for Result<T, E> {
     type Ok = T;
-
-    fn into_remote(self) -> Result<T, RemoteError> {
-        self.map_err(|e| RemoteError::raised(std::any::type_name::<E>(), format!("{e:#}")))
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::errors::ErrorKind;
-
-    #[derive(Debug)]
-    struct Oops;
-    impl fmt::Display for Oops {
-        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-            f.write_str("it broke")
-        }
-    }
-
-    #[test]
-    fn errors_keep_their_type_name_and_message() {
-        let err = Err::<u8, _>(Oops).into_remote().unwrap_err();
-        assert_eq!(err.kind, ErrorKind::Raised);
-        assert_eq!(err.type_name, "agentix_actors::remote::tests::Oops");
-        assert_eq!(err.message, "it broke");
-        assert_eq!(Ok::<u8, Oops>(3).into_remote().unwrap(), 3);
-    }
 
     #[test]
     fn handles_are_copy_and_named() {

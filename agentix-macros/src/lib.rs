@@ -7,7 +7,8 @@
 //! - a registry entry named `module_path!()::run` that the worker looks up.
 //!
 //! A function returning `Result<T, E>` (any type path ending in `Result`)
-//! yields `T` on the host; `Err(e)` becomes a `Raised` remote error.
+//! yields `T` on the host; `Err(e)` becomes a `Raised` remote error, which
+//! also carries `e`'s fields when `E: Serialize`.
 //!
 //! A function returning `impl Stream<Item = T>` (it may be `async` or not)
 //! becomes a `RemoteStream<(args,), T>` the host consumes item by item with
@@ -98,20 +99,47 @@ fn expand(func: ItemFn) -> syn::Result<proc_macro2::TokenStream> {
     } else {
         ret_ty.clone()
     };
-    let (handle, invoke, runner) = match (stream_item.is_some(), fallible) {
-        (false, false) => (quote!(Remote), quote!(Unary), quote!(plain)),
-        (false, true) => (quote!(Remote), quote!(Unary), quote!(fallible)),
-        (true, false) => (quote!(RemoteStream), quote!(Stream), quote!(stream_plain)),
+    // The runner and how many of its type parameters (after the argument
+    // tuple) are left to inference.
+    let (handle, invoke, runner, inferred) = match (stream_item.is_some(), fallible) {
+        (false, false) => (quote!(Remote), quote!(Unary), quote!(plain), 2),
+        (false, true) => (quote!(Remote), quote!(Unary), quote!(fallible), 3),
+        (true, false) => (
+            quote!(RemoteStream),
+            quote!(Stream),
+            quote!(stream_plain),
+            2,
+        ),
         (true, true) => (
             quote!(RemoteStream),
             quote!(Stream),
             quote!(stream_fallible),
+            4,
         ),
     };
+    let inferred = vec![quote!(_); inferred];
     let call_body = if sig.asyncness.is_some() {
         quote!(#impl_name(#(#names),*))
     } else {
         quote!(::core::future::ready(#impl_name(#(#names),*)))
+    };
+    // `Err(e)` becomes its wire form here, where `E` is concrete, so an error
+    // type that is `Serialize` keeps its fields (see `agentix_actors::raised`).
+    let raise = quote!(|e| {
+        #[allow(unused_imports)]
+        use ::agentix::__private::{RaisePlain as _, RaiseWithData as _};
+        (&&::agentix::__private::Raised(&e)).into_remote_error()
+    });
+    let call_body = match (stream_item.is_some(), fallible) {
+        (_, false) => call_body,
+        (false, true) => quote!(async move {
+            ::core::result::Result::map_err(#call_body.await, #raise)
+        }),
+        (true, true) => quote!(async move {
+            ::agentix::StreamExt::map(#call_body.await, |item| {
+                ::core::result::Result::map_err(item, #raise)
+            })
+        }),
     };
     let wrap = if stream_item.is_some() {
         quote!()
@@ -148,7 +176,7 @@ fn expand(func: ItemFn) -> syn::Result<proc_macro2::TokenStream> {
                 name: ::core::concat!(::core::module_path!(), "::", #name_str),
                 params: &[#(#param_strs),*],
                 invoke: ::agentix::__private::Invoke::#invoke(|args| #wrap(
-                    ::agentix::__private::invoke::#runner::<(#(#types,)*), _, _>(
+                    ::agentix::__private::invoke::#runner::<(#(#types,)*), #(#inferred),*>(
                         ::core::concat!(::core::module_path!(), "::", #name_str),
                         &[#(#param_strs),*],
                         args,

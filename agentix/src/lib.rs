@@ -41,6 +41,7 @@ pub use serde_json::Value as JsonValue;
 #[doc(hidden)]
 pub mod __private {
     pub use agentix_actors::invoke;
+    pub use agentix_actors::raised::{RaisePlain, RaiseWithData, Raised};
     pub use agentix_actors::registry::{Invoke, RemoteFn};
     pub use agentix_actors::remote::Fallible;
     pub use inventory;

@@ -85,6 +85,27 @@ async fn an_err_return_keeps_its_type_name_and_message() {
     assert_eq!(err.kind, ErrorKind::Raised);
     assert_eq!(err.type_name, "agentix_e2e::MathError");
     assert_eq!(err.message, "cannot divide 7 by zero");
+    // A `Serialize` error type comes back whole, fields and all.
+    assert_eq!(
+        err.data_as::<agentix_e2e::MathError>(),
+        Some(agentix_e2e::MathError::DivideByZero { dividend: 7 })
+    );
+}
+
+#[tokio::test]
+async fn an_error_type_without_serialize_carries_no_data() {
+    let sb = sandbox().await;
+    let missing = support::scratch_dir("no-data").join("absent/pid");
+    let err = sb
+        .remote(
+            agentix_e2e::run_child,
+            (missing.to_string_lossy().into_owned(),),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind, ErrorKind::Raised);
+    assert_eq!(err.type_name, "std::io::error::Error");
+    assert_eq!(err.data, None);
 }
 
 #[tokio::test]

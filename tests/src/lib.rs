@@ -47,7 +47,7 @@ pub async fn birthday(person: Person, tag: Option<String>) -> Person {
 }
 
 /// The error [`checked_div`] returns.
-#[derive(Debug)]
+#[derive(Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum MathError {
     /// The divisor was zero.
     DivideByZero {
