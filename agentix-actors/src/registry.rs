@@ -74,7 +74,11 @@ pub fn lookup(name: &str) -> Result<&'static RemoteFn, RemoteError> {
         format!("no remote function named `{name}` is linked into this worker"),
     );
     Err(if close.is_empty() {
-        err.with_details(format!("{} functions are registered", table().len()))
+        err.with_details(format!(
+            "{} functions are registered; a function from another crate needs \
+             `agentix::link_plugins!(that_crate)` in the bundle's main",
+            table().len()
+        ))
     } else {
         err.with_details(format!("did you mean: {}", close.join(", ")))
     })

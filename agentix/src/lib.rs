@@ -26,6 +26,7 @@ pub use agentix_actors::log_record::LogRecord;
 pub use agentix_actors::namespace::{
     register_namespace, Namespace, NamespaceHandle, RegisterError, RemoteSioError,
 };
+pub use agentix_actors::process;
 pub use agentix_actors::remote::{Remote, RemoteStream};
 pub use agentix_actors::trace;
 pub use agentix_actors::wire::Window;
@@ -45,4 +46,33 @@ pub mod __private {
     pub use agentix_actors::registry::{Invoke, RemoteFn};
     pub use agentix_actors::remote::Fallible;
     pub use inventory;
+}
+
+/// Marks the root module of a crate of `#[remote]` functions (a plugin) so
+/// that a bundle can link it with [`link_plugins!`].
+///
+/// Functions are registered when their object code is linked, and a linker
+/// only takes code that something refers to. A bundle that never names a
+/// plugin's items would silently lose its functions; this macro gives the
+/// bundle something to name. Keep the plugin's `#[remote]` functions in the
+/// module that invokes it (its root).
+#[macro_export]
+macro_rules! plugin_crate {
+    () => {
+        /// Referenced by `agentix::link_plugins!` to link this crate's
+        /// remote functions into a bundle.
+        #[doc(hidden)]
+        #[inline(never)]
+        pub fn __agentix_link() {}
+    };
+}
+
+/// Links the remote functions of plugin crates into this bundle: put
+/// `agentix::link_plugins!(agentix_bash, agentix_files);` in the bundle's
+/// `main`, before `agentix::bundle::main()` or `dispatch()`.
+#[macro_export]
+macro_rules! link_plugins {
+    ($($krate:ident),+ $(,)?) => {
+        ::core::hint::black_box([$($krate::__agentix_link as fn()),+])
+    };
 }

@@ -1,0 +1,249 @@
+//! A started command: its process group, its pipes, and the order in which
+//! its output and its exit come out.
+//!
+//! Both `run` and `run_stream` drive a [`Running`]. It reads stdout and
+//! stderr as chunks while they come, so the child never blocks on a full
+//! pipe, and it owns the process group: dropping it before the command ended
+//! (a cancelled call, a dropped stream) kills the whole group.
+
+use std::os::unix::process::ExitStatusExt as _;
+use std::path::Path;
+use std::process::{ExitStatus, Stdio};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWriteExt as _};
+use tokio::process::{Child, ChildStderr, ChildStdout, Command};
+use tokio::time::Instant;
+
+use crate::error::{BashError, BashErrorKind};
+use crate::options::BashOptions;
+use crate::outcome::BashExit;
+
+/// Bytes read from a pipe at a time: one output chunk at most.
+const CHUNK: usize = 64 << 10;
+
+/// How long output is still collected after the shell exited.
+///
+/// A background job (`server &`) keeps the pipes open after the shell is
+/// gone; the command counts as finished once the shell exits, and whatever
+/// that job writes later is not waited for.
+const DRAIN_AFTER_EXIT: Duration = Duration::from_millis(100);
+
+/// Variables that start with this belong to the runtime (the sandbox token
+/// among them) and are not passed on to commands.
+const RUNTIME_ENV_PREFIX: &str = "AGENTIX_";
+
+/// What [`Running::next`] yields.
+#[derive(Debug)]
+pub(crate) enum Output {
+    /// A chunk of stdout.
+    Stdout(Vec<u8>),
+    /// A chunk of stderr.
+    Stderr(Vec<u8>),
+    /// The command ended; nothing follows.
+    Exit(BashExit),
+}
+
+/// A command that has been started and not yet fully reported.
+pub(crate) struct Running {
+    child: Child,
+    pgid: u32,
+    stdout: Option<ChildStdout>,
+    stderr: Option<ChildStderr>,
+    deadline: Option<Instant>,
+    timed_out: bool,
+    exited: Option<ExitStatus>,
+    drain_until: Option<Instant>,
+    finished: bool,
+    stdout_buf: Vec<u8>,
+    stderr_buf: Vec<u8>,
+}
+
+impl Running {
+    /// Starts `command` with `opts` in a process group of its own.
+    pub(crate) fn start(command: &str, opts: &BashOptions) -> Result<Self, BashError> {
+        if command.contains('\0') {
+            return Err(BashError::options("the command contains a NUL byte"));
+        }
+        if let Some(cwd) = &opts.cwd {
+            check_cwd(cwd)?;
+        }
+        let shell = opts
+            .shell
+            .clone()
+            .unwrap_or_else(|| default_shell().to_owned());
+        let mut cmd = Command::new(&shell);
+        cmd.arg("-c").arg(command);
+        for (key, _) in std::env::vars_os() {
+            if key.to_string_lossy().starts_with(RUNTIME_ENV_PREFIX) {
+                cmd.env_remove(key);
+            }
+        }
+        for (key, value) in &opts.env {
+            if key.is_empty() || key.contains(['=', '\0']) || value.contains('\0') {
+                return Err(BashError::options(format!(
+                    "`{key}` is not a valid environment variable name (or its value holds a NUL byte)"
+                )));
+            }
+            cmd.env(key, value);
+        }
+        if let Some(cwd) = &opts.cwd {
+            cmd.current_dir(cwd);
+        }
+        cmd.stdin(if opts.stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+        let parent = std::process::id() as libc::pid_t;
+        // SAFETY: `child_setup` makes only async-signal-safe calls.
+        unsafe {
+            cmd.pre_exec(move || agentix::process::child_setup(parent, libc::SIGKILL));
+        }
+        let mut child = cmd.spawn().map_err(|e| {
+            let kind = if opts.cwd.is_some() && e.kind() == std::io::ErrorKind::PermissionDenied {
+                BashErrorKind::WorkingDirectory
+            } else {
+                BashErrorKind::Shell
+            };
+            BashError::os(kind, "cannot start the shell", &shell, &e)
+        })?;
+        let pgid = child.id().unwrap_or(0);
+        if let (Some(bytes), Some(mut stdin)) = (opts.stdin.clone(), child.stdin.take()) {
+            // A command that does not read its stdin closes the pipe early;
+            // the write error that causes is expected, not a failure.
+            tokio::spawn(async move {
+                let _ = stdin.write_all(&bytes).await;
+            });
+        }
+        Ok(Running {
+            stdout: child.stdout.take(),
+            stderr: child.stderr.take(),
+            child,
+            pgid,
+            deadline: opts
+                .timeout_ms
+                .map(|ms| Instant::now() + Duration::from_millis(ms)),
+            timed_out: false,
+            exited: None,
+            drain_until: None,
+            finished: false,
+            stdout_buf: vec![0; CHUNK],
+            stderr_buf: vec![0; CHUNK],
+        })
+    }
+
+    /// The next chunk of output, or the exit once both pipes are done; `None`
+    /// after the exit.
+    pub(crate) async fn next(&mut self) -> Option<Output> {
+        loop {
+            if self.finished {
+                return None;
+            }
+            if let Some(status) = self.exited {
+                if self.stdout.is_none() && self.stderr.is_none() {
+                    self.finished = true;
+                    return Some(Output::Exit(BashExit {
+                        code: status.code(),
+                        signal: status.signal(),
+                        timed_out: self.timed_out,
+                    }));
+                }
+            }
+            let far = Instant::now() + Duration::from_secs(86_400 * 365);
+            let deadline = self
+                .deadline
+                .filter(|_| self.exited.is_none() && !self.timed_out);
+            tokio::select! {
+                read = read_some(&mut self.stdout, &mut self.stdout_buf) => {
+                    if let Some(chunk) = read {
+                        return Some(Output::Stdout(chunk));
+                    }
+                }
+                read = read_some(&mut self.stderr, &mut self.stderr_buf) => {
+                    if let Some(chunk) = read {
+                        return Some(Output::Stderr(chunk));
+                    }
+                }
+                status = self.child.wait(), if self.exited.is_none() => {
+                    // `wait` only fails if the child was already reaped,
+                    // which nothing else here does.
+                    let status = status.unwrap_or_else(|_| ExitStatus::from_raw(0x7f00));
+                    self.exited = Some(status);
+                    self.drain_until = Some(Instant::now() + DRAIN_AFTER_EXIT);
+                }
+                () = tokio::time::sleep_until(deadline.unwrap_or(far)), if deadline.is_some() => {
+                    agentix::process::signal_group(self.pgid, libc::SIGKILL);
+                    self.timed_out = true;
+                }
+                () = tokio::time::sleep_until(self.drain_until.unwrap_or(far)),
+                    if self.drain_until.is_some() =>
+                {
+                    self.stdout = None;
+                    self.stderr = None;
+                }
+            }
+        }
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        // Once the shell is reaped its pid may be reused, so only a group
+        // whose leader is still ours is killed.
+        if self.exited.is_none() && self.pgid != 0 {
+            agentix::process::signal_group(self.pgid, libc::SIGKILL);
+        }
+    }
+}
+
+/// Reads one chunk from `pipe`; `None` (and the pipe closed) at its end. A
+/// closed pipe never finishes, so `select!` waits on the others.
+async fn read_some<R: AsyncRead + Unpin>(pipe: &mut Option<R>, buf: &mut [u8]) -> Option<Vec<u8>> {
+    let Some(reader) = pipe.as_mut() else {
+        return std::future::pending().await;
+    };
+    match reader.read(buf).await {
+        Ok(n) if n > 0 => Some(buf[..n].to_vec()),
+        _ => {
+            *pipe = None;
+            None
+        }
+    }
+}
+
+fn check_cwd(cwd: &str) -> Result<(), BashError> {
+    let what = "the working directory";
+    match std::fs::metadata(cwd) {
+        Ok(meta) if meta.is_dir() => Ok(()),
+        Ok(_) => Err(BashError {
+            kind: BashErrorKind::WorkingDirectory,
+            message: format!("{what} `{cwd}` is not a directory"),
+            path: Some(cwd.to_owned()),
+            os_kind: Some("NotADirectory".to_owned()),
+        }),
+        Err(e) => Err(BashError::os(
+            BashErrorKind::WorkingDirectory,
+            what,
+            cwd,
+            &e,
+        )),
+    }
+}
+
+/// `bash` if this system has it, else `/bin/sh`.
+fn default_shell() -> &'static str {
+    static SHELL: OnceLock<&'static str> = OnceLock::new();
+    SHELL.get_or_init(|| {
+        let on_path = std::env::var_os("PATH")
+            .is_some_and(|path| std::env::split_paths(&path).any(|dir| dir.join("bash").is_file()));
+        if on_path || Path::new("/bin/bash").is_file() {
+            "bash"
+        } else {
+            "/bin/sh"
+        }
+    })
+}

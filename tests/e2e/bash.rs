@@ -1,0 +1,345 @@
+//! The bash plugin through a real sandbox: results, exits and signals,
+//! timeouts and caps, live streams, and cleanup of the process group.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use agentix::{ErrorKind, Sandbox, StreamExt};
+use agentix_bash::{BashError, BashErrorKind, BashEvent, BashOptions, BashResult};
+use support::{sandbox, scratch_dir, wait_until, worker_pid_from_health};
+
+async fn run(sb: &Sandbox, command: &str, opts: BashOptions) -> BashResult {
+    sb.remote(agentix_bash::run, (command.to_owned(), opts))
+        .await
+        .unwrap_or_else(|e| panic!("`{command}` failed to run: {e}"))
+}
+
+/// The pids listed one per line in `file`, once it has `count` of them.
+async fn pids_in(file: &std::path::Path, count: usize) -> Vec<u32> {
+    let mut pids = Vec::new();
+    wait_until(
+        "the command to write its pids",
+        Duration::from_secs(10),
+        || {
+            pids = std::fs::read_to_string(file)
+                .unwrap_or_default()
+                .lines()
+                .filter_map(|l| l.trim().parse().ok())
+                .collect();
+            pids.len() >= count
+        },
+    )
+    .await;
+    pids
+}
+
+async fn all_gone(pids: &[u32]) {
+    wait_until(
+        "the process group to be gone",
+        Duration::from_secs(10),
+        || pids.iter().all(|&p| !agentix::process::is_alive(p)),
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn output_exit_codes_and_signals_are_reported_faithfully() {
+    let sb = sandbox().await;
+    let out = run(&sb, "echo hi", BashOptions::new()).await;
+    assert_eq!(out.stdout, b"hi\n");
+    assert!(out.stderr.is_empty());
+    assert_eq!(
+        (out.exit_code, out.signal, out.timed_out),
+        (Some(0), None, false)
+    );
+    assert!(out.success());
+
+    let out = run(&sb, "echo oops >&2; exit 3", BashOptions::new()).await;
+    assert_eq!(out.stderr, b"oops\n");
+    assert_eq!(out.exit_code, Some(3));
+    assert!(!out.success());
+
+    let out = run(&sb, "kill -TERM $$", BashOptions::new()).await;
+    assert_eq!((out.exit_code, out.signal), (None, Some(libc::SIGTERM)));
+
+    let out = run(&sb, "no-such-command-anywhere", BashOptions::new()).await;
+    assert_eq!(out.exit_code, Some(127));
+    assert!(
+        out.stderr_lossy().contains("not found"),
+        "{}",
+        out.stderr_lossy()
+    );
+
+    // Raw bytes survive, and the lossy view replaces what is not UTF-8.
+    let out = run(&sb, r"printf 'a\377\376b'", BashOptions::new()).await;
+    assert_eq!(out.stdout, b"a\xff\xfeb");
+    assert_eq!(out.stdout_lossy(), "a\u{fffd}\u{fffd}b");
+}
+
+#[tokio::test]
+async fn cwd_env_and_stdin_reach_the_command() {
+    let sb = sandbox().await;
+    let dir = scratch_dir("bash-cwd");
+    let opts = BashOptions::new()
+        .cwd(dir.to_string_lossy())
+        .env("GREETING", "hello there")
+        .stdin("line one\nline two\n");
+    let out = run(&sb, "pwd; echo \"$GREETING\"; wc -l", opts).await;
+    let want = format!(
+        "{}\nhello there\n2\n",
+        dir.canonicalize().unwrap().display()
+    );
+    assert_eq!(out.stdout_lossy(), want);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test]
+async fn the_runtimes_own_variables_do_not_leak_into_commands() {
+    let sb = sandbox().await;
+    let worker = worker_pid_from_health(&sb).await;
+    let environ = std::fs::read(format!("/proc/{worker}/environ")).unwrap();
+    let runtime_vars: Vec<String> = environ
+        .split(|&b| b == 0)
+        .map(|v| String::from_utf8_lossy(v).into_owned())
+        .filter(|v| v.starts_with("AGENTIX_"))
+        .collect();
+    assert!(
+        !runtime_vars.is_empty(),
+        "the worker has runtime variables to hide"
+    );
+    let out = run(&sb, "env", BashOptions::new()).await;
+    let env = out.stdout_lossy();
+    assert!(env.contains("PATH="), "{env}");
+    for var in runtime_vars {
+        let name = var.split('=').next().unwrap();
+        assert!(!env.contains(name), "{name} leaked into the command");
+    }
+}
+
+#[tokio::test]
+async fn a_timeout_kills_the_whole_process_group_and_says_so() {
+    let sb = sandbox().await;
+    let dir = scratch_dir("bash-timeout");
+    let pids = dir.join("pids");
+    let command = format!(
+        "echo $$ > {p}; sleep 60 & echo $! >> {p}; echo started; wait",
+        p = pids.display()
+    );
+    let out = run(
+        &sb,
+        &command,
+        BashOptions::new().timeout(Duration::from_millis(500)),
+    )
+    .await;
+    assert!(out.timed_out);
+    assert_eq!((out.exit_code, out.signal), (None, Some(libc::SIGKILL)));
+    assert_eq!(out.stdout, b"started\n", "output before the kill is kept");
+    all_gone(&pids_in(&pids, 2).await).await;
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test]
+async fn output_past_the_cap_is_drained_counted_and_marked() {
+    let sb = sandbox().await;
+    // 10 MB on each stream, far more than a pipe holds: the command only
+    // finishes if both are drained.
+    let out = run(
+        &sb,
+        "head -c 10000000 /dev/zero; head -c 10000000 /dev/zero >&2; echo done >&2",
+        BashOptions::new().output_cap(1000),
+    )
+    .await;
+    assert_eq!(out.exit_code, Some(0));
+    assert_eq!(out.stdout, vec![0u8; 1000]);
+    assert_eq!(out.stdout_bytes, 10_000_000);
+    assert_eq!(out.stderr_bytes, 10_000_005);
+    assert!(out.stdout_truncated && out.stderr_truncated);
+
+    let out = run(&sb, "printf 12345", BashOptions::new().output_cap(5)).await;
+    assert_eq!(out.stdout, b"12345");
+    assert!(!out.stdout_truncated, "exactly the cap is not truncated");
+}
+
+#[tokio::test]
+async fn commands_that_cannot_start_give_clear_errors_and_the_worker_serves_on() {
+    let sb = sandbox().await;
+    let missing = "/definitely/not/here";
+    let err = sb
+        .remote(
+            agentix_bash::run,
+            ("true".into(), BashOptions::new().cwd(missing)),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind, ErrorKind::Raised);
+    assert!(err.message.contains(missing), "{err}");
+    let bash: BashError = err.data_as().expect("the error's fields travel");
+    assert_eq!(bash.kind, BashErrorKind::WorkingDirectory);
+    assert_eq!(bash.os_kind.as_deref(), Some("NotFound"));
+    assert_eq!(bash.path.as_deref(), Some(missing));
+
+    let err = sb
+        .remote(
+            agentix_bash::run,
+            ("true".into(), BashOptions::new().cwd("/etc/hostname")),
+        )
+        .await
+        .unwrap_err();
+    let bash: BashError = err.data_as().unwrap();
+    assert_eq!(bash.os_kind.as_deref(), Some("NotADirectory"));
+
+    let err = sb
+        .remote(
+            agentix_bash::run,
+            ("true".into(), BashOptions::new().shell("/no/shell")),
+        )
+        .await
+        .unwrap_err();
+    let bash: BashError = err.data_as().unwrap();
+    assert_eq!(bash.kind, BashErrorKind::Shell);
+    assert_eq!(bash.os_kind.as_deref(), Some("NotFound"));
+
+    let err = sb
+        .remote(
+            agentix_bash::run,
+            ("true".into(), BashOptions::new().env("A=B", "x")),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.data_as::<BashError>().unwrap().kind,
+        BashErrorKind::Options
+    );
+
+    let mut events = sb
+        .stream(
+            agentix_bash::run_stream,
+            ("true".into(), BashOptions::new().cwd(missing)),
+        )
+        .await
+        .unwrap();
+    let err = events.next().await.unwrap().unwrap_err();
+    assert_eq!(
+        err.data_as::<BashError>().unwrap().kind,
+        BashErrorKind::WorkingDirectory
+    );
+    assert!(events.next().await.is_none());
+
+    assert_eq!(
+        run(&sb, "echo still here", BashOptions::new()).await.stdout,
+        b"still here\n"
+    );
+}
+
+#[tokio::test]
+async fn a_stream_delivers_output_while_the_command_runs() {
+    let sb = sandbox().await;
+    let command = "for i in 1 2 3 4; do echo out $i; echo err $i >&2; sleep 0.2; done; exit 7";
+    let mut events = sb
+        .stream(
+            agentix_bash::run_stream,
+            (command.into(), BashOptions::new()),
+        )
+        .await
+        .unwrap();
+    let (mut stdout, mut stderr) = (Vec::new(), Vec::new());
+    let mut first_output = None;
+    let mut exit = None;
+    while let Some(event) = events.next().await {
+        match event.unwrap() {
+            BashEvent::Stdout(chunk) => {
+                first_output.get_or_insert_with(Instant::now);
+                stdout.extend(chunk);
+            }
+            BashEvent::Stderr(chunk) => stderr.extend(chunk),
+            BashEvent::Exit(e) => {
+                assert!(exit.is_none(), "one exit");
+                exit = Some((e, Instant::now()));
+            }
+        }
+    }
+    let (exit, exit_at) = exit.expect("the stream ends with the exit");
+    assert_eq!(
+        (exit.code, exit.signal, exit.timed_out),
+        (Some(7), None, false)
+    );
+    assert_eq!(stdout, b"out 1\nout 2\nout 3\nout 4\n");
+    assert_eq!(stderr, b"err 1\nerr 2\nerr 3\nerr 4\n");
+    // Three more 200 ms sleeps follow the first line: it was not held back
+    // until the end.
+    let lead = exit_at - first_output.unwrap();
+    assert!(
+        lead >= Duration::from_millis(500),
+        "first output only {lead:?} before the exit"
+    );
+}
+
+#[tokio::test]
+async fn dropping_a_stream_kills_its_process_group() {
+    let sb = sandbox().await;
+    let dir = scratch_dir("bash-stream-drop");
+    let pids = dir.join("pids");
+    let command = format!(
+        "echo $$ > {p}; sleep 60 & echo $! >> {p}; while true; do echo tick; sleep 0.05; done",
+        p = pids.display()
+    );
+    let mut events = sb
+        .stream(agentix_bash::run_stream, (command, BashOptions::new()))
+        .await
+        .unwrap();
+    assert!(matches!(
+        events.next().await,
+        Some(Ok(BashEvent::Stdout(_)))
+    ));
+    let pids = pids_in(&pids, 2).await;
+    drop(events);
+    all_gone(&pids).await;
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test]
+async fn a_cancelled_run_kills_its_process_group() {
+    let sb = sandbox().await;
+    let dir = scratch_dir("bash-run-cancel");
+    let pids = dir.join("pids");
+    let command = format!(
+        "echo $$ > {p}; sleep 60 & echo $! >> {p}; wait",
+        p = pids.display()
+    );
+    let err = sb
+        .remote(agentix_bash::run, (command, BashOptions::new()))
+        .timeout(Duration::from_millis(800))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind, ErrorKind::Timeout);
+    all_gone(&pids_in(&pids, 2).await).await;
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test]
+async fn a_background_job_holding_the_pipes_does_not_hold_the_result() {
+    let sb = sandbox().await;
+    let started = Instant::now();
+    let out = run(&sb, "sleep 30 & echo spawned", BashOptions::new()).await;
+    assert_eq!(out.stdout, b"spawned\n");
+    assert_eq!(out.exit_code, Some(0));
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "waited for the job"
+    );
+}
+
+#[tokio::test]
+async fn many_commands_at_once_each_get_their_own_output() {
+    let sb = sandbox().await;
+    let runs = (0..32).map(|i| {
+        let sb = &sb;
+        async move {
+            let out = run(sb, &format!("echo {i}; echo e{i} >&2"), BashOptions::new()).await;
+            assert_eq!(out.stdout_lossy(), format!("{i}\n"));
+            assert_eq!(out.stderr_lossy(), format!("e{i}\n"));
+        }
+    });
+    futures_util::future::join_all(runs).await;
+}
