@@ -1,0 +1,411 @@
+//! The files plugin through a real sandbox: round trips, listings, errors
+//! with their OS kind and path, atomic uploads, and a 256 MiB file both ways
+//! with flat memory.
+
+mod support;
+
+use std::io::{Read as _, Write as _};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use agentix::{Blob, ErrorKind, RemoteError, Sandbox};
+use agentix_files::transfer::{self, TransferError};
+use agentix_files::{EntryType, FileError, FileErrorKind};
+use support::{rss_kib, sandbox, scratch_dir, worker_pid_from_health};
+
+fn p(path: &Path) -> String {
+    path.to_string_lossy().into_owned()
+}
+
+fn file_error(err: RemoteError) -> FileError {
+    assert_eq!(err.kind, ErrorKind::Raised, "{err}");
+    err.data_as()
+        .unwrap_or_else(|| panic!("no FileError in {err:?}"))
+}
+
+#[tokio::test]
+async fn small_files_round_trip_and_listings_describe_them() {
+    let sb = sandbox().await;
+    let dir = scratch_dir("files-small");
+    let nested = dir.join("a/b");
+    sb.remote(agentix_files::mkdir, (p(&nested), true))
+        .await
+        .unwrap();
+    let target = nested.join("hello.bin");
+    let content: Vec<u8> = (0..=255u8).cycle().take(70_000).collect();
+    let stat = sb
+        .remote(
+            agentix_files::upload,
+            (p(&target), Blob::from(content.clone())),
+        )
+        .await
+        .unwrap();
+    assert_eq!((stat.name.as_str(), stat.size), ("hello.bin", 70_000));
+    assert_eq!(stat.entry_type, EntryType::File);
+    assert_eq!(std::fs::read(&target).unwrap(), content, "on disk");
+    assert_eq!(
+        transfer::download_bytes(&sb, &p(&target)).await.unwrap(),
+        content
+    );
+
+    std::os::unix::fs::symlink(&target, nested.join("link")).unwrap();
+    std::fs::create_dir(nested.join("sub")).unwrap();
+    let entries = sb.remote(agentix_files::list, (p(&nested),)).await.unwrap();
+    let summary: Vec<(&str, EntryType)> = entries
+        .iter()
+        .map(|e| (e.name.as_str(), e.entry_type))
+        .collect();
+    assert_eq!(
+        summary,
+        [
+            ("hello.bin", EntryType::File),
+            ("link", EntryType::Symlink),
+            ("sub", EntryType::Dir)
+        ]
+    );
+    let file = &entries[0];
+    assert_eq!(file.size, 70_000);
+    let meta = std::fs::metadata(&target).unwrap();
+    use std::os::unix::fs::MetadataExt as _;
+    assert_eq!(file.mode, meta.mode() & 0o7777);
+    assert_eq!(file.mtime_ms / 1000, meta.mtime());
+
+    // An empty file is a file too.
+    let empty = dir.join("empty");
+    sb.remote(agentix_files::upload, (p(&empty), Blob::new()))
+        .await
+        .unwrap();
+    assert!(transfer::download_bytes(&sb, &p(&empty))
+        .await
+        .unwrap()
+        .is_empty());
+
+    sb.remote(agentix_files::remove, (p(&dir.join("a")), true))
+        .await
+        .unwrap();
+    assert!(!dir.join("a").exists());
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test]
+async fn errors_carry_the_os_kind_and_the_path() {
+    let sb = sandbox().await;
+    let dir = scratch_dir("files-errors");
+    let missing = p(&dir.join("missing"));
+    let file = dir.join("file");
+    std::fs::write(&file, b"x").unwrap();
+    std::fs::create_dir(dir.join("full")).unwrap();
+    std::fs::write(dir.join("full/inside"), b"y").unwrap();
+
+    let e = file_error(
+        sb.remote(agentix_files::stat, (missing.clone(),))
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(
+        (e.kind, e.path.as_str()),
+        (FileErrorKind::NotFound, missing.as_str())
+    );
+    assert!(e.message.contains(&missing), "{}", e.message);
+
+    let e = file_error(
+        sb.remote(agentix_files::list, (p(&file),))
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!((e.kind, e.path), (FileErrorKind::NotADirectory, p(&file)));
+
+    let e = file_error(
+        sb.remote(agentix_files::remove, (p(&dir.join("full")), false))
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(e.kind, FileErrorKind::DirectoryNotEmpty);
+    assert!(dir.join("full/inside").exists());
+
+    let e = file_error(
+        sb.remote(agentix_files::mkdir, (p(&dir), false))
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(e.kind, FileErrorKind::AlreadyExists);
+
+    let e = file_error(
+        sb.remote(agentix_files::upload, (p(&dir), Blob::from(vec![1])))
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!((e.kind, e.path), (FileErrorKind::IsADirectory, p(&dir)));
+
+    let into_missing = dir.join("no/such/dir/f");
+    let e = file_error(
+        sb.remote(
+            agentix_files::upload,
+            (p(&into_missing), Blob::from(vec![1])),
+        )
+        .await
+        .unwrap_err(),
+    );
+    assert_eq!(e.kind, FileErrorKind::NotFound);
+    assert_eq!(
+        e.path,
+        p(&dir.join("no/such/dir")),
+        "names the missing directory"
+    );
+
+    // Downloads fail as the stream's first item, and the helpers say where.
+    match transfer::download_bytes(&sb, &missing).await {
+        Err(TransferError::File(e)) => assert_eq!(e.kind, FileErrorKind::NotFound),
+        other => panic!("expected a FileError, got {other:?}"),
+    }
+    match transfer::download_bytes(&sb, &p(&dir)).await {
+        Err(TransferError::File(e)) => assert_eq!(e.kind, FileErrorKind::IsADirectory),
+        other => panic!("expected a FileError, got {other:?}"),
+    }
+    match transfer::upload_from(&sb, dir.join("no-local-file"), &missing).await {
+        Err(TransferError::Local { path, source }) => {
+            assert_eq!(path, dir.join("no-local-file"));
+            assert_eq!(source.kind(), std::io::ErrorKind::NotFound);
+        }
+        other => panic!("expected a local error, got {other:?}"),
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test]
+async fn an_upload_replaces_its_target_only_when_complete() {
+    let sb = sandbox().await;
+    let dir = scratch_dir("files-atomic");
+    let target = dir.join("data");
+    std::fs::write(&target, b"old content").unwrap();
+    let hidden = || {
+        std::fs::read_dir(&dir)
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with('.'))
+            .collect::<Vec<_>>()
+    };
+
+    // Half an upload: the target keeps its old content; abort leaves nothing.
+    let id = sb
+        .remote(agentix_files::upload_open, (p(&target), None))
+        .await
+        .unwrap();
+    sb.remote(
+        agentix_files::upload_chunk,
+        (id, 0, Blob::from(vec![9u8; 1000])),
+    )
+    .await
+    .unwrap();
+    assert_eq!(std::fs::read(&target).unwrap(), b"old content");
+    assert_eq!(hidden().len(), 1, "the chunk went to a temporary file");
+    sb.remote(agentix_files::upload_abort, (id,)).await.unwrap();
+    assert!(hidden().is_empty(), "abort removes the temporary file");
+    assert_eq!(std::fs::read(&target).unwrap(), b"old content");
+
+    // A commit that did not get every byte is refused and changes nothing.
+    let id = sb
+        .remote(agentix_files::upload_open, (p(&target), None))
+        .await
+        .unwrap();
+    sb.remote(
+        agentix_files::upload_chunk,
+        (id, 0, Blob::from(vec![9u8; 10])),
+    )
+    .await
+    .unwrap();
+    let e = file_error(
+        sb.remote(agentix_files::upload_commit, (id, 20))
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(e.kind, FileErrorKind::InvalidInput);
+    assert!(
+        e.message.contains("got 10 bytes, not the 20"),
+        "{}",
+        e.message
+    );
+    assert_eq!(std::fs::read(&target).unwrap(), b"old content");
+    assert!(hidden().is_empty());
+    let e = file_error(
+        sb.remote(agentix_files::upload_chunk, (id, 10, Blob::from(vec![1])))
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(e.kind, FileErrorKind::InvalidInput, "the upload is over");
+
+    // A big upload cancelled midway leaves the target as it was.
+    let local = dir.join("local-big");
+    write_pattern(&local, 64 << 20);
+    let target_name = p(&target);
+    let cancelled = transfer::upload_from(&sb, &local, &target_name);
+    let outcome = tokio::time::timeout(Duration::from_millis(300), cancelled).await;
+    assert!(
+        outcome.is_err(),
+        "the upload was still running when dropped"
+    );
+    assert_eq!(std::fs::read(&target).unwrap(), b"old content");
+
+    // Chunks in any order, then a commit: the new content, whole, with the
+    // replaced file's permissions.
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o640)).unwrap();
+    let id = sb
+        .remote(agentix_files::upload_open, (p(&target), None))
+        .await
+        .unwrap();
+    for (offset, part) in [(6, "world"), (0, "hello ")] {
+        sb.remote(
+            agentix_files::upload_chunk,
+            (id, offset, Blob::from(part.as_bytes().to_vec())),
+        )
+        .await
+        .unwrap();
+    }
+    let stat = sb
+        .remote(agentix_files::upload_commit, (id, 11))
+        .await
+        .unwrap();
+    assert_eq!((stat.size, stat.mode), (11, 0o640));
+    assert_eq!(std::fs::read(&target).unwrap(), b"hello world");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// Writes `size` bytes of a position-dependent pattern to `path`.
+fn write_pattern(path: &Path, size: usize) {
+    let mut out = std::io::BufWriter::new(std::fs::File::create(path).unwrap());
+    let mut state = 0x9e37_79b9_7f4a_7c15u64;
+    let mut block = vec![0u8; 1 << 20];
+    let mut left = size;
+    while left > 0 {
+        for word in block.chunks_mut(8) {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            word.copy_from_slice(&state.to_le_bytes()[..word.len()]);
+        }
+        let n = left.min(block.len());
+        out.write_all(&block[..n]).unwrap();
+        left -= n;
+    }
+    out.flush().unwrap();
+}
+
+/// Whether two files hold the same bytes, compared a block at a time.
+fn same_bytes(a: &Path, b: &Path) -> bool {
+    let (mut a, mut b) = (
+        std::fs::File::open(a).unwrap(),
+        std::fs::File::open(b).unwrap(),
+    );
+    let (mut x, mut y) = (vec![0u8; 1 << 20], vec![0u8; 1 << 20]);
+    loop {
+        let n = read_full(&mut a, &mut x);
+        let m = read_full(&mut b, &mut y);
+        if n != m || x[..n] != y[..m] {
+            return false;
+        }
+        if n == 0 {
+            return true;
+        }
+    }
+}
+
+fn read_full(f: &mut std::fs::File, buf: &mut [u8]) -> usize {
+    let mut n = 0;
+    while n < buf.len() {
+        match f.read(&mut buf[n..]).unwrap() {
+            0 => break,
+            k => n += k,
+        }
+    }
+    n
+}
+
+/// Samples the peak RSS growth of `pid` over `base` until `stop` is set.
+fn watch_rss(pid: u32, stop: Arc<AtomicBool>) -> (Arc<AtomicU64>, std::thread::JoinHandle<()>) {
+    let peak = Arc::new(AtomicU64::new(rss_kib(pid)));
+    let sampled = peak.clone();
+    let handle = std::thread::spawn(move || {
+        while !stop.load(Ordering::Relaxed) {
+            sampled.fetch_max(rss_kib(pid), Ordering::Relaxed);
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    });
+    (peak, handle)
+}
+
+async fn transfer_both_ways(sb: &Sandbox, local: &Path, remote: &str, back: &Path) {
+    let stat = transfer::upload_from(sb, local, remote).await.unwrap();
+    assert_eq!(stat.size, std::fs::metadata(local).unwrap().len());
+    let n = transfer::download_to(sb, remote, back).await.unwrap();
+    assert_eq!(n, stat.size);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_256_mib_file_goes_both_ways_byte_exact_with_flat_memory() {
+    let sb = sandbox().await;
+    let dir = scratch_dir("files-big");
+    let local = dir.join("big.bin");
+    let remote = dir.join("in-sandbox/big.bin");
+    let back = dir.join("back.bin");
+    std::fs::create_dir(dir.join("in-sandbox")).unwrap();
+    write_pattern(&local, 256 << 20);
+
+    let worker = worker_pid_from_health(&sb).await;
+    let host = std::process::id();
+    let (worker_before, host_before) = (rss_kib(worker), rss_kib(host));
+    let stop = Arc::new(AtomicBool::new(false));
+    let (worker_peak, w) = watch_rss(worker, stop.clone());
+    let (host_peak, h) = watch_rss(host, stop.clone());
+    transfer_both_ways(&sb, &local, &p(&remote), &back).await;
+    stop.store(true, Ordering::Relaxed);
+    w.join().unwrap();
+    h.join().unwrap();
+
+    assert!(same_bytes(&local, &remote), "the sandbox's copy differs");
+    assert!(same_bytes(&local, &back), "the downloaded copy differs");
+    let worker_growth = worker_peak
+        .load(Ordering::Relaxed)
+        .saturating_sub(worker_before);
+    let host_growth = host_peak
+        .load(Ordering::Relaxed)
+        .saturating_sub(host_before);
+    eprintln!("worker grew {worker_growth} KiB, host grew {host_growth} KiB");
+    assert!(
+        worker_growth < 64 << 10,
+        "worker grew {worker_growth} KiB for 256 MiB"
+    );
+    assert!(
+        host_growth < 64 << 10,
+        "host grew {host_growth} KiB for 256 MiB"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test]
+async fn an_uploaded_file_keeps_its_local_mode() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let sb = sandbox().await;
+    let dir = scratch_dir("files-mode");
+    let local = dir.join("tool.sh");
+    std::fs::write(&local, "#!/bin/sh\necho ran\n").unwrap();
+    std::fs::set_permissions(&local, std::fs::Permissions::from_mode(0o750)).unwrap();
+    let remote = dir.join("copy.sh");
+    let stat = transfer::upload_from(&sb, &local, &p(&remote))
+        .await
+        .unwrap();
+    assert_eq!(stat.mode, 0o750);
+    // Multi-chunk uploads from memory take the same path.
+    let big: Vec<u8> = (0..3 * agentix_files::CHUNK + 17)
+        .map(|i| (i % 251) as u8)
+        .collect();
+    let remote_big = dir.join("big");
+    transfer::upload_bytes(&sb, &big, &p(&remote_big))
+        .await
+        .unwrap();
+    assert_eq!(std::fs::read(&remote_big).unwrap(), big);
+    let _ = std::fs::remove_dir_all(dir);
+}
