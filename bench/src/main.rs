@@ -1,6 +1,7 @@
 //! `cargo run --release -p agentix-bench [-- --json] [--only SECTION,..]`:
 //! measures Agentix on this machine with the embedded local provider.
-//! Sections: boot, echo, inflight, blob, stream, cancel, kill, side, ns, rss.
+//! Sections: boot, echo, inflight, blob, stream, cancel, bash, files, rss,
+//! kill, side, ns.
 //!
 //! The binary is its own bundle (it calls `agentix::bundle::dispatch` first),
 //! so the sandbox runs exactly the code measured here. It prints a table; with
@@ -8,6 +9,7 @@
 //! medians or totals over many calls; nothing here asserts a target.
 
 mod bench_fns;
+mod plugins;
 mod report;
 
 use std::future::IntoFuture;
@@ -21,6 +23,7 @@ use futures_util::stream;
 use report::Report;
 
 fn main() {
+    agentix::link_plugins!(agentix_bash, agentix_files);
     agentix::bundle::dispatch_with(bench_fns::worker_setup);
     let args: Vec<String> = std::env::args().collect();
     let json = args.iter().any(|a| a == "--json");
@@ -77,6 +80,12 @@ async fn run(sections: Sections) -> Report {
     }
     if sections.wants("cancel") {
         cancel_to_drop(&sb, &mut report).await;
+    }
+    if sections.wants("bash") {
+        plugins::bash_echo(&sb, &mut report).await;
+    }
+    if sections.wants("files") {
+        plugins::files_transfer(&sb, &mut report).await;
     }
     if sections.wants("rss") {
         rss(&sb, &mut report).await;

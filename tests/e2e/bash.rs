@@ -343,3 +343,83 @@ async fn many_commands_at_once_each_get_their_own_output() {
     });
     futures_util::future::join_all(runs).await;
 }
+
+/// The pids of the `bash` processes whose parent is `parent`.
+fn bash_children(parent: u32) -> Vec<u32> {
+    let mut pids = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        // "pid (comm) state ppid ...": the name is in parentheses.
+        let Some((head, rest)) = stat.rsplit_once(')') else {
+            continue;
+        };
+        let ppid = rest.split_whitespace().nth(1).and_then(|p| p.parse().ok());
+        if head.ends_with("(bash") && ppid == Some(parent) {
+            pids.push(pid);
+        }
+    }
+    pids
+}
+
+#[tokio::test]
+async fn warm_shells_run_commands_exactly_like_fresh_ones_and_die_with_the_worker() {
+    let sb = sandbox().await;
+    let worker = worker_pid_from_health(&sb).await;
+    assert!(
+        bash_children(worker).is_empty(),
+        "no shells before the first command"
+    );
+    run(&sb, "true", BashOptions::new()).await;
+    let mut warm = Vec::new();
+    wait_until("two warm shells", Duration::from_secs(10), || {
+        warm = bash_children(worker);
+        warm.len() >= 2
+    })
+    .await;
+
+    let dir = scratch_dir("bash-warm");
+    for _ in 0..4 {
+        let opts = BashOptions::new()
+            .cwd(dir.to_string_lossy())
+            .env("GREETING", "it's \"quoted\" $HOME")
+            .stdin("a\nb\n");
+        // The shell leads its own process group; none of the hand-over's
+        // variables is left for the command to see.
+        let script = "pwd; echo \"$GREETING\"; wc -l; \
+                      [ \"$(cut -d' ' -f5 /proc/$$/stat)\" = \"$$\" ] && echo leader; \
+                      set | grep -c ^__agentix; exit 5";
+        let out = run(&sb, script, opts).await;
+        let want = format!(
+            "{}\nit's \"quoted\" $HOME\n2\nleader\n0\n",
+            dir.canonicalize().unwrap().display()
+        );
+        assert_eq!(out.stdout_lossy(), want);
+        assert_eq!(out.exit_code, Some(5));
+
+        let out = run(&sb, "cat; echo read-eof", BashOptions::new()).await;
+        assert_eq!(out.stdout, b"read-eof\n", "no stdin reads as end-of-file");
+        let out = run(&sb, "kill -KILL $$", BashOptions::new()).await;
+        assert_eq!((out.exit_code, out.signal), (None, Some(libc::SIGKILL)));
+        let out = run(&sb, "if then", BashOptions::new()).await;
+        assert_eq!(
+            out.exit_code,
+            Some(2),
+            "a syntax error: {}",
+            out.stderr_lossy()
+        );
+    }
+    let out = run(&sb, "env", BashOptions::new()).await;
+    assert!(!out.stdout_lossy().contains("AGENTIX_"));
+
+    let mut warm = bash_children(worker);
+    assert!(!warm.is_empty());
+    warm.push(worker);
+    sb.delete().await;
+    all_gone(&warm).await;
+    let _ = std::fs::remove_dir_all(dir);
+}

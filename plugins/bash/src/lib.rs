@@ -29,6 +29,7 @@ mod error;
 mod options;
 mod outcome;
 mod running;
+mod warm_shell;
 
 use std::time::Instant;
 

@@ -58,6 +58,9 @@ pub(crate) struct Running {
     finished: bool,
     stdout_buf: Vec<u8>,
     stderr_buf: Vec<u8>,
+    /// Whether this command could have used a warm shell, so the pool is
+    /// topped up when it ends.
+    refills_pool: bool,
 }
 
 impl Running {
@@ -69,50 +72,26 @@ impl Running {
         if let Some(cwd) = &opts.cwd {
             check_cwd(cwd)?;
         }
-        let shell = opts
-            .shell
-            .clone()
-            .unwrap_or_else(|| default_shell().to_owned());
-        let mut cmd = Command::new(&shell);
-        cmd.arg("-c").arg(command);
-        for (key, _) in std::env::vars_os() {
-            if key.to_string_lossy().starts_with(RUNTIME_ENV_PREFIX) {
-                cmd.env_remove(key);
-            }
-        }
         for (key, value) in &opts.env {
             if key.is_empty() || key.contains(['=', '\0']) || value.contains('\0') {
                 return Err(BashError::options(format!(
                     "`{key}` is not a valid environment variable name (or its value holds a NUL byte)"
                 )));
             }
-            cmd.env(key, value);
         }
-        if let Some(cwd) = &opts.cwd {
-            cmd.current_dir(cwd);
-        }
-        cmd.stdin(if opts.stdin.is_some() {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-        let parent = std::process::id() as libc::pid_t;
-        // SAFETY: `child_setup` makes only async-signal-safe calls.
-        unsafe {
-            cmd.pre_exec(move || agentix::process::child_setup(parent, libc::SIGKILL));
-        }
-        let mut child = cmd.spawn().map_err(|e| {
-            let kind = if opts.cwd.is_some() && e.kind() == std::io::ErrorKind::PermissionDenied {
-                BashErrorKind::WorkingDirectory
-            } else {
-                BashErrorKind::Shell
-            };
-            BashError::os(kind, "cannot start the shell", &shell, &e)
-        })?;
+        let shell = opts
+            .shell
+            .clone()
+            .unwrap_or_else(|| default_shell().to_owned());
+        let mut child = match crate::warm_shell::take(&shell, command, opts) {
+            Some(child) => child,
+            None => cold_start(&shell, command, opts)?,
+        };
         let pgid = child.id().unwrap_or(0);
-        if let (Some(bytes), Some(mut stdin)) = (opts.stdin.clone(), child.stdin.take()) {
+        // Without bytes to feed, stdin closes at once (a warm shell has it
+        // piped): the command reads end-of-file, as from /dev/null.
+        let stdin = child.stdin.take();
+        if let (Some(bytes), Some(mut stdin)) = (opts.stdin.clone(), stdin) {
             // A command that does not read its stdin closes the pipe early;
             // the write error that causes is expected, not a failure.
             tokio::spawn(async move {
@@ -133,6 +112,7 @@ impl Running {
             finished: false,
             stdout_buf: vec![0; CHUNK],
             stderr_buf: vec![0; CHUNK],
+            refills_pool: crate::warm_shell::serves(&shell, opts),
         })
     }
 
@@ -192,10 +172,54 @@ impl Running {
 
 impl Drop for Running {
     fn drop(&mut self) {
+        if self.refills_pool {
+            crate::warm_shell::top_up();
+        }
         // Once the shell is reaped its pid may be reused, so only a group
         // whose leader is still ours is killed.
         if self.exited.is_none() && self.pgid != 0 {
             agentix::process::signal_group(self.pgid, libc::SIGKILL);
+        }
+    }
+}
+
+/// Starts `shell -c command` as `opts` ask, in a process group of its own
+/// that dies with the worker.
+fn cold_start(shell: &str, command: &str, opts: &BashOptions) -> Result<Child, BashError> {
+    let mut cmd = Command::new(shell);
+    cmd.arg("-c").arg(command);
+    scrub_runtime_env(&mut cmd);
+    cmd.envs(&opts.env);
+    if let Some(cwd) = &opts.cwd {
+        cmd.current_dir(cwd);
+    }
+    cmd.stdin(if opts.stdin.is_some() {
+        Stdio::piped()
+    } else {
+        Stdio::null()
+    })
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped());
+    let parent = std::process::id() as libc::pid_t;
+    // SAFETY: `child_setup` makes only async-signal-safe calls.
+    unsafe {
+        cmd.pre_exec(move || agentix::process::child_setup(parent, libc::SIGKILL));
+    }
+    cmd.spawn().map_err(|e| {
+        let kind = if opts.cwd.is_some() && e.kind() == std::io::ErrorKind::PermissionDenied {
+            BashErrorKind::WorkingDirectory
+        } else {
+            BashErrorKind::Shell
+        };
+        BashError::os(kind, "cannot start the shell", shell, &e)
+    })
+}
+
+/// Removes the runtime's own variables from what `cmd` inherits.
+pub(crate) fn scrub_runtime_env(cmd: &mut Command) {
+    for (key, _) in std::env::vars_os() {
+        if key.to_string_lossy().starts_with(RUNTIME_ENV_PREFIX) {
+            cmd.env_remove(key);
         }
     }
 }

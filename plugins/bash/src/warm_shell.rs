@@ -1,0 +1,196 @@
+//! Shells started ahead of time, so a command does not wait for bash to
+//! start (about a millisecond, most of a short command's run).
+//!
+//! A warm shell is `bash -c ZYGOTE` in a process group of its own, with its
+//! stdin, stdout and stderr already piped to the worker, blocked reading its
+//! instructions from fd 3. Handing it a command writes two NUL-terminated
+//! strings there, a preamble (`cd` to the working directory, `export` of the
+//! extra variables) and the command, which it then `eval`s: the same shell,
+//! variables and exit status as `bash -c COMMAND`, minus the start-up. The
+//! pool holds [`POOL`] shells, filled after the first command (so a sandbox
+//! that never runs one has none) and topped up whenever a command ends. A
+//! command a warm shell cannot take as is (another shell, a variable name
+//! that `export` would refuse, a very long script) starts a shell of its own.
+
+use std::fs::File;
+use std::io::Write as _;
+use std::os::fd::{AsRawFd as _, OwnedFd};
+use std::process::Stdio;
+use std::sync::{Mutex, OnceLock};
+
+use tokio::process::{Child, Command};
+
+use crate::options::BashOptions;
+
+/// Warm shells kept ready.
+const POOL: usize = 2;
+
+/// Largest preamble plus command handed to a warm shell: less than a pipe
+/// holds, so the write never blocks.
+const MAX_SCRIPT: usize = 16 << 10;
+
+/// What a warm shell runs: read the preamble and the command from fd 3,
+/// close it, and run them. Its own variables are gone before the command
+/// runs, and `BASH_EXECUTION_STRING` is the command, as under `bash -c`.
+const ZYGOTE: &str = "IFS= read -r -d '' -u 3 __agentix_pre; \
+                      IFS= read -r -d '' -u 3 __agentix_cmd; \
+                      exec 3<&-; \
+                      eval \"$__agentix_pre\" || exit 126; \
+                      BASH_EXECUTION_STRING=$__agentix_cmd; \
+                      eval \"unset __agentix_pre __agentix_cmd; $__agentix_cmd\"";
+
+struct WarmShell {
+    child: Child,
+    instructions: File,
+}
+
+static POOL_SHELLS: Mutex<Vec<WarmShell>> = Mutex::new(Vec::new());
+
+/// A shell already running `command` with `opts`, or `None` when the caller
+/// must start one itself.
+pub(crate) fn take(shell: &str, command: &str, opts: &BashOptions) -> Option<Child> {
+    if !serves(shell, opts) {
+        return None;
+    }
+    let script = instructions(command, opts)?;
+    let mut warm = lock().pop()?;
+    if warm.instructions.write_all(&script).is_err() {
+        // The shell is gone (killed from outside); start a fresh one.
+        agentix::process::signal_group(warm.child.id().unwrap_or(0), libc::SIGKILL);
+        return None;
+    }
+    Some(warm.child)
+}
+
+/// Whether commands run with `shell` and `opts` use warm shells at all: only
+/// those for the default shell, when that is bash.
+pub(crate) fn serves(shell: &str, opts: &BashOptions) -> bool {
+    opts.shell.is_none() && shell == "bash"
+}
+
+/// The bytes that make a warm shell run `command` as `opts` ask.
+fn instructions(command: &str, opts: &BashOptions) -> Option<Vec<u8>> {
+    // The worker's own directory is re-read each time: it may have changed
+    // since the shell started.
+    let cwd = match &opts.cwd {
+        Some(cwd) => cwd.clone(),
+        None => std::env::current_dir().ok()?.to_str()?.to_owned(),
+    };
+    let mut pre = format!("cd -- {}", quote(&cwd));
+    for (key, value) in &opts.env {
+        if !is_shell_name(key) {
+            return None;
+        }
+        pre.push_str(&format!("; export {key}={}", quote(value)));
+    }
+    let mut script = Vec::with_capacity(pre.len() + command.len() + 2);
+    script.extend_from_slice(pre.as_bytes());
+    script.push(0);
+    script.extend_from_slice(command.as_bytes());
+    script.push(0);
+    (script.len() <= MAX_SCRIPT).then_some(script)
+}
+
+/// Asks for the pool to be filled again, once the command that took a shell
+/// has finished (so the next shell's start-up does not compete with it).
+pub(crate) fn top_up() {
+    static STARTER: OnceLock<Option<std::sync::mpsc::SyncSender<()>>> = OnceLock::new();
+    let starter = STARTER.get_or_init(|| {
+        let runtime = tokio::runtime::Handle::try_current().ok()?;
+        let (tx, rx) = std::sync::mpsc::sync_channel::<()>(1);
+        // Shells are started from one thread of its own: a shell is bound
+        // to die with the thread that forked it (PR_SET_PDEATHSIG), so that
+        // thread must live as long as the worker, and the fork waits for the
+        // exec, which should not hold up an async thread.
+        let spawned = std::thread::Builder::new()
+            .name("agentix-bash-warm".into())
+            .spawn(move || {
+                let _runtime = runtime.enter();
+                while rx.recv().is_ok() {
+                    fill();
+                }
+            });
+        spawned.ok().map(|_| tx)
+    });
+    if let Some(tx) = starter {
+        // A request already queued covers this one.
+        let _ = tx.try_send(());
+    }
+}
+
+fn fill() {
+    while lock().len() < POOL {
+        match start() {
+            Ok(warm) => lock().push(warm),
+            Err(e) => {
+                tracing::debug!("no warm shell: {e}");
+                return;
+            }
+        }
+    }
+}
+
+fn start() -> std::io::Result<WarmShell> {
+    let (read, write) = agentix::process::pipe()?;
+    let mut cmd = Command::new("bash");
+    cmd.arg("-c").arg(ZYGOTE);
+    crate::running::scrub_runtime_env(&mut cmd);
+    cmd.stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let parent = std::process::id() as libc::pid_t;
+    let read_fd = read.as_raw_fd();
+    // SAFETY: only async-signal-safe calls (setpgid, prctl, fcntl, dup2).
+    unsafe {
+        cmd.pre_exec(move || {
+            agentix::process::child_setup(parent, libc::SIGKILL)?;
+            let high = agentix::process::move_fd_high(read_fd)?;
+            agentix::process::install_fd(high, 3)
+        });
+    }
+    let child = cmd.spawn()?;
+    drop::<OwnedFd>(read);
+    Ok(WarmShell {
+        child,
+        instructions: File::from(write),
+    })
+}
+
+fn lock() -> std::sync::MutexGuard<'static, Vec<WarmShell>> {
+    POOL_SHELLS.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// `s` in single quotes, safe to paste into a shell script.
+fn quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', r"'\''"))
+}
+
+/// Whether `name` is a name `export` accepts.
+fn is_shell_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    chars
+        .next()
+        .is_some_and(|c| c == '_' || c.is_ascii_alphabetic())
+        && chars.all(|c| c == '_' || c.is_ascii_alphanumeric())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quoting_survives_quotes_and_names_are_checked() {
+        assert_eq!(quote("it's"), r"'it'\''s'");
+        assert!(is_shell_name("_A1"));
+        assert!(!is_shell_name("1A") && !is_shell_name("A-B") && !is_shell_name(""));
+    }
+
+    #[test]
+    fn instructions_carry_the_directory_the_variables_and_the_command() {
+        let opts = BashOptions::new().cwd("/tmp/a b").env("K", "v'1");
+        let script = instructions("echo hi", &opts).unwrap();
+        assert_eq!(script, b"cd -- '/tmp/a b'; export K='v'\\''1'\0echo hi\0");
+        assert!(instructions("true", &BashOptions::new().env("A-B", "x")).is_none());
+        assert!(instructions(&"x".repeat(MAX_SCRIPT), &BashOptions::new()).is_none());
+    }
+}
