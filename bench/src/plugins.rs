@@ -9,27 +9,27 @@ use agentix_files::transfer;
 use crate::report::Report;
 use crate::{median, us};
 
-/// `bash::run("echo hi")`, sequential: p50 and p99 with the warm shells a
-/// default run uses, and p50 of a shell started per command (naming the
+/// `bash::run("echo hi")` back to back: p50 and p99 with the warm shells a
+/// default run uses, and p50 with a shell started per command (naming the
 /// shell explicitly skips the warm pool).
 pub(crate) async fn bash_echo(sb: &Sandbox, report: &mut Report) {
     let warm = sequential_runs(sb, BashOptions::new()).await;
     let cold = sequential_runs(sb, BashOptions::new().shell("bash")).await;
     report.add(
         "bash_echo_p50_us",
-        "bash::run(\"echo hi\") sequential, p50 of 500",
+        "bash::run(\"echo hi\") back to back, p50 of 500",
         "µs",
         us(warm[warm.len() / 2]),
     );
     report.add(
         "bash_echo_p99_us",
-        "bash::run(\"echo hi\") sequential, p99 of 500",
+        "bash::run(\"echo hi\") back to back, p99 of 500",
         "µs",
         us(warm[warm.len() * 99 / 100]),
     );
     report.add(
         "bash_echo_cold_p50_us",
-        "the same with a shell started per command, p50 of 500",
+        "back to back, a shell started per command, p50 of 500",
         "µs",
         us(cold[cold.len() / 2]),
     );

@@ -47,7 +47,7 @@ agentix::plugin_crate!();
 pub async fn run(command: String, opts: BashOptions) -> Result<BashResult, BashError> {
     let started = Instant::now();
     let cap = opts.output_cap.unwrap_or(DEFAULT_OUTPUT_CAP);
-    let mut running = Running::start(&command, &opts)?;
+    let mut running = Running::start(&command, &opts).await?;
     let mut stdout = Captured::new(cap);
     let mut stderr = Captured::new(cap);
     loop {
@@ -82,20 +82,30 @@ pub fn run_stream(
     command: String,
     opts: BashOptions,
 ) -> impl agentix::Stream<Item = Result<BashEvent, BashError>> + Send {
-    let started = Running::start(&command, &opts);
-    agentix::stream::unfold(Some(started), |state| async move {
-        match state? {
-            Err(e) => Some((Err(e), None)),
-            Ok(mut running) => {
-                let event = match running.next().await? {
-                    Output::Stdout(chunk) => BashEvent::Stdout(chunk),
-                    Output::Stderr(chunk) => BashEvent::Stderr(chunk),
-                    Output::Exit(exit) => BashEvent::Exit(exit),
-                };
-                Some((Ok(event), Some(Ok(running))))
-            }
-        }
+    agentix::stream::unfold(Stream::Start(command, opts), |state| async move {
+        let mut running = match state {
+            Stream::Start(command, opts) => match Running::start(&command, &opts).await {
+                Ok(running) => running,
+                Err(e) => return Some((Err(e), Stream::Done)),
+            },
+            Stream::Running(running) => running,
+            Stream::Done => return None,
+        };
+        let event = match running.next().await? {
+            Output::Stdout(chunk) => BashEvent::Stdout(chunk),
+            Output::Stderr(chunk) => BashEvent::Stderr(chunk),
+            Output::Exit(exit) => BashEvent::Exit(exit),
+        };
+        Some((Ok(event), Stream::Running(running)))
     })
+}
+
+/// Where a `run_stream` is: not started yet, running, or failed to start.
+#[allow(clippy::large_enum_variant)] // one per stream, moved once per event
+enum Stream {
+    Start(String, BashOptions),
+    Running(Running),
+    Done,
 }
 
 /// One output stream as `run` keeps it: the first `cap` bytes and a count.

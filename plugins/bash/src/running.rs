@@ -65,7 +65,7 @@ pub(crate) struct Running {
 
 impl Running {
     /// Starts `command` with `opts` in a process group of its own.
-    pub(crate) fn start(command: &str, opts: &BashOptions) -> Result<Self, BashError> {
+    pub(crate) async fn start(command: &str, opts: &BashOptions) -> Result<Self, BashError> {
         if command.contains('\0') {
             return Err(BashError::options("the command contains a NUL byte"));
         }
@@ -83,7 +83,20 @@ impl Running {
             .shell
             .clone()
             .unwrap_or_else(|| default_shell().to_owned());
-        let mut child = match crate::warm_shell::take(&shell, command, opts) {
+        let mut child = None;
+        if let Some((mut warm, instructions)) = crate::warm_shell::take(&shell, command, opts) {
+            let handed = match warm.stdin.as_mut() {
+                Some(stdin) => stdin.write_all(&instructions).await.is_ok(),
+                None => false,
+            };
+            if handed {
+                child = Some(warm);
+            } else {
+                // The shell is gone (killed from outside); start a fresh one.
+                agentix::process::signal_group(warm.id().unwrap_or(0), libc::SIGKILL);
+            }
+        }
+        let mut child = match child {
             Some(child) => child,
             None => cold_start(&shell, command, opts)?,
         };

@@ -3,18 +3,19 @@
 //!
 //! A warm shell is `bash -c ZYGOTE` in a process group of its own, with its
 //! stdin, stdout and stderr already piped to the worker, blocked reading its
-//! instructions from fd 3. Handing it a command writes two NUL-terminated
+//! instructions from stdin. Handing it a command writes two NUL-terminated
 //! strings there, a preamble (`cd` to the working directory, `export` of the
 //! extra variables) and the command, which it then `eval`s: the same shell,
-//! variables and exit status as `bash -c COMMAND`, minus the start-up. The
+//! variables and exit status as `bash -c COMMAND`, minus the start-up.
+//! Bash's `read` takes a pipe one byte at a time, so whatever follows the
+//! instructions on stdin is left for the command: the caller's stdin bytes.
+//! A warm shell dies with the worker like any other (a parent-death
+//! signal), and one left waiting also exits when its stdin closes. The
 //! pool holds [`POOL`] shells, filled after the first command (so a sandbox
 //! that never runs one has none) and topped up whenever a command ends. A
 //! command a warm shell cannot take as is (another shell, a variable name
 //! that `export` would refuse, a very long script) starts a shell of its own.
 
-use std::fs::File;
-use std::io::Write as _;
-use std::os::fd::{AsRawFd as _, OwnedFd};
 use std::process::Stdio;
 use std::sync::{Mutex, OnceLock};
 
@@ -29,37 +30,27 @@ const POOL: usize = 2;
 /// holds, so the write never blocks.
 const MAX_SCRIPT: usize = 16 << 10;
 
-/// What a warm shell runs: read the preamble and the command from fd 3,
-/// close it, and run them. Its own variables are gone before the command
-/// runs, and `BASH_EXECUTION_STRING` is the command, as under `bash -c`.
-const ZYGOTE: &str = "IFS= read -r -d '' -u 3 __agentix_pre; \
-                      IFS= read -r -d '' -u 3 __agentix_cmd; \
-                      exec 3<&-; \
+/// What a warm shell runs: read the preamble and the command from stdin and
+/// run them (an empty preamble, the worker gone, ends it). Its own
+/// variables are gone before the command runs, and `BASH_EXECUTION_STRING`
+/// is the command, as under `bash -c`.
+const ZYGOTE: &str = "IFS= read -r -d '' __agentix_pre || exit 0; \
+                      IFS= read -r -d '' __agentix_cmd || exit 0; \
                       eval \"$__agentix_pre\" || exit 126; \
                       BASH_EXECUTION_STRING=$__agentix_cmd; \
                       eval \"unset __agentix_pre __agentix_cmd; $__agentix_cmd\"";
 
-struct WarmShell {
-    child: Child,
-    instructions: File,
-}
+static POOL_SHELLS: Mutex<Vec<Child>> = Mutex::new(Vec::new());
 
-static POOL_SHELLS: Mutex<Vec<WarmShell>> = Mutex::new(Vec::new());
-
-/// A shell already running `command` with `opts`, or `None` when the caller
-/// must start one itself.
-pub(crate) fn take(shell: &str, command: &str, opts: &BashOptions) -> Option<Child> {
+/// A shell ready to run `command` with `opts` once the returned instructions
+/// are written to its stdin, or `None` when the caller must start one itself.
+pub(crate) fn take(shell: &str, command: &str, opts: &BashOptions) -> Option<(Child, Vec<u8>)> {
     if !serves(shell, opts) {
         return None;
     }
     let script = instructions(command, opts)?;
-    let mut warm = lock().pop()?;
-    if warm.instructions.write_all(&script).is_err() {
-        // The shell is gone (killed from outside); start a fresh one.
-        agentix::process::signal_group(warm.child.id().unwrap_or(0), libc::SIGKILL);
-        return None;
-    }
-    Some(warm.child)
+    let child = lock().pop()?;
+    Some((child, script))
 }
 
 /// Whether commands run with `shell` and `opts` use warm shells at all: only
@@ -130,8 +121,7 @@ fn fill() {
     }
 }
 
-fn start() -> std::io::Result<WarmShell> {
-    let (read, write) = agentix::process::pipe()?;
+fn start() -> std::io::Result<Child> {
     let mut cmd = Command::new("bash");
     cmd.arg("-c").arg(ZYGOTE);
     crate::running::scrub_runtime_env(&mut cmd);
@@ -139,24 +129,14 @@ fn start() -> std::io::Result<WarmShell> {
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     let parent = std::process::id() as libc::pid_t;
-    let read_fd = read.as_raw_fd();
-    // SAFETY: only async-signal-safe calls (setpgid, prctl, fcntl, dup2).
+    // SAFETY: `child_setup` makes only async-signal-safe calls.
     unsafe {
-        cmd.pre_exec(move || {
-            agentix::process::child_setup(parent, libc::SIGKILL)?;
-            let high = agentix::process::move_fd_high(read_fd)?;
-            agentix::process::install_fd(high, 3)
-        });
+        cmd.pre_exec(move || agentix::process::child_setup(parent, libc::SIGKILL));
     }
-    let child = cmd.spawn()?;
-    drop::<OwnedFd>(read);
-    Ok(WarmShell {
-        child,
-        instructions: File::from(write),
-    })
+    cmd.spawn()
 }
 
-fn lock() -> std::sync::MutexGuard<'static, Vec<WarmShell>> {
+fn lock() -> std::sync::MutexGuard<'static, Vec<Child>> {
     POOL_SHELLS.lock().unwrap_or_else(|p| p.into_inner())
 }
 
