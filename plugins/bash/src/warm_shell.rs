@@ -10,7 +10,8 @@
 //! Bash's `read` takes a pipe one byte at a time, so whatever follows the
 //! instructions on stdin is left for the command: the caller's stdin bytes.
 //! A warm shell dies with the worker like any other (a parent-death
-//! signal), and one left waiting also exits when its stdin closes. The
+//! signal), and one left waiting also exits when its stdin closes. It has
+//! the worker's environment as it was when the shell started. The
 //! pool holds [`POOL`] shells, filled after the first command (so a sandbox
 //! that never runs one has none) and topped up whenever a command ends. A
 //! command a warm shell cannot take as is (another shell, a variable name
@@ -26,8 +27,9 @@ use crate::options::BashOptions;
 /// Warm shells kept ready.
 const POOL: usize = 2;
 
-/// Largest preamble plus command handed to a warm shell: less than a pipe
-/// holds, so the write never blocks.
+/// Largest preamble plus command handed to a warm shell: `read` takes one
+/// system call per byte, so a long script is cheaper as a fresh shell's
+/// argument.
 const MAX_SCRIPT: usize = 16 << 10;
 
 /// What a warm shell runs: read the preamble and the command from stdin and
