@@ -9,17 +9,23 @@ use agentix_files::transfer;
 use crate::report::Report;
 use crate::{median, us};
 
-/// `bash::run("echo hi")` back to back: p50 and p99 with the warm shells a
-/// default run uses, and p50 with a shell started per command (naming the
-/// shell explicitly skips the warm pool).
+/// `bash::run("echo hi")` with the warm shells a default run uses and with
+/// a shell started per command (naming the shell explicitly skips the warm
+/// pool): back to back, and 5 ms apart as an agent's commands come (then
+/// the pool has time to refill, but every process wakes from idle).
 pub(crate) async fn bash_echo(sb: &Sandbox, report: &mut Report) {
-    let warm = sequential_runs(sb, BashOptions::new()).await;
-    let cold = sequential_runs(sb, BashOptions::new().shell("bash")).await;
+    let cold_opts = || BashOptions::new().shell("bash");
+    let spaced = Duration::from_millis(5);
+    let warm = sequential_runs(sb, BashOptions::new(), Duration::ZERO).await;
+    let cold = sequential_runs(sb, cold_opts(), Duration::ZERO).await;
+    let warm_spaced = sequential_runs(sb, BashOptions::new(), spaced).await;
+    let cold_spaced = sequential_runs(sb, cold_opts(), spaced).await;
+    let p50 = |t: &[Duration]| us(t[t.len() / 2]);
     report.add(
         "bash_echo_p50_us",
         "bash::run(\"echo hi\") back to back, p50 of 500",
         "µs",
-        us(warm[warm.len() / 2]),
+        p50(&warm),
     );
     report.add(
         "bash_echo_p99_us",
@@ -29,20 +35,33 @@ pub(crate) async fn bash_echo(sb: &Sandbox, report: &mut Report) {
     );
     report.add(
         "bash_echo_cold_p50_us",
-        "back to back, a shell started per command, p50 of 500",
+        "the same, a shell started per command",
         "µs",
-        us(cold[cold.len() / 2]),
+        p50(&cold),
+    );
+    report.add(
+        "bash_echo_spaced_p50_us",
+        "bash::run(\"echo hi\") 5 ms apart, p50 of 500",
+        "µs",
+        p50(&warm_spaced),
+    );
+    report.add(
+        "bash_echo_spaced_cold_p50_us",
+        "the same, a shell started per command",
+        "µs",
+        p50(&cold_spaced),
     );
 }
 
-/// 500 sequential `echo hi` runs after 50 to warm up, sorted.
-async fn sequential_runs(sb: &Sandbox, opts: BashOptions) -> Vec<Duration> {
+/// 500 sequential `echo hi` runs `gap` apart, after 50 to warm up; sorted.
+async fn sequential_runs(sb: &Sandbox, opts: BashOptions, gap: Duration) -> Vec<Duration> {
     let run = || sb.remote(agentix_bash::run, ("echo hi".to_owned(), opts.clone()));
     for _ in 0..50 {
         run().await.expect("bash runs");
     }
     let mut times = Vec::with_capacity(500);
     for _ in 0..500 {
+        tokio::time::sleep(gap).await;
         let t = Instant::now();
         let out = run().await.expect("bash runs");
         times.push(t.elapsed());
