@@ -36,11 +36,17 @@ use crate::supervisor::{AckStream, CancelCall, HostDisconnected, StartCall, Work
 
 const B64: base64::engine::GeneralPurpose = base64::engine::general_purpose::STANDARD;
 
-/// Registers `/rpc` on `io`, forwarding calls to `supervisor`.
-pub fn register(io: &SocketIo, supervisor: Addr<WorkerSupervisor>, token: Token) {
+/// Registers `/rpc` on `io`, forwarding calls to `supervisor`; no event
+/// sent to a host is larger than `max_event_bytes` (the host reads no more).
+pub fn register(
+    io: &SocketIo,
+    supervisor: Addr<WorkerSupervisor>,
+    token: Token,
+    max_event_bytes: usize,
+) {
     let on_connect = move |s: SocketRef| {
         let supervisor = supervisor.clone();
-        async move { attach(s, supervisor) }
+        async move { attach(s, supervisor, max_event_bytes) }
     };
     io.ns(RPC_NAMESPACE, on_connect.with(auth_middleware(token)));
 }
@@ -63,13 +69,13 @@ pub fn auth_middleware(
     }
 }
 
-fn attach(s: SocketRef, supervisor: Addr<WorkerSupervisor>) {
+fn attach(s: SocketRef, supervisor: Addr<WorkerSupervisor>, max_event_bytes: usize) {
     let sup = supervisor.clone();
     s.on(
         EVENT_CALL,
         move |s: SocketRef, TryData(data): TryData<Value>| {
             let sup = sup.clone();
-            async move { on_call(s, sup, data.unwrap_or(Value::Null)).await }
+            async move { on_call(s, sup, data.unwrap_or(Value::Null), max_event_bytes).await }
         },
     );
     let sup = supervisor.clone();
@@ -124,7 +130,7 @@ fn attach(s: SocketRef, supervisor: Addr<WorkerSupervisor>) {
     });
 }
 
-async fn on_call(s: SocketRef, supervisor: Addr<WorkerSupervisor>, data: Value) {
+async fn on_call(s: SocketRef, supervisor: Addr<WorkerSupervisor>, data: Value, max: usize) {
     let CallRequest {
         id,
         target,
@@ -144,10 +150,11 @@ async fn on_call(s: SocketRef, supervisor: Addr<WorkerSupervisor>, data: Value) 
         host_id: id,
     };
     match stream {
-        None => unary_call(&s, &supervisor, origin, target, args, trace).await,
+        None => unary_call(&s, &supervisor, origin, target, args, trace, max).await,
         Some(window) => {
             let (events, rx) = mpsc::unbounded_channel();
             let reply = Reply::Stream { events, window };
+            let stream_target = target.clone();
             supervisor.do_send(StartCall(NewCall {
                 origin,
                 target,
@@ -155,7 +162,7 @@ async fn on_call(s: SocketRef, supervisor: Addr<WorkerSupervisor>, data: Value) 
                 trace,
                 reply,
             }));
-            relay_stream(&s, id, rx).await;
+            relay_stream(&s, &supervisor, origin, &stream_target, rx, max).await;
         }
     }
 }
@@ -167,11 +174,12 @@ async fn unary_call(
     target: String,
     args: Vec<u8>,
     trace: Option<SpanContext>,
+    max: usize,
 ) {
     let (reply, rx) = oneshot::channel();
     supervisor.do_send(StartCall(NewCall {
         origin,
-        target,
+        target: target.clone(),
         args,
         trace,
         reply: Reply::Unary(reply),
@@ -179,21 +187,70 @@ async fn unary_call(
     let id = origin.host_id;
     match rx.await.unwrap_or_else(|_| Err(shutting_down())) {
         Ok(value) => {
-            let value = B64.encode(value);
-            emit(s, EVENT_RESULT, &ResultEvent { id, value }).await
+            let encoded = B64.encode(&value);
+            if let Some(error) = too_large("the result", &target, value.len(), &encoded, max) {
+                return emit(s, EVENT_ERROR, &ErrorEvent { id, error }).await;
+            }
+            emit(s, EVENT_RESULT, &ResultEvent { id, value: encoded }).await
         }
         Err(error) => emit(s, EVENT_ERROR, &ErrorEvent { id, error }).await,
     }
 }
 
+/// Room the JSON envelope and the Socket.IO packet header may take.
+const ENVELOPE_BYTES: usize = 1024;
+
+/// A `PayloadTooLarge` error if `encoded` (the base64 of `raw` bytes of
+/// `what` from `target`) would make an event past `max` bytes: sent as is,
+/// the host could not read it and would drop the whole connection.
+fn too_large(
+    what: &str,
+    target: &str,
+    raw: usize,
+    encoded: &str,
+    max: usize,
+) -> Option<RemoteError> {
+    (encoded.len() + ENVELOPE_BYTES > max).then(|| {
+        RemoteError::new(
+            ErrorKind::PayloadTooLarge,
+            format!(
+                "{what} of `{target}` is {raw} bytes ({} on the wire), past the \
+                 {max}-byte message limit",
+                encoded.len()
+            ),
+        )
+        .with_details(
+            "send large data in pieces (smaller stream items, or several calls), \
+             or raise the limit (`max_message_bytes` in SandboxConfig)",
+        )
+    })
+}
+
 /// Emits a streaming call's events in order until its end or error.
-async fn relay_stream(s: &SocketRef, id: u64, mut rx: mpsc::UnboundedReceiver<StreamEvent>) {
+async fn relay_stream(
+    s: &SocketRef,
+    supervisor: &Addr<WorkerSupervisor>,
+    origin: Origin,
+    target: &str,
+    mut rx: mpsc::UnboundedReceiver<StreamEvent>,
+    max: usize,
+) {
+    let id = origin.host_id;
     loop {
         match rx.recv().await {
             Some(StreamEvent::Items(items)) => {
-                let items = match agentix_actors::cbor::to_vec(&items) {
-                    Ok(bytes) => B64.encode(bytes),
+                let encoded = agentix_actors::cbor::to_vec(&items).and_then(|bytes| {
+                    let encoded = B64.encode(&bytes);
+                    match too_large("a batch of items", target, bytes.len(), &encoded, max) {
+                        Some(error) => Err(error),
+                        None => Ok(encoded),
+                    }
+                });
+                let items = match encoded {
+                    Ok(items) => items,
                     Err(error) => {
+                        // The worker would go on producing for nobody.
+                        supervisor.do_send(CancelCall(origin));
                         emit(s, EVENT_ERROR, &ErrorEvent { id, error }).await;
                         return;
                     }

@@ -85,7 +85,12 @@ async fn serve(config: ServerConfig) -> i32 {
         .ping_interval(config.ping_interval)
         .ping_timeout(config.ping_timeout)
         .build_with_inner_svc(HttpRoutes::new(supervisor.clone(), token.clone()));
-    rpc::register(&io, supervisor.clone(), token.clone());
+    rpc::register(
+        &io,
+        supervisor.clone(),
+        token.clone(),
+        config.max_message_bytes,
+    );
     supervisor.do_send(AttachIo(io.clone()));
     forwarder::register(&io, supervisor.clone(), token.clone());
     let credits = SideCredits::default();

@@ -423,3 +423,24 @@ async fn warm_shells_run_commands_exactly_like_fresh_ones_and_die_with_the_worke
     all_gone(&warm).await;
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[tokio::test]
+async fn output_too_large_for_one_message_is_a_clear_error() {
+    let sb = sandbox().await;
+    let err = sb
+        .remote(
+            agentix_bash::run,
+            (
+                "head -c 20000000 /dev/zero".to_owned(),
+                BashOptions::new().output_cap(30_000_000),
+            ),
+        )
+        .timeout(Duration::from_secs(60))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind, ErrorKind::PayloadTooLarge, "{err}");
+    assert_eq!(
+        run(&sb, "echo ok", BashOptions::new()).await.stdout,
+        b"ok\n"
+    );
+}

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use agentix::{
     Blob, ErrorKind, LocalProvider, Provider, ProviderError, Remote, Sandbox, SandboxConfig,
+    StreamExt,
 };
 use serde_json::json;
 use support::{bundle_path, sandbox, sandbox_with};
@@ -106,6 +107,37 @@ async fn an_error_type_without_serialize_carries_no_data() {
     assert_eq!(err.kind, ErrorKind::Raised);
     assert_eq!(err.type_name, "std::io::error::Error");
     assert_eq!(err.data, None);
+}
+
+#[tokio::test]
+async fn results_too_large_for_one_message_fail_and_the_connection_lives_on() {
+    let sb = sandbox().await;
+    let err = bounded(
+        "oversized result",
+        sb.remote(agentix_e2e::make_blob, (20 << 20,)),
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(err.kind, ErrorKind::PayloadTooLarge, "{err}");
+    assert!(err.message.contains("agentix_e2e::make_blob"), "{err}");
+    // A stream whose single item is too large ends the same way.
+    let mut items = sb
+        .stream(agentix_e2e::blobs, (2, 20 << 20))
+        .window(4, 64 << 20)
+        .await
+        .unwrap();
+    let err = bounded("oversized item", items.next())
+        .await
+        .unwrap()
+        .unwrap_err();
+    assert_eq!(err.kind, ErrorKind::PayloadTooLarge, "{err}");
+    // Just under the limit still goes through, on the same connection.
+    let blob = sb
+        .remote(agentix_e2e::make_blob, (11 << 20,))
+        .await
+        .unwrap();
+    assert_eq!(blob.len(), 11 << 20);
+    assert_eq!(sb.remote(agentix_e2e::add, (1, 1)).await.unwrap(), 2);
 }
 
 #[tokio::test]

@@ -20,6 +20,12 @@ pub async fn echo_blob(data: Blob) -> Blob {
     data
 }
 
+/// `size` bytes of 0x5a, made in the sandbox.
+#[agentix::remote]
+pub async fn make_blob(size: usize) -> Blob {
+    Blob::from(vec![0x5a; size])
+}
+
 /// Adds two numbers.
 #[agentix::remote]
 pub async fn add(a: i64, b: i64) -> i64 {
