@@ -241,12 +241,17 @@ async fn an_upload_replaces_its_target_only_when_complete() {
     let local = dir.join("local-big");
     write_pattern(&local, 64 << 20);
     let target_name = p(&target);
-    let cancelled = transfer::upload_from(&sb, &local, &target_name);
-    let outcome = tokio::time::timeout(Duration::from_millis(300), cancelled).await;
-    assert!(
-        outcome.is_err(),
-        "the upload was still running when dropped"
-    );
+    // Dropped as soon as its first bytes reached the temporary file.
+    tokio::select! {
+        done = transfer::upload_from(&sb, &local, &target_name) => {
+            panic!("the upload finished before it could be cancelled: {done:?}")
+        }
+        () = async {
+            while !hidden_has_bytes(&dir) {
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+        } => {}
+    }
     assert_eq!(std::fs::read(&target).unwrap(), b"old content");
 
     // Chunks in any order, then a commit: the new content, whole, with the
@@ -272,6 +277,15 @@ async fn an_upload_replaces_its_target_only_when_complete() {
     assert_eq!((stat.size, stat.mode), (11, 0o640));
     assert_eq!(std::fs::read(&target).unwrap(), b"hello world");
     let _ = std::fs::remove_dir_all(dir);
+}
+
+/// Whether a hidden (temporary) file in `dir` has any bytes yet.
+fn hidden_has_bytes(dir: &Path) -> bool {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().starts_with('.'))
+        .any(|e| e.metadata().is_ok_and(|m| m.len() > 0))
 }
 
 /// Writes `size` bytes of a position-dependent pattern to `path`.
