@@ -12,6 +12,10 @@ use tokio::sync::mpsc;
 
 use crate::wire::Frame;
 
+/// Frames from this size on count as large buffers for the allocator's
+/// trimming (see [`crate::process::tune_allocator`]).
+const LARGE_FRAME: usize = 256 << 10;
+
 /// Default upper bound on one frame's CBOR body (64 MiB).
 pub const DEFAULT_MAX_FRAME: usize = 64 << 20;
 
@@ -156,6 +160,9 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
         self.prefix_got = 0;
         self.body_len = None;
         let frame = decode_body(&self.body);
+        if len >= LARGE_FRAME {
+            crate::process::note_large_buffer();
+        }
         if self.body.capacity() > 1 << 20 {
             // Do not keep a huge buffer alive after one large frame.
             self.body = Vec::new();
@@ -217,6 +224,9 @@ pub async fn write_frames<W: AsyncWrite + Unpin>(
                 Some(frame) => encode_into(&frame, &mut buf),
                 None => break,
             }
+        }
+        if buf.len() >= LARGE_FRAME {
+            crate::process::note_large_buffer();
         }
         out.write_all(&buf).await?;
         if rx.is_empty() {

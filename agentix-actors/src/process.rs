@@ -6,6 +6,7 @@
 
 use std::io;
 use std::os::fd::{FromRawFd, OwnedFd};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Creates a pipe whose both ends close on exec; returns (read end, write end).
 pub fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
@@ -81,21 +82,62 @@ pub fn signal_pid(pid: u32, signal: libc::c_int) {
     }
 }
 
-/// Makes glibc's allocator hand memory back after large messages.
+/// Tunes glibc's allocator for a process that moves large messages: fast
+/// while they flow, back to its idle footprint once they stop.
 ///
-/// By default glibc raises its mmap threshold after the first large buffer is
-/// freed, so every later multi-MiB message is carved from the heap and stays
-/// resident; one arena per thread multiplies that. The server and worker
-/// call this at start so a sandbox that once moved a large payload goes back
-/// to its idle footprint.
-pub fn release_memory_eagerly() {
+/// Allocations past the mmap threshold get a fresh mapping each time, which
+/// the kernel faults in and zeroes page by page; with a low threshold that
+/// was a quarter of the server's CPU when moving files in 1 MiB chunks. So
+/// buffers up to [`HEAP_BUFFERS_UP_TO`] come from the heap. Memory freed
+/// there would stay resident, so a thread hands it back (`malloc_trim`) once
+/// no large buffer was used for a second ([`note_large_buffer`]) and more
+/// than [`IDLE_FREE_LIMIT`] sits free; trimming while messages flow would
+/// bring the page faults back. One arena per
+/// thread would multiply all this; two are allowed. The server and worker
+/// call this at start.
+pub fn tune_allocator() {
     // SAFETY: mallopt only adjusts allocator parameters.
     unsafe {
-        libc::mallopt(libc::M_MMAP_THRESHOLD, 256 << 10);
+        libc::mallopt(libc::M_MMAP_THRESHOLD, HEAP_BUFFERS_UP_TO as libc::c_int);
         libc::mallopt(libc::M_TRIM_THRESHOLD, 512 << 10);
         libc::mallopt(libc::M_ARENA_MAX, 2);
     }
+    let trimmer = std::thread::Builder::new()
+        .name("agentix-trim".into())
+        .spawn(|| {
+            let mut seen = LARGE_BUFFERS.load(Ordering::Relaxed);
+            loop {
+                std::thread::sleep(std::time::Duration::from_secs(1));
+                let now = LARGE_BUFFERS.load(Ordering::Relaxed);
+                let quiet = now == seen;
+                seen = now;
+                // SAFETY: both only inspect or release the allocator's free
+                // memory.
+                unsafe {
+                    if quiet && libc::mallinfo2().fordblks > IDLE_FREE_LIMIT {
+                        libc::malloc_trim(0);
+                    }
+                }
+            }
+        });
+    if let Err(e) = trimmer {
+        tracing::debug!("no allocator trimming thread: {e}");
+    }
 }
+
+static LARGE_BUFFERS: AtomicU64 = AtomicU64::new(0);
+
+/// Records that a large buffer (a big frame or message) was just used, so
+/// the allocator's free memory is not handed back in the middle of a flow.
+pub fn note_large_buffer() {
+    LARGE_BUFFERS.fetch_add(1, Ordering::Relaxed);
+}
+
+/// Largest allocation served from the heap rather than its own mapping.
+pub const HEAP_BUFFERS_UP_TO: usize = 4 << 20;
+
+/// Free heap memory past which the trimming thread gives it back.
+pub const IDLE_FREE_LIMIT: usize = 1 << 20;
 
 /// "exit status 3" or "killed by signal 9 (SIGKILL)", for error messages.
 pub fn describe_exit(status: std::process::ExitStatus) -> String {

@@ -44,7 +44,7 @@ pub fn run() -> i32 {
 /// calls, in every worker the server starts (so a restarted worker registers
 /// its plugin namespaces again).
 pub fn run_with(setup: impl FnOnce()) -> i32 {
-    crate::process::release_memory_eagerly();
+    crate::process::tune_allocator();
     // Claim fds 3 and 4 before the runtime opens descriptors of its own,
     // which would take those numbers when the server did not provide them.
     let fds = match frame_fds() {

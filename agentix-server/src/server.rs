@@ -29,7 +29,7 @@ use crate::supervisor::{AttachIo, BeginDrain, ReportHealth, StopWorker, WorkerSu
 /// Runs the server until SIGTERM/SIGINT; returns the process exit code.
 pub fn run(config: ServerConfig) -> i32 {
     init_tracing();
-    agentix_actors::process::release_memory_eagerly();
+    agentix_actors::process::tune_allocator();
     if config.worker_command.is_empty() {
         eprintln!("agentix-server: no worker command (use --worker CMD [ARGS..])");
         return 2;

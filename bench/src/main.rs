@@ -127,14 +127,23 @@ async fn rss(sb: &Sandbox, report: &mut Report) {
     let worker = sb.remote(bench_fns::worker_pid, ()).await.expect("pid");
     let server = sb.server_pid().expect("local sandbox");
     report.add(
+        "rss_right_after_kib",
+        "server + worker RSS right after the last section",
+        "KiB",
+        rss_kib(server) + rss_kib(worker),
+    );
+    // Both processes hand freed message buffers back after a second without
+    // large messages (see agentix_actors::process::tune_allocator).
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    report.add(
         "rss_server_kib",
-        "server RSS after the run",
+        "server RSS after the run, idle 2.5 s",
         "KiB",
         rss_kib(server),
     );
     report.add(
         "rss_worker_kib",
-        "worker RSS after the run",
+        "worker RSS after the run, idle 2.5 s",
         "KiB",
         rss_kib(worker),
     );
