@@ -7,7 +7,7 @@
 //! ```ignore
 //! use agentix_bash::{BashEvent, BashOptions};
 //!
-//! let out = sandbox.remote(agentix_bash::run, ("ls -l".into(), BashOptions::new())).await??;
+//! let out = sandbox.remote(agentix_bash::run, ("ls -l".into(), BashOptions::new())).await?;
 //! println!("{}", out.stdout_lossy());
 //!
 //! let mut events = sandbox.stream(agentix_bash::run_stream, ("make".into(), BashOptions::new())).await?;
