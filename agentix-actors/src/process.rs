@@ -92,9 +92,8 @@ pub fn signal_pid(pid: u32, signal: libc::c_int) {
 /// there would stay resident, so a thread hands it back (`malloc_trim`) once
 /// no large buffer was used for a second ([`note_large_buffer`]) and more
 /// than [`IDLE_FREE_LIMIT`] sits free; trimming while messages flow would
-/// bring the page faults back. One arena per
-/// thread would multiply all this; two are allowed. The server and worker
-/// call this at start.
+/// bring the page faults back. One arena per thread would multiply all this;
+/// two are allowed. The server and worker call this at start.
 pub fn tune_allocator() {
     // SAFETY: mallopt only adjusts allocator parameters.
     unsafe {

@@ -34,6 +34,15 @@ async fn pids_in(file: &std::path::Path, count: usize) -> Vec<u32> {
     pids
 }
 
+/// A command that writes the shell's pid and a background `sleep`'s pid to
+/// `pids_file` (a process group of two), then runs `rest`.
+fn group_of_two(pids_file: &std::path::Path, rest: &str) -> String {
+    format!(
+        "echo $$ > {p}; sleep 60 & echo $! >> {p}; {rest}",
+        p = pids_file.display()
+    )
+}
+
 async fn all_gone(pids: &[u32]) {
     wait_until(
         "the process group to be gone",
@@ -122,10 +131,7 @@ async fn a_timeout_kills_the_whole_process_group_and_says_so() {
     let sb = sandbox().await;
     let dir = scratch_dir("bash-timeout");
     let pids = dir.join("pids");
-    let command = format!(
-        "echo $$ > {p}; sleep 60 & echo $! >> {p}; echo started; wait",
-        p = pids.display()
-    );
+    let command = group_of_two(&pids, "echo started; wait");
     let out = run(
         &sb,
         &command,
@@ -280,10 +286,7 @@ async fn dropping_a_stream_kills_its_process_group() {
     let sb = sandbox().await;
     let dir = scratch_dir("bash-stream-drop");
     let pids = dir.join("pids");
-    let command = format!(
-        "echo $$ > {p}; sleep 60 & echo $! >> {p}; while true; do echo tick; sleep 0.05; done",
-        p = pids.display()
-    );
+    let command = group_of_two(&pids, "while true; do echo tick; sleep 0.05; done");
     let mut events = sb
         .stream(agentix_bash::run_stream, (command, BashOptions::new()))
         .await
@@ -303,10 +306,7 @@ async fn a_cancelled_run_kills_its_process_group() {
     let sb = sandbox().await;
     let dir = scratch_dir("bash-run-cancel");
     let pids = dir.join("pids");
-    let command = format!(
-        "echo $$ > {p}; sleep 60 & echo $! >> {p}; wait",
-        p = pids.display()
-    );
+    let command = group_of_two(&pids, "wait");
     let err = sb
         .remote(agentix_bash::run, (command, BashOptions::new()))
         .timeout(Duration::from_millis(2000))

@@ -190,16 +190,7 @@ async fn an_upload_replaces_its_target_only_when_complete() {
     };
 
     // Half an upload: the target keeps its old content; abort leaves nothing.
-    let id = sb
-        .remote(agentix_files::upload_open, (p(&target), None))
-        .await
-        .unwrap();
-    sb.remote(
-        agentix_files::upload_chunk,
-        (id, 0, Blob::from(vec![9u8; 1000])),
-    )
-    .await
-    .unwrap();
+    let id = open_with_first_chunk(&sb, &target, 1000).await;
     assert_eq!(std::fs::read(&target).unwrap(), b"old content");
     assert_eq!(hidden().len(), 1, "the chunk went to a temporary file");
     sb.remote(agentix_files::upload_abort, (id,)).await.unwrap();
@@ -207,16 +198,7 @@ async fn an_upload_replaces_its_target_only_when_complete() {
     assert_eq!(std::fs::read(&target).unwrap(), b"old content");
 
     // A commit that did not get every byte is refused and changes nothing.
-    let id = sb
-        .remote(agentix_files::upload_open, (p(&target), None))
-        .await
-        .unwrap();
-    sb.remote(
-        agentix_files::upload_chunk,
-        (id, 0, Blob::from(vec![9u8; 10])),
-    )
-    .await
-    .unwrap();
+    let id = open_with_first_chunk(&sb, &target, 10).await;
     let e = file_error(
         sb.remote(agentix_files::upload_commit, (id, 20))
             .await
@@ -277,6 +259,22 @@ async fn an_upload_replaces_its_target_only_when_complete() {
     assert_eq!((stat.size, stat.mode), (11, 0o640));
     assert_eq!(std::fs::read(&target).unwrap(), b"hello world");
     let _ = std::fs::remove_dir_all(dir);
+}
+
+/// Starts an upload to `target` and sends its first `len` bytes; returns
+/// the upload's id.
+async fn open_with_first_chunk(sb: &Sandbox, target: &Path, len: usize) -> u64 {
+    let id = sb
+        .remote(agentix_files::upload_open, (p(target), None))
+        .await
+        .unwrap();
+    sb.remote(
+        agentix_files::upload_chunk,
+        (id, 0, Blob::from(vec![9u8; len])),
+    )
+    .await
+    .unwrap();
+    id
 }
 
 /// Whether a hidden (temporary) file in `dir` has any bytes yet.

@@ -47,7 +47,7 @@ agentix::plugin_crate!();
 pub async fn run(command: String, opts: BashOptions) -> Result<BashResult, BashError> {
     let started = Instant::now();
     let cap = opts.output_cap.unwrap_or(DEFAULT_OUTPUT_CAP);
-    let mut running = Running::start(&command, &opts).await?;
+    let mut running = Running::start(&command, opts).await?;
     let mut stdout = Captured::new(cap);
     let mut stderr = Captured::new(cap);
     loop {
@@ -84,7 +84,7 @@ pub fn run_stream(
 ) -> impl agentix::Stream<Item = Result<BashEvent, BashError>> + Send {
     agentix::stream::unfold(Stream::Start(command, opts), |state| async move {
         let mut running = match state {
-            Stream::Start(command, opts) => match Running::start(&command, &opts).await {
+            Stream::Start(command, opts) => match Running::start(&command, opts).await {
                 Ok(running) => running,
                 Err(e) => return Some((Err(e), Stream::Done)),
             },

@@ -65,7 +65,7 @@ pub(crate) struct Running {
 
 impl Running {
     /// Starts `command` with `opts` in a process group of its own.
-    pub(crate) async fn start(command: &str, opts: &BashOptions) -> Result<Self, BashError> {
+    pub(crate) async fn start(command: &str, mut opts: BashOptions) -> Result<Self, BashError> {
         if command.contains('\0') {
             return Err(BashError::options("the command contains a NUL byte"));
         }
@@ -83,28 +83,15 @@ impl Running {
             .shell
             .clone()
             .unwrap_or_else(|| default_shell().to_owned());
-        let mut child = None;
-        if let Some((mut warm, instructions)) = crate::warm_shell::take(&shell, command, opts) {
-            let handed = match warm.stdin.as_mut() {
-                Some(stdin) => stdin.write_all(&instructions).await.is_ok(),
-                None => false,
-            };
-            if handed {
-                child = Some(warm);
-            } else {
-                // The shell is gone (killed from outside); start a fresh one.
-                agentix::process::signal_group(warm.id().unwrap_or(0), libc::SIGKILL);
-            }
-        }
-        let mut child = match child {
+        let mut child = match crate::warm_shell::hand_over(&shell, command, &opts).await {
             Some(child) => child,
-            None => cold_start(&shell, command, opts)?,
+            None => cold_start(&shell, command, &opts)?,
         };
         let pgid = child.id().unwrap_or(0);
         // Without bytes to feed, stdin closes at once (a warm shell has it
         // piped): the command reads end-of-file, as from /dev/null.
         let stdin = child.stdin.take();
-        if let (Some(bytes), Some(mut stdin)) = (opts.stdin.clone(), stdin) {
+        if let (Some(bytes), Some(mut stdin)) = (opts.stdin.take(), stdin) {
             // A command that does not read its stdin closes the pipe early;
             // the write error that causes is expected, not a failure.
             tokio::spawn(async move {
@@ -125,7 +112,7 @@ impl Running {
             finished: false,
             stdout_buf: vec![0; CHUNK],
             stderr_buf: vec![0; CHUNK],
-            refills_pool: crate::warm_shell::serves(&shell, opts),
+            refills_pool: crate::warm_shell::serves(&shell, &opts),
         })
     }
 

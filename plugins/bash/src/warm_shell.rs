@@ -20,6 +20,7 @@
 use std::process::Stdio;
 use std::sync::{Mutex, OnceLock};
 
+use tokio::io::AsyncWriteExt as _;
 use tokio::process::{Child, Command};
 
 use crate::options::BashOptions;
@@ -44,15 +45,24 @@ const ZYGOTE: &str = "IFS= read -r -d '' __agentix_pre || exit 0; \
 
 static POOL_SHELLS: Mutex<Vec<Child>> = Mutex::new(Vec::new());
 
-/// A shell ready to run `command` with `opts` once the returned instructions
-/// are written to its stdin, or `None` when the caller must start one itself.
-pub(crate) fn take(shell: &str, command: &str, opts: &BashOptions) -> Option<(Child, Vec<u8>)> {
+/// A warm shell already running `command` with `opts`, or `None` when the
+/// caller must start a shell itself.
+pub(crate) async fn hand_over(shell: &str, command: &str, opts: &BashOptions) -> Option<Child> {
     if !serves(shell, opts) {
         return None;
     }
     let script = instructions(command, opts)?;
-    let child = lock().pop()?;
-    Some((child, script))
+    let mut warm = lock().pop()?;
+    let handed = match warm.stdin.as_mut() {
+        Some(stdin) => stdin.write_all(&script).await.is_ok(),
+        None => false,
+    };
+    if !handed {
+        // The shell is gone (killed from outside).
+        agentix::process::signal_group(warm.id().unwrap_or(0), libc::SIGKILL);
+        return None;
+    }
+    Some(warm)
 }
 
 /// Whether commands run with `shell` and `opts` use warm shells at all: only

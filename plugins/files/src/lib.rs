@@ -105,7 +105,7 @@ pub async fn upload(path: String, bytes: Blob) -> Result<FileStat, FileError> {
         uploads::abort(id);
         return Err(e);
     }
-    committed(uploads::commit(id, size).await?).await
+    stat_of(uploads::commit(id, size).await?).await
 }
 
 /// Starts a chunked upload to `path` (with permission bits `mode`, or those
@@ -126,7 +126,7 @@ pub async fn upload_chunk(id: u64, offset: u64, bytes: Blob) -> Result<(), FileE
 /// replaces its target at once; otherwise nothing changes and it fails.
 #[agentix::remote]
 pub async fn upload_commit(id: u64, size: u64) -> Result<FileStat, FileError> {
-    committed(uploads::commit(id, size).await?).await
+    stat_of(uploads::commit(id, size).await?).await
 }
 
 /// Abandons upload `id` and removes its temporary file; the target is
@@ -193,10 +193,6 @@ async fn read_chunk(
         return None;
     }
     Some((Ok(Blob::from(chunk)), Download::Reading(file, path)))
-}
-
-async fn committed(path: std::path::PathBuf) -> Result<FileStat, FileError> {
-    stat_of(path.to_string_lossy().into_owned()).await
 }
 
 async fn stat_of(path: String) -> Result<FileStat, FileError> {

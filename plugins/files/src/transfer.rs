@@ -39,6 +39,16 @@ pub enum TransferError {
     },
 }
 
+impl TransferError {
+    /// Turns an I/O error on the host path `path` into a `Local` error.
+    fn local(path: &Path) -> impl Fn(io::Error) -> TransferError + Copy + '_ {
+        move |source| TransferError::Local {
+            path: path.to_owned(),
+            source,
+        }
+    }
+}
+
 impl From<RemoteError> for TransferError {
     fn from(e: RemoteError) -> Self {
         match e.data_as::<FileError>() {
@@ -101,12 +111,10 @@ pub async fn upload_from(
 ) -> Result<FileStat, TransferError> {
     use std::os::unix::fs::PermissionsExt as _;
     let local = local.as_ref();
-    let local_err = |source| TransferError::Local {
-        path: local.to_owned(),
-        source,
-    };
-    let file = tokio::fs::File::open(local).await.map_err(local_err)?;
-    let meta = file.metadata().await.map_err(local_err)?;
+    let file = tokio::fs::File::open(local)
+        .await
+        .map_err(TransferError::local(local))?;
+    let meta = file.metadata().await.map_err(TransferError::local(local))?;
     let mode = meta.permissions().mode() & 0o7777;
     let chunks =
         futures_util::stream::try_unfold((file, 0u64), move |(mut file, offset)| async move {
@@ -115,10 +123,7 @@ pub async fn upload_from(
                 .take(CHUNK as u64)
                 .read_to_end(&mut chunk)
                 .await
-                .map_err(|source| TransferError::Local {
-                    path: local.to_owned(),
-                    source,
-                })?;
+                .map_err(TransferError::local(local))?;
             if chunk.is_empty() {
                 return Ok(None);
             }
@@ -163,12 +168,21 @@ async fn upload_chunks(
     outcome
 }
 
-/// The whole content of the sandbox file `remote`, in memory.
-pub async fn download_bytes(sandbox: &Sandbox, remote: &str) -> Result<Vec<u8>, TransferError> {
-    let mut chunks = sandbox
+/// Starts the download of the sandbox file `remote`, with room for
+/// [`DOWNLOAD_WINDOW`] chunks ahead of the reader.
+async fn download_chunks(
+    sandbox: &Sandbox,
+    remote: &str,
+) -> Result<agentix::CallStream<Blob>, RemoteError> {
+    sandbox
         .stream(crate::download, (remote.to_owned(),))
         .window(DOWNLOAD_WINDOW, DOWNLOAD_WINDOW * CHUNK as u64)
-        .await?;
+        .await
+}
+
+/// The whole content of the sandbox file `remote`, in memory.
+pub async fn download_bytes(sandbox: &Sandbox, remote: &str) -> Result<Vec<u8>, TransferError> {
+    let mut chunks = download_chunks(sandbox, remote).await?;
     let mut bytes = Vec::new();
     while let Some(chunk) = chunks.next().await {
         bytes.extend_from_slice(&chunk?);
@@ -195,10 +209,7 @@ pub async fn download_to(
         Ok(n) => tokio::fs::rename(&temp, local)
             .await
             .map(|()| n)
-            .map_err(|source| TransferError::Local {
-                path: local.to_owned(),
-                source,
-            }),
+            .map_err(TransferError::local(local)),
         Err(e) => Err(e),
     };
     if outcome.is_err() {
@@ -208,14 +219,8 @@ pub async fn download_to(
 }
 
 async fn download_into(sandbox: &Sandbox, remote: &str, temp: &Path) -> Result<u64, TransferError> {
-    let local_err = |source| TransferError::Local {
-        path: temp.to_owned(),
-        source,
-    };
-    let mut chunks = sandbox
-        .stream(crate::download, (remote.to_owned(),))
-        .window(DOWNLOAD_WINDOW, DOWNLOAD_WINDOW * CHUNK as u64)
-        .await?;
+    let local_err = TransferError::local(temp);
+    let mut chunks = download_chunks(sandbox, remote).await?;
     let mut file = tokio::fs::File::create(temp).await.map_err(local_err)?;
     let mut written = 0u64;
     while let Some(chunk) = chunks.next().await {

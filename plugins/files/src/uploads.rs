@@ -110,8 +110,9 @@ pub(crate) async fn write(id: u64, offset: u64, bytes: Vec<u8>) -> Result<(), Fi
     Ok(())
 }
 
-/// Makes upload `id` the file at its target, if exactly `size` bytes came.
-pub(crate) async fn commit(id: u64, size: u64) -> Result<PathBuf, FileError> {
+/// Makes upload `id` the file at its target, if exactly `size` bytes came;
+/// returns the target path.
+pub(crate) async fn commit(id: u64, size: u64) -> Result<String, FileError> {
     let upload = lock().remove(&id).ok_or_else(|| unknown(id))?;
     let received = upload.received.load(Ordering::Relaxed);
     if received != size {
@@ -131,7 +132,7 @@ pub(crate) async fn commit(id: u64, size: u64) -> Result<PathBuf, FileError> {
         .map_err(|e| FileError::new(FileErrorKind::Other, &target, e.to_string()))?
 }
 
-fn finish(upload: Upload) -> Result<PathBuf, FileError> {
+fn finish(upload: Upload) -> Result<String, FileError> {
     let fail = |op: &str, e: std::io::Error| {
         let _ = std::fs::remove_file(&upload.temp);
         FileError::os(op, &upload.target, &e)
@@ -150,7 +151,7 @@ fn finish(upload: Upload) -> Result<PathBuf, FileError> {
         .set_permissions(std::fs::Permissions::from_mode(mode))
         .map_err(|e| fail("set the mode of", e))?;
     std::fs::rename(&upload.temp, &upload.target).map_err(|e| fail("replace", e))?;
-    Ok(PathBuf::from(&upload.target))
+    Ok(upload.target)
 }
 
 /// Drops upload `id` and its temporary file; an unknown id is fine.
