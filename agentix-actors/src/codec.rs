@@ -16,8 +16,9 @@ use crate::wire::Frame;
 /// trimming (see [`crate::process::tune_allocator`]).
 const LARGE_FRAME: usize = 256 << 10;
 
-/// Default upper bound on one frame's CBOR body (64 MiB).
-pub const DEFAULT_MAX_FRAME: usize = 64 << 20;
+/// Default upper bound on one frame's CBOR body: a 256 MiB payload (the
+/// default message limit) and room for its envelope.
+pub const DEFAULT_MAX_FRAME: usize = (256 << 20) + (1 << 20);
 
 /// Why reading a frame failed.
 #[derive(Debug, thiserror::Error)]

@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 pub enum ErrorKind {
     /// No remote function with that name is linked into the worker.
     UnknownTarget,
-    /// The arguments were not valid CBOR (or not valid base64 on the wire).
+    /// The arguments were not valid CBOR (or their attachment was missing).
     BadArguments,
     /// The arguments or the return value decoded, but not to the expected types.
     TypeMismatch,

@@ -3,6 +3,7 @@
 //! Layout:
 //! - [`wire`]: every frame between server and worker, and every `/rpc` event
 //!   between host and server, in one place.
+//! - [`attachment`]: bytes that travel beside an event as binary attachments.
 //! - [`codec`]: length-prefixed CBOR framing for the server <-> worker pipes.
 //! - [`cbor`]: CBOR helpers for values and byte blobs.
 //! - [`errors`]: the in-band error value every call can end with.
@@ -18,6 +19,7 @@
 //!   `stream_call` drives one streaming call under its window.
 //! - [`process`]: small Unix process helpers shared by every spawner.
 
+pub mod attachment;
 pub mod cbor;
 pub mod codec;
 pub mod errors;

@@ -1,9 +1,10 @@
 //! Every message that crosses a process boundary.
 //!
 //! Server <-> worker traffic is [`Frame`], encoded as CBOR by [`crate::codec`].
-//! Host <-> server traffic on `/rpc` is Socket.IO text events whose payloads are
-//! the `*Event` structs below; call arguments and results inside them are CBOR,
-//! base64-encoded into a JSON string (text events only: see the README).
+//! Host <-> server traffic is Socket.IO events whose payloads are the
+//! `*Event` structs below: small fields as JSON, and call arguments, results,
+//! stream batches, log and trace batches as CBOR bytes in binary attachments
+//! ([`Attachment`]), never base64.
 //!
 //! Log records and trace events leave the worker on a pipe of their own
 //! (fd 5) as [`SideBatch`]es, which the server passes to hosts on `/log` and
@@ -17,6 +18,7 @@
 use serde::{Deserialize, Serialize};
 use serde_bytes::ByteBuf;
 
+pub use crate::attachment::{decode_event, Attachment, WithAttachments};
 use crate::errors::RemoteError;
 use crate::log_record::LogRecord;
 use crate::trace::{SpanContext, TraceEvent};
@@ -225,8 +227,8 @@ pub struct CallEvent {
     pub id: u64,
     /// Wire name of the remote function.
     pub target: String,
-    /// Base64 of the CBOR-encoded arguments.
-    pub args: String,
+    /// The CBOR-encoded arguments.
+    pub args: Attachment,
     /// Present for a streaming call: its flow-control window.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stream: Option<Window>,
@@ -251,8 +253,8 @@ pub struct AckEvent {
 pub struct ItemsEvent {
     /// The host's call id.
     pub id: u64,
-    /// Base64 of a CBOR array of byte strings, each one CBOR-encoded item.
-    pub items: String,
+    /// A CBOR array of byte strings, each one CBOR-encoded item.
+    pub items: Attachment,
 }
 
 /// Payload of the server's `call:end` event.
@@ -274,8 +276,8 @@ pub struct CancelEvent {
 pub struct ResultEvent {
     /// The host's call id.
     pub id: u64,
-    /// Base64 of the CBOR-encoded return value.
-    pub value: String,
+    /// The CBOR-encoded return value.
+    pub value: Attachment,
 }
 
 /// Payload of the server's `call:error` event.
@@ -287,14 +289,12 @@ pub struct ErrorEvent {
     pub error: RemoteError,
 }
 
-/// Payload of the server's `records` event on `/log`: base64 of a CBOR
-/// array of [`LogRecord`]s, in the order the sandbox produced them. (One
-/// string rather than a JSON tree: the host's client copies every payload
-/// it hands out, and a tree of thousands of records is slow to copy.)
+/// Payload of the server's `records` event on `/log`: a CBOR array of
+/// [`LogRecord`]s, in the order the sandbox produced them.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct LogsEvent {
-    /// Base64 of the CBOR-encoded records.
-    pub cbor: String,
+    /// The CBOR-encoded records.
+    pub cbor: Attachment,
 }
 
 /// Side-channel items (log records or trace events) as one CBOR array: the
@@ -321,57 +321,87 @@ impl SideBatch {
 
     /// Decodes the items.
     pub fn decode<T: serde::de::DeserializeOwned>(&self) -> Result<Vec<T>, String> {
-        ciborium::from_reader(self.cbor.as_slice())
-            .map_err(|e| format!("not the expected CBOR: {e}"))
+        decode_cbor(&self.cbor)
     }
 
-    /// Base64 of the CBOR array, as `/log` and `/trace` events carry it.
-    pub fn to_base64(&self) -> String {
-        use base64::Engine;
-        base64::engine::general_purpose::STANDARD.encode(&self.cbor)
+    /// The CBOR array as an attachment, without copying it.
+    pub fn into_attachment(self) -> Attachment {
+        Attachment::new(self.cbor.into_vec())
     }
 }
 
 impl LogsEvent {
     /// The event carrying `batch`, without decoding it.
-    pub fn from_batch(batch: &SideBatch) -> Self {
+    pub fn from_batch(batch: SideBatch) -> Self {
         LogsEvent {
-            cbor: batch.to_base64(),
+            cbor: batch.into_attachment(),
         }
     }
 
     /// Decodes the records.
     pub fn decode(&self) -> Result<Vec<LogRecord>, String> {
-        decode_b64_cbor(&self.cbor)
+        decode_cbor(self.cbor.as_bytes())
     }
 }
 
-fn decode_b64_cbor<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, String> {
-    use base64::Engine;
-    let bytes = base64::engine::general_purpose::STANDARD
-        .decode(text.as_bytes())
-        .map_err(|e| format!("not base64: {e}"))?;
-    ciborium::from_reader(bytes.as_slice()).map_err(|e| format!("not the expected CBOR: {e}"))
+fn decode_cbor<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, String> {
+    ciborium::from_reader(bytes).map_err(|e| format!("not the expected CBOR: {e}"))
 }
 
-/// Payload of the server's `events` event on `/trace`: base64 of a CBOR
-/// array of [`TraceEvent`]s, in the order the sandbox produced them.
+/// Payload of the server's `events` event on `/trace`: a CBOR array of
+/// [`TraceEvent`]s, in the order the sandbox produced them.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct TracesEvent {
-    /// Base64 of the CBOR-encoded events.
-    pub cbor: String,
+    /// The CBOR-encoded events.
+    pub cbor: Attachment,
 }
 
 impl TracesEvent {
     /// The event carrying `batch`, without decoding it.
-    pub fn from_batch(batch: &SideBatch) -> Self {
+    pub fn from_batch(batch: SideBatch) -> Self {
         TracesEvent {
-            cbor: batch.to_base64(),
+            cbor: batch.into_attachment(),
         }
     }
 
     /// Decodes the events.
     pub fn decode(&self) -> Result<Vec<TraceEvent>, String> {
-        decode_b64_cbor(&self.cbor)
+        decode_cbor(self.cbor.as_bytes())
     }
 }
+
+macro_rules! with_attachments {
+    ($($event:ty => $($field:ident),+;)+) => {$(
+        impl WithAttachments for $event {
+            fn attachments_mut(&mut self) -> Vec<&mut Attachment> {
+                vec![$(&mut self.$field),+]
+            }
+        }
+    )+};
+}
+
+with_attachments! {
+    CallEvent => args;
+    ResultEvent => value;
+    ItemsEvent => items;
+    LogsEvent => cbor;
+    TracesEvent => cbor;
+}
+
+macro_rules! without_attachments {
+    ($($event:ty),+) => {$(
+        impl WithAttachments for $event {
+            fn attachments_mut(&mut self) -> Vec<&mut Attachment> {
+                Vec::new()
+            }
+        }
+    )+};
+}
+
+without_attachments!(
+    AckEvent,
+    CancelEvent,
+    EndEvent,
+    ErrorEvent,
+    serde_json::Value
+);

@@ -55,7 +55,7 @@ impl<'a, O: DeserializeOwned + Send + 'a> IntoFuture for Call<'a, O> {
     fn into_future(self) -> Self::IntoFuture {
         Box::pin(async move {
             let args = self.args?;
-            let run = self.sandbox.call_cbor(self.target, &args);
+            let run = self.sandbox.call_bytes(self.target, args);
             let value = with_deadline(self.target, self.timeout, run).await?;
             decode_result(self.target, &value)
         })

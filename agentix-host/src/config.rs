@@ -19,7 +19,8 @@ pub struct SandboxConfig {
     pub ready_timeout: Duration,
     /// How long the first connection to the server may take.
     pub connect_timeout: Duration,
-    /// Largest call payload (arguments or result), in bytes of CBOR.
+    /// Largest call payload (arguments, a result or a batch of stream
+    /// items), in bytes of CBOR; 256 MiB by default, as the server's.
     pub max_message_bytes: usize,
     /// How often the host checks that the server still answers.
     pub heartbeat_interval: Duration,
@@ -53,9 +54,9 @@ impl SandboxConfig {
             env: Vec::new(),
             ready_timeout: Duration::from_secs(30),
             connect_timeout: Duration::from_secs(10),
-            // The host's Socket.IO client reads frames of at most 16 MiB; base64
-            // makes a payload 4/3 larger, plus the JSON envelope.
-            max_message_bytes: 12 << 20,
+            // The server's default; bytes travel as they are, so this is
+            // the payload itself, and memory holds only what is in flight.
+            max_message_bytes: 256 << 20,
             heartbeat_interval: Duration::from_secs(5),
             heartbeat_timeout: Duration::from_secs(20),
             server_args: Vec::new(),

@@ -1,44 +1,44 @@
-//! The `/rpc` Socket.IO connection to one sandbox server, and its calls.
+//! [`RpcConnection`]: `/rpc` on a sandbox's websocket, and its calls.
 //!
-//! Calls are text events (`call`, `cancel` out; `call:result`, `call:error`
-//! in) with our own call ids, because the client's binary events and acks are
-//! unreliable (see the README). Pending calls live in a concurrent map keyed
-//! by call id: the client's receive loop completes them, callers wait on a
-//! oneshot (or, for a streaming call, read a channel of events whose length
-//! the stream window bounds). A call whose future or stream is dropped sends
-//! `cancel`. When the connection or the server dies, every pending call ends
-//! at once with that error.
+//! Calls are events with our own call ids (`call`, `cancel`, `call:ack`
+//! out; `call:result`, `call:error`, `call:items`, `call:end` in), their
+//! arguments, results and item batches CBOR bytes in binary attachments.
+//! Pending calls live in a concurrent map keyed by call id: the client's
+//! reader completes them, callers wait on a oneshot (or, for a streaming
+//! call, read a channel of events whose length the stream window bounds).
+//! A call whose future or stream is dropped sends `cancel`. When the
+//! connection or the server dies, every pending call ends at once with that
+//! error. A malformed event that names its call ends that call with
+//! `Protocol`, so no call waits for a reply that will never come.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use agentix_actors::errors::{ErrorKind, RemoteError};
+use agentix_actors::trace::SpanContext;
 use agentix_actors::wire::{
-    AckEvent, CancelEvent, EndEvent, ErrorEvent, ItemsEvent, ResultEvent, Window, EVENT_ACK,
-    EVENT_CALL, EVENT_CANCEL, EVENT_END, EVENT_ERROR, EVENT_HEARTBEAT, EVENT_ITEMS, EVENT_RESULT,
-    RPC_NAMESPACE,
+    AckEvent, Attachment, CancelEvent, EndEvent, ErrorEvent, ItemsEvent, ResultEvent, Window,
+    EVENT_ACK, EVENT_CALL, EVENT_CANCEL, EVENT_END, EVENT_ERROR, EVENT_HEARTBEAT, EVENT_ITEMS,
+    EVENT_RESULT, RPC_NAMESPACE,
 };
-use base64::Engine;
+use bytes::Bytes;
 use dashmap::DashMap;
-use futures_util::FutureExt;
-use rust_socketio::asynchronous::{Client, ClientBuilder};
-use rust_socketio::{Payload, TransportType};
-use serde::de::DeserializeOwned;
-use serde_json::{json, Value};
+use serde::Serialize;
+use serde_json::json;
 use tokio::sync::{mpsc, oneshot};
 
-const B64: base64::engine::GeneralPurpose = base64::engine::general_purpose::STANDARD;
+use crate::sio::{ClientSettings, Delivery, Incoming, SioClient, SioError};
 
-type Outcome = Result<Vec<u8>, RemoteError>;
+type Outcome = Result<Bytes, RemoteError>;
 type Pending = DashMap<u64, Waiter>;
 
 /// What a streaming call receives, in order; `End` or `Error` comes last.
 #[derive(Debug)]
 pub(crate) enum StreamEvent {
-    /// Base64 of a CBOR array of CBOR-encoded items; decoded by the reader,
-    /// not in the client's receive loop.
-    Items(String),
+    /// A CBOR array of CBOR-encoded items; decoded by the reader of the
+    /// stream, not on the connection's receive path.
+    Items(Bytes),
     /// The stream ended after its last item.
     End,
     /// The stream ended with this error.
@@ -73,10 +73,17 @@ pub struct Endpoint {
     pub token: String,
 }
 
+impl Endpoint {
+    /// The connect payload every namespace wants.
+    pub(crate) fn auth(&self) -> serde_json::Value {
+        json!({ "token": self.token })
+    }
+}
+
 /// How a connection behaves: limits and liveness checks.
 #[derive(Debug, Clone, Copy)]
 pub struct ConnectionSettings {
-    /// How long opening `/rpc` may take.
+    /// How long connecting and opening each namespace may take.
     pub connect_timeout: Duration,
     /// Largest call payload, in bytes of CBOR.
     pub max_message_bytes: usize,
@@ -86,9 +93,30 @@ pub struct ConnectionSettings {
     pub heartbeat_timeout: Duration,
 }
 
-/// A live `/rpc` connection.
+impl ConnectionSettings {
+    pub(crate) fn client(&self) -> ClientSettings {
+        ClientSettings {
+            connect_timeout: self.connect_timeout,
+            max_message_bytes: self.max_message_bytes,
+        }
+    }
+}
+
+/// The outgoing `call` event.
+#[derive(Serialize)]
+struct CallOut<'a> {
+    id: u64,
+    target: &'a str,
+    args: Attachment,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    stream: Option<Window>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    trace: Option<SpanContext>,
+}
+
+/// A live `/rpc` namespace on a sandbox's websocket.
 pub struct RpcConnection {
-    client: Client,
+    client: SioClient,
     pending: Arc<Pending>,
     next_id: AtomicU64,
     lost: Arc<Mutex<Option<RemoteError>>>,
@@ -100,201 +128,60 @@ pub struct RpcConnection {
     last_heard_ms: Arc<AtomicU64>,
 }
 
+/// The error kind and message a failed connect or join becomes.
+pub(crate) fn connect_error(endpoint: &Endpoint, what: &str, e: SioError) -> RemoteError {
+    match e {
+        SioError::AuthRejected(m) => RemoteError::new(
+            ErrorKind::AuthRejected,
+            format!("the sandbox server rejected the token: {m}"),
+        ),
+        SioError::Lost(m) => RemoteError::new(ErrorKind::ConnectionLost, m),
+        other => RemoteError::new(
+            ErrorKind::ServerUnreachable,
+            format!("{what} at {}: {other}", endpoint.addr),
+        ),
+    }
+}
+
 impl RpcConnection {
-    /// Connects to `endpoint` and waits until `/rpc` is open.
+    /// Opens a websocket to `endpoint` and joins `/rpc` on it; the client
+    /// is returned too, for the other namespaces to join.
     pub async fn connect(
         endpoint: &Endpoint,
         settings: ConnectionSettings,
     ) -> Result<Arc<Self>, RemoteError> {
-        let timeout = settings.connect_timeout;
+        let client = SioClient::connect(&endpoint.addr, settings.client())
+            .await
+            .map_err(|e| connect_error(endpoint, "cannot reach the sandbox server", e))?;
         let opened = Instant::now();
-        let last_heard_ms = Arc::new(AtomicU64::new(0));
         let pending: Arc<Pending> = Arc::new(DashMap::new());
         let alive = Arc::new(AtomicBool::new(true));
         let lost = Arc::new(Mutex::new(None));
-        let (open_tx, open_rx) = oneshot::channel::<Result<(), String>>();
-        let open_tx = Arc::new(Mutex::new(Some(open_tx)));
-
-        let on_result = {
-            let pending = pending.clone();
-            move |payload: Payload, _: Client| {
-                if let Some(ev) = first::<ResultEvent>(payload) {
-                    let outcome = B64.decode(ev.value.as_bytes()).map_err(|e| {
-                        RemoteError::new(ErrorKind::Protocol, format!("result is not base64: {e}"))
-                    });
-                    complete(&pending, ev.id, outcome);
-                }
-                async {}.boxed()
-            }
-        };
-        let on_error = {
-            let pending = pending.clone();
-            move |payload: Payload, _: Client| {
-                if let Some(ev) = first::<ErrorEvent>(payload) {
-                    complete(&pending, ev.id, Err(ev.error));
-                }
-                async {}.boxed()
-            }
-        };
-        let on_items = {
-            let pending = pending.clone();
-            move |payload: Payload, _: Client| {
-                if let Some(ev) = first::<ItemsEvent>(payload) {
-                    // Decide under the map's read lock, complete after it:
-                    // removing while holding it would deadlock.
-                    let unary = match pending.get(&ev.id) {
-                        Some(waiter) => match &*waiter {
-                            Waiter::Stream(tx) => {
-                                let _ = tx.send(StreamEvent::Items(ev.items));
-                                false
-                            }
-                            Waiter::Unary(_) => true,
-                        },
-                        None => {
-                            tracing::debug!(id = ev.id, "items for a stream nobody reads");
-                            false
-                        }
-                    };
-                    if unary {
-                        let err = RemoteError::new(
-                            ErrorKind::Protocol,
-                            "the server sent stream items for a unary call",
-                        );
-                        complete(&pending, ev.id, Err(err));
-                    }
-                }
-                async {}.boxed()
-            }
-        };
-        let on_end = {
-            let pending = pending.clone();
-            move |payload: Payload, _: Client| {
-                if let Some(ev) = first::<EndEvent>(payload) {
-                    match pending.remove(&ev.id) {
-                        Some((_, Waiter::Stream(tx))) => {
-                            let _ = tx.send(StreamEvent::End);
-                        }
-                        Some((_, unary)) => unary.fail(RemoteError::new(
-                            ErrorKind::Protocol,
-                            "the server ended a unary call as a stream",
-                        )),
-                        None => {}
-                    }
-                }
-                async {}.boxed()
-            }
-        };
-        let on_heartbeat = {
+        let last_heard_ms = Arc::new(AtomicU64::new(0));
+        let handler = {
+            let (pending, alive, lost) = (pending.clone(), alive.clone(), lost.clone());
             let last_heard_ms = last_heard_ms.clone();
-            move |_: Payload, _: Client| {
-                last_heard_ms.store(opened.elapsed().as_millis() as u64, Ordering::Release);
-                async {}.boxed()
-            }
-        };
-        let on_open = {
-            let open_tx = open_tx.clone();
-            move |_: Payload, _: Client| {
-                if let Some(tx) = open_tx.lock().unwrap_or_else(|p| p.into_inner()).take() {
-                    let _ = tx.send(Ok(()));
+            Arc::new(move |delivery: Delivery| match delivery {
+                Delivery::Event(incoming) => {
+                    on_event(&pending, &last_heard_ms, opened, incoming);
                 }
-                async {}.boxed()
-            }
-        };
-        let on_client_error = {
-            let open_tx = open_tx.clone();
-            let (pending, alive, lost) = (pending.clone(), alive.clone(), lost.clone());
-            move |payload: Payload, _: Client| {
-                let text = payload_text(&payload);
-                match open_tx.lock().unwrap_or_else(|p| p.into_inner()).take() {
-                    Some(tx) => {
-                        let _ = tx.send(Err(text));
-                    }
-                    // The client reports a dead transport here and then stops
-                    // reading without closing: nothing more will arrive.
-                    None if is_transport_failure(&text) => {
-                        let err = RemoteError::new(
-                            ErrorKind::ConnectionLost,
-                            format!("the connection to the server failed: {text}"),
-                        );
-                        fail_all(&pending, &alive, &lost, err);
-                    }
-                    None => tracing::debug!("rpc connection error: {text}"),
+                Delivery::Closed(e) => {
+                    let kind = match e {
+                        SioError::AuthRejected(_) => ErrorKind::AuthRejected,
+                        _ => ErrorKind::ConnectionLost,
+                    };
+                    fail_all(
+                        &pending,
+                        &alive,
+                        &lost,
+                        RemoteError::new(kind, e.to_string()),
+                    );
                 }
-                async {}.boxed()
-            }
+            })
         };
-        let on_close = {
-            let (pending, alive, lost) = (pending.clone(), alive.clone(), lost.clone());
-            move |_: Payload, _: Client| {
-                let err = RemoteError::new(
-                    ErrorKind::ConnectionLost,
-                    "the server closed the connection",
-                );
-                fail_all(&pending, &alive, &lost, err);
-                async {}.boxed()
-            }
-        };
-
-        let url = format!("http://{}/", endpoint.addr);
-        let client = ClientBuilder::new(url.clone())
-            .namespace(RPC_NAMESPACE)
-            .auth(json!({ "token": endpoint.token }))
-            .transport_type(TransportType::Websocket)
-            .reconnect(false)
-            .on(EVENT_RESULT, on_result)
-            .on(EVENT_ERROR, on_error)
-            .on(EVENT_ITEMS, on_items)
-            .on(EVENT_END, on_end)
-            .on(EVENT_HEARTBEAT, on_heartbeat)
-            .on("open", on_open)
-            .on("error", on_client_error)
-            .on("close", on_close)
-            .connect();
-        // A frozen server accepts TCP (the kernel does) but never answers
-        // the handshake, so the whole connect is bounded, not just the open.
-        let deadline = tokio::time::Instant::now() + timeout;
-        let client = match tokio::time::timeout_at(deadline, client).await {
-            Ok(Ok(client)) => client,
-            Ok(Err(e)) => {
-                return Err(RemoteError::new(
-                    ErrorKind::ServerUnreachable,
-                    format!("cannot reach the sandbox server at {url}: {e}"),
-                ))
-            }
-            Err(_) => {
-                return Err(RemoteError::new(
-                    ErrorKind::ServerUnreachable,
-                    format!("the sandbox server at {url} did not answer within {timeout:?}"),
-                ))
-            }
-        };
-        match tokio::time::timeout_at(deadline, open_rx).await {
-            Ok(Ok(Ok(()))) => {
-                if let Ok(peer) = endpoint.addr.parse() {
-                    crate::nodelay::disable_nagle_towards(peer);
-                }
-            }
-            Ok(Ok(Err(text))) => {
-                let _ = client.disconnect().await;
-                return Err(if text.contains("auth rejected") {
-                    RemoteError::new(
-                        ErrorKind::AuthRejected,
-                        format!("the sandbox server rejected the token: {text}"),
-                    )
-                } else {
-                    RemoteError::new(
-                        ErrorKind::ServerUnreachable,
-                        format!("connecting to {RPC_NAMESPACE} failed: {text}"),
-                    )
-                });
-            }
-            Ok(Err(_)) | Err(_) => {
-                let _ = client.disconnect().await;
-                return Err(RemoteError::new(
-                    ErrorKind::ServerUnreachable,
-                    format!("{RPC_NAMESPACE} did not open within {timeout:?} at {url}"),
-                ));
-            }
+        if let Err(e) = client.join(RPC_NAMESPACE, &endpoint.auth(), handler).await {
+            client.disconnect_in_background(SioError::Lost("the join failed".into()));
+            return Err(connect_error(endpoint, "cannot open /rpc", e));
         }
         let conn = Arc::new(RpcConnection {
             client,
@@ -312,9 +199,14 @@ impl RpcConnection {
         Ok(conn)
     }
 
+    /// The websocket this connection runs on.
+    pub fn client(&self) -> &SioClient {
+        &self.client
+    }
+
     /// Whether calls can still be made on this connection.
     pub fn is_alive(&self) -> bool {
-        self.alive.load(Ordering::Acquire)
+        self.alive.load(Ordering::Acquire) && !self.client.is_closed()
     }
 
     /// Ends every pending call with `error` and refuses new ones.
@@ -323,8 +215,8 @@ impl RpcConnection {
     }
 
     /// Calls `target` with CBOR `args`; returns the CBOR result.
-    pub async fn call(self: &Arc<Self>, target: &str, args: &[u8]) -> Outcome {
-        self.check_size(target, args)?;
+    pub async fn call(self: &Arc<Self>, target: &str, args: Vec<u8>) -> Outcome {
+        self.check_size(target, &args)?;
         let (tx, rx) = oneshot::channel();
         let guard = self.start(target, args, None, Waiter::Unary(tx)).await?;
         let outcome = rx.await.unwrap_or_else(|_| Err(self.lost_error()));
@@ -337,10 +229,10 @@ impl RpcConnection {
     pub(crate) async fn open_stream(
         self: &Arc<Self>,
         target: &str,
-        args: &[u8],
+        args: Vec<u8>,
         window: Window,
     ) -> Result<(CallGuard, mpsc::UnboundedReceiver<StreamEvent>), RemoteError> {
-        self.check_size(target, args)?;
+        self.check_size(target, &args)?;
         let (tx, rx) = mpsc::unbounded_channel();
         let guard = self
             .start(target, args, Some(window), Waiter::Stream(tx))
@@ -352,7 +244,7 @@ impl RpcConnection {
     async fn start(
         self: &Arc<Self>,
         target: &str,
-        args: &[u8],
+        args: Vec<u8>,
         stream: Option<Window>,
         waiter: Waiter,
     ) -> Result<CallGuard, RemoteError> {
@@ -362,19 +254,21 @@ impl RpcConnection {
             self.pending.remove(&id);
             return Err(self.lost_error());
         }
+        // Armed before sending: a caller that gives up while the call is
+        // still being written cancels it once it has gone out.
         let guard = CallGuard {
             conn: Some(self.clone()),
             id,
         };
-        let mut event = json!({ "id": id, "target": target, "args": B64.encode(args) });
-        if let Some(window) = stream {
-            event["stream"] = json!(window);
-        }
-        // Made inside a span: the sandbox's spans for this call nest under it.
-        if let Some(ctx) = agentix_actors::trace::current() {
-            event["trace"] = json!(ctx);
-        }
-        if let Err(e) = self.client.emit(EVENT_CALL, event).await {
+        let event = CallOut {
+            id,
+            target,
+            args: Attachment::new(args),
+            stream,
+            // Made inside a span: the sandbox's spans for this call nest under it.
+            trace: agentix_actors::trace::current(),
+        };
+        if let Err(e) = self.client.emit(RPC_NAMESPACE, EVENT_CALL, &event).await {
             guard.disarm();
             self.pending.remove(&id);
             let err = RemoteError::new(
@@ -396,8 +290,8 @@ impl RpcConnection {
         let client = self.client.clone();
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
             rt.spawn(async move {
-                let event = serde_json::to_value(AckEvent { id, items, bytes }).unwrap_or_default();
-                if let Err(e) = client.emit(EVENT_ACK, event).await {
+                let event = AckEvent { id, items, bytes };
+                if let Err(e) = client.emit(RPC_NAMESPACE, EVENT_ACK, &event).await {
                     tracing::debug!(id, "ack not sent: {e}");
                 }
             });
@@ -415,6 +309,10 @@ impl RpcConnection {
                 args.len(),
                 self.max_message_bytes
             ),
+        )
+        .with_details(
+            "send large data in pieces (agentix_files::transfer for files), or raise \
+             `max_message_bytes` in SandboxConfig",
         ))
     }
 
@@ -429,13 +327,12 @@ impl RpcConnection {
             })
     }
 
-    /// Closes the connection; pending calls end with `ConnectionLost`.
+    /// Closes the connection, every namespace on it; pending calls end with
+    /// `ConnectionLost`.
     pub async fn close(&self) {
-        self.fail(RemoteError::new(
-            ErrorKind::ConnectionLost,
-            "the sandbox was closed",
-        ));
-        let _ = self.client.disconnect().await;
+        let why = "the sandbox was closed";
+        self.fail(RemoteError::new(ErrorKind::ConnectionLost, why));
+        self.client.disconnect(SioError::Lost(why.into())).await;
     }
 
     /// Like [`RpcConnection::close`], without waiting (for `Drop`): the
@@ -443,12 +340,138 @@ impl RpcConnection {
     /// streams whose readers are still alive.
     pub fn close_in_background(&self, why: &str) {
         self.fail(RemoteError::new(ErrorKind::ConnectionLost, why));
-        let client = self.client.clone();
-        if let Ok(rt) = tokio::runtime::Handle::try_current() {
-            rt.spawn(async move {
-                let _ = client.disconnect().await;
-            });
+        self.client
+            .disconnect_in_background(SioError::Lost(why.into()));
+    }
+}
+
+/// Routes one `/rpc` event to the call it belongs to.
+fn on_event(pending: &Pending, last_heard_ms: &AtomicU64, opened: Instant, incoming: Incoming) {
+    match incoming.name() {
+        EVENT_RESULT => match decode::<ResultEvent>(incoming) {
+            Ok(ev) => complete(pending, ev.id, Ok(ev.value.into_bytes())),
+            Err(e) => malformed(pending, e),
+        },
+        EVENT_ERROR => match decode::<ErrorEvent>(incoming) {
+            Ok(ev) => complete(pending, ev.id, Err(ev.error)),
+            Err(e) => malformed(pending, e),
+        },
+        EVENT_ITEMS => match decode::<ItemsEvent>(incoming) {
+            Ok(ev) => on_items(pending, ev),
+            Err(e) => malformed(pending, e),
+        },
+        EVENT_END => match decode::<EndEvent>(incoming) {
+            Ok(ev) => match pending.remove(&ev.id) {
+                Some((_, Waiter::Stream(tx))) => {
+                    let _ = tx.send(StreamEvent::End);
+                }
+                Some((_, unary)) => unary.fail(RemoteError::new(
+                    ErrorKind::Protocol,
+                    "the server ended a unary call as a stream",
+                )),
+                None => {}
+            },
+            Err(e) => malformed(pending, e),
+        },
+        EVENT_HEARTBEAT => {
+            last_heard_ms.store(opened.elapsed().as_millis() as u64, Ordering::Release);
         }
+        other => tracing::debug!(event = other, "unknown /rpc event from the server; dropped"),
+    }
+}
+
+fn on_items(pending: &Pending, ev: ItemsEvent) {
+    // Decide under the map's read lock, complete after it: removing while
+    // holding it would deadlock.
+    let unary = match pending.get(&ev.id) {
+        Some(waiter) => match &*waiter {
+            Waiter::Stream(tx) => {
+                let _ = tx.send(StreamEvent::Items(ev.items.into_bytes()));
+                false
+            }
+            Waiter::Unary(_) => true,
+        },
+        None => {
+            tracing::debug!(id = ev.id, "items for a stream nobody reads");
+            false
+        }
+    };
+    if unary {
+        let err = RemoteError::new(
+            ErrorKind::Protocol,
+            "the server sent stream items for a unary call",
+        );
+        complete(pending, ev.id, Err(err));
+    }
+}
+
+/// An event that did not decode: the call it names (if it names one) ends
+/// with `Protocol`, since its real reply may have been this event.
+fn malformed(pending: &Pending, error: MalformedEvent) {
+    tracing::warn!("a malformed event from the server: {}", error.why);
+    if let Some(id) = error.id {
+        complete(
+            pending,
+            id,
+            Err(RemoteError::new(
+                ErrorKind::Protocol,
+                format!("the server's reply could not be read: {}", error.why),
+            )),
+        );
+    }
+}
+
+/// Why an event did not decode, and the call id it carried if one was readable.
+struct MalformedEvent {
+    why: String,
+    id: Option<u64>,
+}
+
+/// Decodes an `/rpc` event's payload, or says why not and which call it named.
+fn decode<T>(incoming: Incoming) -> Result<T, MalformedEvent>
+where
+    T: serde::de::DeserializeOwned + agentix_actors::wire::WithAttachments,
+{
+    #[derive(serde::Deserialize)]
+    struct Named {
+        id: u64,
+    }
+    let id = serde_json::from_str::<(serde::de::IgnoredAny, Named)>(incoming.json())
+        .ok()
+        .map(|(_, named)| named.id);
+    incoming.decode().map_err(|e| MalformedEvent {
+        why: e.to_string(),
+        id,
+    })
+}
+
+fn complete(pending: &Pending, id: u64, outcome: Outcome) {
+    match (pending.remove(&id), outcome) {
+        (Some((_, Waiter::Unary(tx))), outcome) => {
+            let _ = tx.send(outcome);
+        }
+        (Some((_, stream)), Err(error)) => stream.fail(error),
+        (Some((_, stream)), Ok(_)) => stream.fail(RemoteError::new(
+            ErrorKind::Protocol,
+            "the server ended a streaming call with a single result",
+        )),
+        (None, _) => tracing::debug!(id, "reply for a call nobody waits for; dropped"),
+    }
+}
+
+fn fail_all(
+    pending: &Pending,
+    alive: &AtomicBool,
+    lost: &Mutex<Option<RemoteError>>,
+    err: RemoteError,
+) {
+    alive.store(false, Ordering::Release);
+    lost.lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .get_or_insert_with(|| err.clone());
+    let ids: Vec<u64> = pending.iter().map(|e| *e.key()).collect();
+    for id in ids {
+        complete(pending, id, Err(err.clone()));
     }
 }
 
@@ -486,8 +509,8 @@ impl Drop for CallGuard {
         let id = self.id;
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
             rt.spawn(async move {
-                let event = serde_json::to_value(CancelEvent { id }).unwrap_or(Value::Null);
-                if let Err(e) = conn.client.emit(EVENT_CANCEL, event).await {
+                let event = CancelEvent { id };
+                if let Err(e) = conn.client.emit(RPC_NAMESPACE, EVENT_CANCEL, &event).await {
                     tracing::debug!(id, "cancel not sent: {e}");
                 }
             });
@@ -495,39 +518,10 @@ impl Drop for CallGuard {
     }
 }
 
-fn complete(pending: &Pending, id: u64, outcome: Outcome) {
-    match (pending.remove(&id), outcome) {
-        (Some((_, Waiter::Unary(tx))), outcome) => {
-            let _ = tx.send(outcome);
-        }
-        (Some((_, stream)), Err(error)) => stream.fail(error),
-        (Some((_, stream)), Ok(_)) => stream.fail(RemoteError::new(
-            ErrorKind::Protocol,
-            "the server ended a streaming call with a single result",
-        )),
-        (None, _) => tracing::debug!(id, "reply for a call nobody waits for; dropped"),
-    }
-}
-
-fn fail_all(
-    pending: &Pending,
-    alive: &AtomicBool,
-    lost: &Mutex<Option<RemoteError>>,
-    err: RemoteError,
-) {
-    alive.store(false, Ordering::Release);
-    lost.lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .get_or_insert_with(|| err.clone());
-    let ids: Vec<u64> = pending.iter().map(|e| *e.key()).collect();
-    for id in ids {
-        complete(pending, id, Err(err.clone()));
-    }
-}
-
 /// Sends a heartbeat every interval while the connection lives, and fails it
-/// when the server has not echoed one for the timeout: a frozen or vanished
-/// machine keeps TCP open, and calls would otherwise wait forever.
+/// when the server has not echoed one for the timeout: a server whose
+/// process is alive but stuck still answers Engine.IO pings from its
+/// runtime, and calls would otherwise wait forever.
 async fn heartbeat(conn: std::sync::Weak<RpcConnection>, settings: ConnectionSettings) {
     let mut seq = 0u64;
     loop {
@@ -539,15 +533,13 @@ async fn heartbeat(conn: std::sync::Weak<RpcConnection>, settings: ConnectionSet
         let heard = Duration::from_millis(conn.last_heard_ms.load(Ordering::Acquire));
         let silent = conn.opened.elapsed().saturating_sub(heard);
         if silent > settings.heartbeat_timeout {
-            conn.fail(RemoteError::new(
-                ErrorKind::ConnectionLost,
-                format!(
-                    "the server has not answered for {:.1?} (heartbeat timeout {:?}); \
-                     it is hung or unreachable",
-                    silent, settings.heartbeat_timeout
-                ),
-            ));
-            let _ = conn.client.disconnect().await;
+            let why = format!(
+                "the server has not answered for {:.1?} (heartbeat timeout {:?}); \
+                 it is hung or unreachable",
+                silent, settings.heartbeat_timeout
+            );
+            conn.fail(RemoteError::new(ErrorKind::ConnectionLost, why.clone()));
+            conn.client.disconnect(SioError::Lost(why)).await;
             return;
         }
         seq += 1;
@@ -555,50 +547,12 @@ async fn heartbeat(conn: std::sync::Weak<RpcConnection>, settings: ConnectionSet
         drop(conn);
         // A send blocked by a dead peer must not stall the silence check.
         tokio::spawn(async move {
-            if let Err(e) = client.emit(EVENT_HEARTBEAT, json!({ "seq": seq })).await {
+            if let Err(e) = client
+                .emit(RPC_NAMESPACE, EVENT_HEARTBEAT, &json!({ "seq": seq }))
+                .await
+            {
                 tracing::debug!("heartbeat not sent: {e}");
             }
         });
-    }
-}
-
-/// Whether an error the client reports after opening means the transport
-/// is gone (as opposed to one malformed packet).
-fn is_transport_failure(text: &str) -> bool {
-    ["PING packet", "websocket connection", "IO-Error"]
-        .iter()
-        .any(|needle| text.contains(needle))
-}
-
-pub(crate) fn first<T: DeserializeOwned>(payload: Payload) -> Option<T> {
-    #[allow(deprecated)]
-    let value = match payload {
-        Payload::Text(mut values) if !values.is_empty() => values.swap_remove(0),
-        Payload::Text(_) => return None,
-        Payload::String(s) => serde_json::from_str(&s).ok()?,
-        Payload::Binary(_) => return None,
-    };
-    match serde_json::from_value(value) {
-        Ok(v) => Some(v),
-        Err(e) => {
-            tracing::debug!("malformed event from the server dropped: {e}");
-            None
-        }
-    }
-}
-
-fn payload_text(payload: &Payload) -> String {
-    #[allow(deprecated)]
-    match payload {
-        Payload::Text(values) => values
-            .iter()
-            .map(|v| match v {
-                Value::String(s) => s.clone(),
-                other => other.to_string(),
-            })
-            .collect::<Vec<_>>()
-            .join(" "),
-        Payload::String(s) => s.clone(),
-        Payload::Binary(b) => format!("<{} binary bytes>", b.len()),
     }
 }

@@ -8,28 +8,30 @@
 //! - [`sandbox`]: [`Sandbox`], the handle user code calls through.
 //! - [`call`]: [`Call`], one unary call with an optional deadline.
 //! - [`stream`]: [`StreamCall`] and [`CallStream`], a streaming call's items.
-//! - [`connection`]: the `/rpc` Socket.IO connection and its pending calls.
+//! - [`sio`]: the Socket.IO client: one websocket, every namespace, binary attachments.
+//! - [`connection`]: `/rpc` on that websocket and its pending calls.
+//! - `health`: `GET /health` over plain HTTP/1.
+//! - `side_listener`: joining `/log` or `/trace`, batches handled off the receive path.
 //! - [`log_replay`]: `/log`, sandbox records replayed into the host's logging.
-//! - `namespace_client`: joining `/log`, `/trace` or a plugin namespace.
 //! - [`namespace`]: plugin namespaces, host half: handlers and request handlers.
 //! - [`trace_replay`]: `/trace`, sandbox spans replayed to the host's processors.
 //! - [`logging`]: [`configure_logging`], a readable host default.
-//! - `nodelay`: turning off Nagle on the client's socket (why: see there).
 //!
 //! Works from a plain `#[tokio::main]`: no actix system is needed on the host.
 
 pub mod call;
 pub mod config;
 pub mod connection;
+mod health;
 pub mod keeper;
 pub mod local;
 pub mod log_replay;
 pub mod logging;
 pub mod namespace;
-mod namespace_client;
-mod nodelay;
 pub mod provider;
 pub mod sandbox;
+mod side_listener;
+pub mod sio;
 pub mod stream;
 pub mod trace_replay;
 

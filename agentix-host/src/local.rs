@@ -67,8 +67,8 @@ impl Provider for LocalProvider {
         let log_path = dir.join("server.log");
         let log = std::fs::File::create(&log_path)
             .map_err(|e| io_error(format!("cannot create {}", log_path.display()), e))?;
-        // Leave room for base64 (4/3) and the JSON envelope.
-        let wire_limit = config.max_message_bytes / 3 * 4 + (64 << 10);
+        // One limit for both ends: bytes travel as they are.
+        let wire_limit = config.max_message_bytes;
 
         let mut cmd = tokio::process::Command::new(bundle);
         cmd.arg("serve")

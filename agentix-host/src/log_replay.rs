@@ -11,14 +11,11 @@ use std::sync::Arc;
 
 use agentix_actors::errors::RemoteError;
 use agentix_actors::log_record::LogRecord;
-use agentix_actors::wire::{LogsEvent, EVENT_RECORDS, EVENT_SIDE_ACK, LOG_NAMESPACE};
-use futures_util::FutureExt;
-use rust_socketio::asynchronous::Client;
-use rust_socketio::Payload;
-use serde_json::json;
+use agentix_actors::wire::{LogsEvent, EVENT_RECORDS, LOG_NAMESPACE};
 
-use crate::connection::{ConnectionSettings, Endpoint};
-use crate::namespace_client::join_namespace;
+use crate::connection::Endpoint;
+use crate::side_listener;
+use crate::sio::SioClient;
 
 /// Module path replayed records carry, which tells them from host records.
 pub const REPLAY_MODULE: &str = "agentix::sandbox";
@@ -26,60 +23,37 @@ pub const REPLAY_MODULE: &str = "agentix::sandbox";
 /// A callback that sees every record of a sandbox: `(sandbox id, record)`.
 pub type LogTap = Arc<dyn Fn(&str, &LogRecord) + Send + Sync>;
 
-/// Joins `/log` on `endpoint`; records are replayed, and passed to `tap`.
+/// Joins `/log` on `client`; records are replayed, and passed to `tap`.
 pub(crate) async fn listen(
+    client: &SioClient,
     endpoint: &Endpoint,
-    settings: ConnectionSettings,
     sandbox_id: Arc<str>,
     tap: Option<LogTap>,
-) -> Result<Client, RemoteError> {
-    join(
+) -> Result<(), RemoteError> {
+    side_listener::listen(
+        client,
         endpoint,
-        settings,
         LOG_NAMESPACE,
         EVENT_RECORDS,
-        move |payload| {
-            let Some(batch) = crate::connection::first::<LogsEvent>(payload) else {
-                return;
+        move |incoming| {
+            let records = match incoming.decode::<LogsEvent>().map_err(|e| e.to_string()) {
+                Ok(batch) => batch.decode(),
+                Err(e) => Err(e),
             };
-            let records = match batch.decode() {
-                Ok(records) => records,
-                Err(e) => {
-                    tracing::warn!("a /log batch from the sandbox is unreadable: {e}");
-                    return;
+            match records {
+                Ok(records) => {
+                    for record in &records {
+                        replay(&sandbox_id, record);
+                        if let Some(tap) = &tap {
+                            tap(&sandbox_id, record);
+                        }
+                    }
                 }
-            };
-            for record in &records {
-                replay(&sandbox_id, record);
-                if let Some(tap) = &tap {
-                    tap(&sandbox_id, record);
-                }
+                Err(e) => tracing::warn!("a /log batch from the sandbox is unreadable: {e}"),
             }
         },
     )
     .await
-}
-
-/// Joins side channel `namespace` on `endpoint`, handing each `event`
-/// payload to `on_event` (on the client's receive path), then acking it.
-pub(crate) async fn join(
-    endpoint: &Endpoint,
-    settings: ConnectionSettings,
-    namespace: &str,
-    event: &str,
-    on_event: impl Fn(Payload) + Send + Sync + 'static,
-) -> Result<Client, RemoteError> {
-    let on_payload = move |payload: Payload, client: Client| {
-        on_event(payload);
-        // Handled: the server may send one more batch.
-        async move {
-            if let Err(e) = client.emit(EVENT_SIDE_ACK, json!({})).await {
-                tracing::debug!("side-channel ack not sent: {e}");
-            }
-        }
-        .boxed()
-    };
-    join_namespace(endpoint, settings, namespace, |b| b.on(event, on_payload)).await
 }
 
 /// Logs `record` through the `log` facade under its own target.

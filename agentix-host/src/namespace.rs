@@ -21,13 +21,11 @@ use std::sync::Arc;
 
 use agentix_actors::errors::{ErrorKind, RemoteError};
 use futures_util::FutureExt;
-use rust_socketio::asynchronous::Client;
-use rust_socketio::Payload;
 use serde::Serialize;
 use serde_json::{json, Value};
 
-use crate::connection::{ConnectionSettings, Endpoint};
-use crate::namespace_client::join_namespace;
+use crate::connection::{connect_error, Endpoint};
+use crate::sio::{Delivery, SioClient};
 
 type BoxFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
 type Handler = Arc<dyn Fn(HostNamespace, Value) -> BoxFuture + Send + Sync>;
@@ -42,22 +40,26 @@ pub struct ClientNamespace {
 /// The live host side of a namespace: emit to the sandbox.
 #[derive(Clone)]
 pub struct HostNamespace {
-    client: Client,
+    client: SioClient,
+    path: Arc<str>,
 }
 
 impl HostNamespace {
-    pub(crate) fn new(client: Client) -> Self {
-        HostNamespace { client }
+    pub(crate) fn new(client: SioClient, path: Arc<str>) -> Self {
+        HostNamespace { client, path }
     }
 
     /// Emits `event` with `data` to the sandbox's namespace.
     pub async fn emit(&self, event: &str, data: Value) -> Result<(), RemoteError> {
-        self.client.emit(event, data).await.map_err(|e| {
-            RemoteError::new(
-                ErrorKind::ConnectionLost,
-                format!("cannot emit `{event}`: {e}"),
-            )
-        })
+        self.client
+            .emit(&self.path, event, &data)
+            .await
+            .map_err(|e| {
+                RemoteError::new(
+                    ErrorKind::ConnectionLost,
+                    format!("cannot emit `{event}`: {e}"),
+                )
+            })
     }
 }
 
@@ -156,30 +158,53 @@ fn short_type_name<E>() -> String {
     full.rsplit("::").next().unwrap_or(full).to_owned()
 }
 
-/// Joins `namespace` on `endpoint`; its handlers run as tasks.
+/// Joins `namespace` on `client`; its handlers run as tasks.
 pub(crate) async fn join(
+    client: &SioClient,
     endpoint: &Endpoint,
-    settings: ConnectionSettings,
     namespace: ClientNamespace,
-) -> Result<Client, RemoteError> {
+) -> Result<HostNamespace, RemoteError> {
     let handlers = Arc::new(namespace.handlers);
-    let path = namespace.path.clone();
-    let on_any = move |event: rust_socketio::Event, payload: Payload, client: Client| {
-        let name = event.as_str().to_owned();
-        match handlers.get(&name) {
-            Some(handler) => {
-                let data = crate::connection::first::<Value>(payload).unwrap_or(Value::Null);
-                let fut = handler(HostNamespace { client }, data);
-                let path = path.clone();
-                tokio::spawn(async move {
-                    if AssertUnwindSafe(fut).catch_unwind().await.is_err() {
-                        tracing::error!(path, event = name, "namespace handler panicked");
-                    }
-                });
-            }
-            None => tracing::debug!(path, event = name, "no handler for this event; dropped"),
+    let path: Arc<str> = Arc::from(namespace.path.as_str());
+    let on_delivery = {
+        let path = path.clone();
+        move |delivery: Delivery| {
+            let Delivery::Event(incoming) = delivery else {
+                return;
+            };
+            let name = incoming.name().to_owned();
+            let Some(handler) = handlers.get(&name) else {
+                tracing::debug!(
+                    path = &*path,
+                    event = name,
+                    "no handler for this event; dropped"
+                );
+                return;
+            };
+            let ns = HostNamespace::new(incoming.client().clone(), path.clone());
+            let data = match incoming.decode::<Value>() {
+                Ok(data) => data,
+                Err(e) => {
+                    tracing::debug!(
+                        path = &*path,
+                        event = name,
+                        "unreadable payload, passed as null: {e}"
+                    );
+                    Value::Null
+                }
+            };
+            let fut = handler(ns, data);
+            let path = path.clone();
+            tokio::spawn(async move {
+                if AssertUnwindSafe(fut).catch_unwind().await.is_err() {
+                    tracing::error!(path = &*path, event = name, "namespace handler panicked");
+                }
+            });
         }
-        async {}.boxed()
     };
-    join_namespace(endpoint, settings, &namespace.path, |b| b.on_any(on_any)).await
+    client
+        .join(&path, &endpoint.auth(), Arc::new(on_delivery))
+        .await
+        .map_err(|e| connect_error(endpoint, &format!("cannot join {path}"), e))?;
+    Ok(HostNamespace::new(client.clone(), path))
 }

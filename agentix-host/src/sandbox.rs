@@ -1,9 +1,11 @@
 //! [`Sandbox`]: the handle user code calls through.
 //!
-//! A sandbox connects lazily: the Socket.IO connection opens on the first
-//! call (so host namespaces can still be registered before it) and is shared
-//! by every call after it. A sandbox created by a provider is deleted when its
-//! handle is dropped.
+//! A sandbox connects lazily: its websocket opens on the first call (so host
+//! namespaces can still be registered before it) and carries every call
+//! after it, and `/log`, `/trace` and the plugin namespaces beside `/rpc`.
+//! When the connection is lost, pending calls end with `ConnectionLost` and
+//! the next call opens a new one, joining every namespace again. A sandbox
+//! created by a provider is deleted when its handle is dropped.
 
 use std::sync::{Arc, Mutex};
 
@@ -19,6 +21,7 @@ use crate::connection::{ConnectionSettings, Endpoint, RpcConnection};
 use crate::local::LocalResources;
 use crate::log_replay::{self, LogTap};
 use crate::namespace::{self, ClientNamespace, HostNamespace};
+use crate::sio::SioClient;
 use crate::stream::StreamCall;
 use crate::trace_replay;
 use agentix_actors::namespace::RegisterError;
@@ -32,17 +35,13 @@ pub struct Sandbox {
     conn: Mutex<Option<Arc<RpcConnection>>>,
     connecting: tokio::sync::Mutex<()>,
     log_tap: Option<LogTap>,
-    /// The `/log`, `/trace` and plugin connections, opened with the first
-    /// `/rpc` one.
-    side_clients: Mutex<Vec<rust_socketio::asynchronous::Client>>,
-    /// Plugin namespaces to join when connecting; `None` once connected.
-    namespaces: Mutex<Option<Vec<ClientNamespace>>>,
-    /// The joined plugin namespaces, by path.
+    /// Plugin namespaces to join on every connection.
+    namespaces: Mutex<Vec<ClientNamespace>>,
+    /// Set by the first connection: namespaces register before it.
+    connected_once: std::sync::atomic::AtomicBool,
+    /// The joined plugin namespaces of the current connection, by path.
     joined: Mutex<std::collections::HashMap<String, HostNamespace>>,
     local: Option<LocalResources>,
-    // Built on first use: creating an HTTP client loads TLS roots, which
-    // would slow every sandbox start for a feature few calls use.
-    http: std::sync::OnceLock<reqwest::Client>,
 }
 
 impl Sandbox {
@@ -64,11 +63,10 @@ impl Sandbox {
             conn: Mutex::new(None),
             connecting: tokio::sync::Mutex::new(()),
             log_tap: config.log_tap.clone(),
-            side_clients: Mutex::new(Vec::new()),
-            namespaces: Mutex::new(Some(Vec::new())),
+            namespaces: Mutex::new(Vec::new()),
+            connected_once: std::sync::atomic::AtomicBool::new(false),
             joined: Mutex::new(std::collections::HashMap::new()),
             local,
-            http: std::sync::OnceLock::new(),
         }
     }
 
@@ -158,6 +156,15 @@ impl Sandbox {
 
     /// Calls `target` by name with CBOR-encoded arguments; returns CBOR.
     pub async fn call_cbor(&self, target: &str, args: &[u8]) -> Result<Vec<u8>, RemoteError> {
+        self.call_bytes(target, args.to_vec()).await.map(Vec::from)
+    }
+
+    /// Calls `target` with CBOR `args`, taking them without a copy.
+    pub(crate) async fn call_bytes(
+        &self,
+        target: &str,
+        args: Vec<u8>,
+    ) -> Result<bytes::Bytes, RemoteError> {
         let conn = self.connection().await?;
         conn.call(target, args).await
     }
@@ -175,22 +182,12 @@ impl Sandbox {
 
     /// The server's `/health` report.
     pub async fn health(&self) -> Result<serde_json::Value, RemoteError> {
-        let url = format!("http://{}/health", self.endpoint.addr);
-        let unreachable = |e: reqwest::Error| {
-            RemoteError::new(ErrorKind::ServerUnreachable, format!("GET {url}: {e}"))
-        };
-        let body = self
-            .http
-            .get_or_init(reqwest::Client::new)
-            .get(&url)
-            .send()
-            .await
-            .map_err(unreachable)?
-            .text()
-            .await
-            .map_err(unreachable)?;
-        serde_json::from_str(&body)
-            .map_err(|e| RemoteError::new(ErrorKind::Protocol, format!("/health is not JSON: {e}")))
+        crate::health::fetch(
+            &self.endpoint.addr,
+            &self.endpoint.token,
+            self.settings.connect_timeout,
+        )
+        .await
     }
 
     pub(crate) async fn connection(&self) -> Result<Arc<RpcConnection>, RemoteError> {
@@ -228,57 +225,42 @@ impl Sandbox {
                 }
             });
         }
+        self.connected_once
+            .store(true, std::sync::atomic::Ordering::Release);
+        self.join_side_channels(conn.client()).await;
         *self.conn.lock().unwrap_or_else(|p| p.into_inner()) = Some(conn.clone());
-        self.join_side_channels().await;
         Ok(conn)
     }
 
-    /// Joins `/log` and `/trace` once; a failure costs those, not the calls.
-    async fn join_side_channels(&self) {
-        if !self.side_clients().is_empty() {
-            return;
-        }
+    /// Joins `/log`, `/trace` and the plugin namespaces on `client`, all at
+    /// once; a failure costs that namespace, not the calls.
+    async fn join_side_channels(&self, client: &SioClient) {
         let id: Arc<str> = Arc::from(self.id.as_str());
-        let (logs, traces) = tokio::join!(
-            log_replay::listen(
-                &self.endpoint,
-                self.settings,
-                id.clone(),
-                self.log_tap.clone()
-            ),
-            trace_replay::listen(&self.endpoint, self.settings, id),
-        );
         let plugins = self
             .namespaces
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .take()
-            .unwrap_or_default();
-        let mut joined_plugins = Vec::new();
-        for ns in plugins {
+            .clone();
+        let joins = plugins.into_iter().map(|ns| {
             let path = ns.path.clone();
-            joined_plugins.push((
-                path,
-                namespace::join(&self.endpoint, self.settings, ns).await,
-            ));
-        }
-        let mut clients = self.side_clients();
+            async move { (path, namespace::join(client, &self.endpoint, ns).await) }
+        });
+        let (logs, traces, plugins) = tokio::join!(
+            log_replay::listen(client, &self.endpoint, id.clone(), self.log_tap.clone()),
+            trace_replay::listen(client, &self.endpoint, id),
+            futures_util::future::join_all(joins),
+        );
         for (what, joined) in [("logs", logs), ("traces", traces)] {
-            match joined {
-                Ok(client) => clients.push(client),
-                Err(e) => {
-                    tracing::warn!(sandbox = %self.id, "sandbox {what} will not reach this host: {e}")
-                }
+            if let Err(e) = joined {
+                tracing::warn!(sandbox = %self.id, "sandbox {what} will not reach this host: {e}")
             }
         }
-        for (path, joined) in joined_plugins {
-            match joined {
-                Ok(client) => {
-                    self.joined
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .insert(path, HostNamespace::new(client.clone()));
-                    clients.push(client);
+        let mut joined = self.joined.lock().unwrap_or_else(|p| p.into_inner());
+        joined.clear();
+        for (path, outcome) in plugins {
+            match outcome {
+                Ok(ns) => {
+                    joined.insert(path, ns);
                 }
                 Err(e) => {
                     tracing::warn!(sandbox = %self.id, path, "plugin namespace not joined: {e}")
@@ -287,18 +269,17 @@ impl Sandbox {
         }
     }
 
-    fn side_clients(&self) -> std::sync::MutexGuard<'_, Vec<rust_socketio::asynchronous::Client>> {
-        self.side_clients.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
     /// Registers a host-side plugin namespace; it is joined when the
     /// sandbox first connects, so this must come before the first call.
     pub fn register_namespace(&self, namespace: ClientNamespace) -> Result<(), RegisterError> {
         check_plugin_path(&namespace.path).map_err(RegisterError::BadPath)?;
-        let mut pending = self.namespaces.lock().unwrap_or_else(|p| p.into_inner());
-        let Some(list) = pending.as_mut() else {
+        let mut list = self.namespaces.lock().unwrap_or_else(|p| p.into_inner());
+        if self
+            .connected_once
+            .load(std::sync::atomic::Ordering::Acquire)
+        {
             return Err(RegisterError::AfterConnect);
-        };
+        }
         if list.iter().any(|n| n.path == namespace.path) {
             return Err(RegisterError::Duplicate(namespace.path));
         }
@@ -307,13 +288,15 @@ impl Sandbox {
     }
 
     /// Emits `event` with `data` to the sandbox on plugin namespace `path`
-    /// (registered with [`Sandbox::register_namespace`], after the first call).
+    /// (registered with [`Sandbox::register_namespace`]); connects first if
+    /// no connection is open.
     pub async fn emit(
         &self,
         path: &str,
         event: &str,
         data: serde_json::Value,
     ) -> Result<(), RemoteError> {
+        self.connection().await?;
         let ns = self
             .joined
             .lock()
@@ -324,7 +307,10 @@ impl Sandbox {
             Some(ns) => ns.emit(event, data).await,
             None => Err(RemoteError::new(
                 ErrorKind::Protocol,
-                format!("no joined namespace `{path}`: register it before the first call"),
+                format!(
+                    "no joined namespace `{path}`: register it before the first call \
+                     (or the server refused it: see the log)"
+                ),
             )),
         }
     }
@@ -346,10 +332,6 @@ impl Sandbox {
         if let Some(conn) = conn {
             conn.close().await;
         }
-        let side = std::mem::take(&mut *self.side_clients());
-        for client in side {
-            let _ = client.disconnect().await;
-        }
         if let Some(local) = self.local.take() {
             local.shutdown().await;
         }
@@ -368,14 +350,6 @@ impl Drop for Sandbox {
     fn drop(&mut self) {
         if let Some(conn) = self.conn.lock().unwrap_or_else(|p| p.into_inner()).take() {
             conn.close_in_background("the sandbox was dropped");
-        }
-        let side = std::mem::take(&mut *self.side_clients());
-        if let Ok(rt) = tokio::runtime::Handle::try_current() {
-            for client in side {
-                rt.spawn(async move {
-                    let _ = client.disconnect().await;
-                });
-            }
         }
         if let Some(local) = self.local.take() {
             local.shutdown_in_background();

@@ -16,7 +16,6 @@ use std::time::Duration;
 use agentix_actors::cbor;
 use agentix_actors::errors::{ErrorKind, RemoteError};
 use agentix_actors::wire::Window;
-use base64::Engine;
 use futures_util::Stream;
 use serde::de::DeserializeOwned;
 use serde_bytes::ByteBuf;
@@ -26,8 +25,6 @@ use tokio::time::Sleep;
 use crate::call::{decode_result, timed_out};
 use crate::connection::{CallGuard, StreamEvent};
 use crate::sandbox::Sandbox;
-
-const B64: base64::engine::GeneralPurpose = base64::engine::general_purpose::STANDARD;
 
 /// A streaming call yielding items of type `T`, ready to be started with `.await`.
 #[must_use = "a streaming call does nothing until it is awaited"]
@@ -84,7 +81,7 @@ impl<'a, T: DeserializeOwned + 'a> IntoFuture for StreamCall<'a, T> {
             let deadline = self.timeout.map(|d| (d, Box::pin(tokio::time::sleep(d))));
             let args = self.args?;
             let conn = self.sandbox.connection().await?;
-            let (guard, events) = conn.open_stream(&self.target, &args, self.window).await?;
+            let (guard, events) = conn.open_stream(&self.target, args, self.window).await?;
             Ok(CallStream {
                 target: self.target,
                 guard: Some(guard),
@@ -207,14 +204,8 @@ impl<T> std::fmt::Debug for CallStream<T> {
     }
 }
 
-fn decode_batch(encoded: &str) -> Result<Vec<ByteBuf>, RemoteError> {
-    let bytes = B64.decode(encoded.as_bytes()).map_err(|e| {
-        RemoteError::new(
-            ErrorKind::Protocol,
-            format!("stream items are not base64: {e}"),
-        )
-    })?;
-    cbor::from_slice(&bytes).map_err(|_| {
+fn decode_batch(bytes: &[u8]) -> Result<Vec<ByteBuf>, RemoteError> {
+    cbor::from_slice(bytes).map_err(|_| {
         RemoteError::new(
             ErrorKind::Protocol,
             "stream items are not a CBOR array of byte strings",

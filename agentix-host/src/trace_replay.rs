@@ -10,27 +10,28 @@ use std::sync::Arc;
 use agentix_actors::errors::RemoteError;
 use agentix_actors::trace;
 use agentix_actors::wire::{TracesEvent, EVENT_TRACE_EVENTS, TRACE_NAMESPACE};
-use rust_socketio::asynchronous::Client;
 
-use crate::connection::{ConnectionSettings, Endpoint};
-use crate::log_replay::join;
+use crate::connection::Endpoint;
+use crate::side_listener;
+use crate::sio::SioClient;
 
-/// Joins `/trace` on `endpoint`; events go to the host's processors.
+/// Joins `/trace` on `client`; events go to the host's processors.
 pub(crate) async fn listen(
+    client: &SioClient,
     endpoint: &Endpoint,
-    settings: ConnectionSettings,
     sandbox_id: Arc<str>,
-) -> Result<Client, RemoteError> {
-    join(
+) -> Result<(), RemoteError> {
+    side_listener::listen(
+        client,
         endpoint,
-        settings,
         TRACE_NAMESPACE,
         EVENT_TRACE_EVENTS,
-        move |payload| {
-            let Some(batch) = crate::connection::first::<TracesEvent>(payload) else {
-                return;
+        move |incoming| {
+            let events = match incoming.decode::<TracesEvent>().map_err(|e| e.to_string()) {
+                Ok(batch) => batch.decode(),
+                Err(e) => Err(e),
             };
-            match batch.decode() {
+            match events {
                 Ok(events) => {
                     for event in events {
                         trace::publish(event.with_origin(&sandbox_id));

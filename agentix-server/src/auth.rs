@@ -1,6 +1,10 @@
-//! The sandbox token check shared by the HTTP gate and Socket.IO connects.
+//! The sandbox token check shared by the HTTP gate and Socket.IO connects,
+//! and the connect middleware that applies it to every namespace.
 
 use std::sync::Arc;
+
+use serde_json::Value;
+use socketioxide::extract::TryData;
 
 /// The token hosts must present; `None` accepts everyone (tests only).
 #[derive(Clone)]
@@ -39,6 +43,25 @@ impl Token {
         } else {
             Err(AuthError::Wrong)
         }
+    }
+}
+
+/// Socket.IO connect middleware: the namespace's handlers and its connect
+/// ack only follow a valid token.
+pub fn auth_middleware(
+    token: Token,
+) -> impl FnOnce(TryData<Value>) -> std::future::Ready<Result<(), AuthError>>
+       + Clone
+       + Send
+       + Sync
+       + 'static {
+    move |TryData(auth): TryData<Value>| {
+        let presented = auth.ok();
+        let presented = presented
+            .as_ref()
+            .and_then(|a| a.get("token"))
+            .and_then(Value::as_str);
+        std::future::ready(token.check(presented))
     }
 }
 

@@ -6,10 +6,8 @@
 use agentix_actors::errors::{ErrorKind, RemoteError};
 use agentix_actors::trace::SpanContext;
 use agentix_actors::wire::{CallEvent, ErrorEvent, Window};
-use base64::Engine;
+use bytes::Bytes;
 use serde_json::Value;
-
-const B64: base64::engine::GeneralPurpose = base64::engine::general_purpose::STANDARD;
 
 /// A well-formed call: the host's id, the target, CBOR arguments, and the
 /// window if it is a streaming call.
@@ -20,7 +18,7 @@ pub struct CallRequest {
     /// Remote function name.
     pub target: String,
     /// CBOR arguments.
-    pub args: Vec<u8>,
+    pub args: Bytes,
     /// Present for a streaming call.
     pub stream: Option<Window>,
     /// The host's trace context.
@@ -28,9 +26,10 @@ pub struct CallRequest {
 }
 
 impl CallRequest {
-    /// Decodes a `call` event payload, or gives the `call:error` to send
-    /// back: it carries the event's id when one could be read, else 0.
-    pub fn parse(data: Value) -> Result<CallRequest, ErrorEvent> {
+    /// Decodes a `call` event payload (its JSON and the binary frames that
+    /// followed it), or gives the `call:error` to send back: it carries the
+    /// event's id when one could be read, else 0.
+    pub fn parse(data: Value, frames: Vec<Bytes>) -> Result<CallRequest, ErrorEvent> {
         let id = data.get("id").and_then(Value::as_u64);
         if !data.is_object() {
             // serde would also take `[id, target, args]`; one shape is enough.
@@ -42,24 +41,27 @@ impl CallRequest {
                 ),
             });
         }
-        let event = serde_json::from_value::<CallEvent>(data).map_err(|e| ErrorEvent {
+        let mut event = serde_json::from_value::<CallEvent>(data).map_err(|e| ErrorEvent {
             id: id.unwrap_or(0),
             error: RemoteError::new(
                 ErrorKind::Protocol,
-                format!("malformed call event (expected {{id, target, args}}): {e}"),
+                format!(
+                    "malformed call event (expected {{id, target, args}} with args a binary \
+                     attachment): {e}"
+                ),
             ),
         })?;
-        let args = B64.decode(event.args.as_bytes()).map_err(|e| ErrorEvent {
+        agentix_actors::attachment::resolve(&mut event, frames).map_err(|e| ErrorEvent {
             id: event.id,
             error: RemoteError::new(
                 ErrorKind::BadArguments,
-                format!("arguments for `{}` are not valid base64: {e}", event.target),
+                format!("arguments for `{}`: {e}", event.target),
             ),
         })?;
         Ok(CallRequest {
             id: event.id,
             target: event.target,
-            args,
+            args: event.args.into_bytes(),
             stream: event.stream,
             trace: event.trace,
         })
@@ -102,9 +104,13 @@ mod tests {
 
     proptest! {
         #[test]
-        fn any_payload_parses_or_names_its_id(data in json_value()) {
+        fn any_payload_parses_or_names_its_id(
+            data in json_value(),
+            frames in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 0..8), 0..3),
+        ) {
             let id = data.get("id").and_then(Value::as_u64);
-            match CallRequest::parse(data) {
+            let frames = frames.into_iter().map(Bytes::from).collect();
+            match CallRequest::parse(data, frames) {
                 Ok(request) => prop_assert_eq!(Some(request.id), id),
                 Err(rejected) => {
                     prop_assert_eq!(rejected.id, id.unwrap_or(0));
@@ -124,16 +130,12 @@ mod tests {
             window in any::<Option<(u64, u64)>>(),
         ) {
             let stream = window.map(|(items, bytes)| Window { items, bytes });
-            let data = serde_json::to_value(CallEvent {
-                id,
-                target: target.clone(),
-                args: B64.encode(&args),
-                stream,
-                trace: None,
-            })
-            .unwrap();
-            let want = CallRequest { id, target, args, stream, trace: None };
-            prop_assert_eq!(CallRequest::parse(data), Ok(want));
+            let mut data = json!({"id": id, "target": target, "args": {"_placeholder": true, "num": 0}});
+            if let Some(window) = stream {
+                data["stream"] = json!(window);
+            }
+            let want = CallRequest { id, target, args: Bytes::from(args.clone()), stream, trace: None };
+            prop_assert_eq!(CallRequest::parse(data, vec![Bytes::from(args)]), Ok(want));
         }
     }
 }

@@ -223,12 +223,12 @@ impl CallTable {
             return Delivery::Violation("the worker sent stream items for a unary call".into());
         };
         let bytes: u64 = items.iter().map(|i| i.len() as u64).sum();
-        call.outstanding.0 += items.len() as u64;
-        call.outstanding.1 += bytes;
+        call.outstanding.0 = call.outstanding.0.saturating_add(items.len() as u64);
+        call.outstanding.1 = call.outstanding.1.saturating_add(bytes);
         // The worker checks for room before each item, so it may overshoot
         // the byte window by one item, which is at most one frame.
         if call.outstanding.0 > window.items
-            || call.outstanding.1 > window.bytes + DEFAULT_MAX_FRAME as u64
+            || call.outstanding.1 > window.bytes.saturating_add(DEFAULT_MAX_FRAME as u64)
         {
             return Delivery::Violation(format!(
                 "the worker ran past the stream window ({} items, {} bytes outstanding; window {} items, {} bytes)",

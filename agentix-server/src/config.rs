@@ -9,6 +9,10 @@ use std::time::Duration;
 /// which other users can read).
 pub const ENV_TOKEN: &str = "AGENTIX_TOKEN";
 
+/// The largest call payload by default (arguments, a result, a batch of
+/// stream items), as the Python reference allows.
+pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 256 << 20;
+
 /// Everything the server needs to run.
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
@@ -48,8 +52,7 @@ impl Default for ServerConfig {
             port: 0,
             token: None,
             worker_command: Vec::new(),
-            // rust_socketio's receive limit is a fixed 16 MiB frame.
-            max_message_bytes: 16 << 20,
+            max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
             worker_start_timeout: Duration::from_secs(30),
             max_restarts: 5,
             restart_window: Duration::from_secs(60),

@@ -13,8 +13,8 @@ use socketioxide::extract::{Event, SocketRef, TryData};
 use socketioxide::handler::ConnectHandler;
 use socketioxide::SocketIo;
 
-use crate::auth::Token;
-use crate::rpc::{auth_middleware, emit};
+use crate::auth::{auth_middleware, Token};
+use crate::emit::emit;
 use crate::supervisor::{HostEvent, WorkerSupervisor};
 
 /// Forwards the worker's events on one namespace path to its hosts.
@@ -76,7 +76,8 @@ impl Handler<ToHosts> for NamespaceForwarder {
 /// Accepts hosts on any path that is not a core namespace and passes their
 /// events to `supervisor`.
 pub fn register(io: &SocketIo, supervisor: Addr<WorkerSupervisor>, token: Token) {
-    let on_connect = move |s: SocketRef| {
+    // Attached before the connect ack (see `crate::rpc` for why).
+    let attach_handlers = move |s: SocketRef| {
         let supervisor = supervisor.clone();
         s.on_fallback(
             move |s: SocketRef, Event(event): Event, TryData(data): TryData<Value>| {
@@ -93,9 +94,13 @@ pub fn register(io: &SocketIo, supervisor: Addr<WorkerSupervisor>, token: Token)
                 std::future::ready(())
             },
         );
-        std::future::ready(())
+        std::future::ready(Ok::<(), std::convert::Infallible>(()))
     };
-    if let Err(e) = io.dyn_ns("/{*path}", on_connect.with(auth_middleware(token))) {
+    let on_connect = |_: SocketRef| std::future::ready(());
+    let handler = on_connect
+        .with(attach_handlers)
+        .with(auth_middleware(token));
+    if let Err(e) = io.dyn_ns("/{*path}", handler) {
         tracing::error!("cannot accept plugin namespaces: {e}");
     }
 }

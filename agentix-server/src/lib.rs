@@ -7,7 +7,9 @@
 //! Layout:
 //! - [`config`]: command-line flags and environment.
 //! - [`worker_process`]: starting the worker with its frame pipes, capturing its output.
-//! - [`auth`]: the sandbox token check.
+//! - [`auth`]: the sandbox token check and the connect middleware applying it.
+//! - [`emit`]: one event to one host, waiting rather than dropping.
+//! - [`raw_event`]: an event's JSON and binary frames, undecoded.
 //! - [`calls`]: the table of calls waiting for a worker or in flight.
 //! - [`supervisor`]: the `WorkerSupervisor` actor: owns the worker, correlates calls.
 //! - [`call_request`]: a host's `call` event, checked and decoded.
@@ -23,8 +25,10 @@ pub mod auth;
 pub mod call_request;
 pub mod calls;
 pub mod config;
+pub mod emit;
 pub mod forwarder;
 pub mod http;
+pub mod raw_event;
 pub mod rpc;
 pub mod server;
 pub mod side_credits;

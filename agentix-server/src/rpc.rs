@@ -5,36 +5,38 @@
 //! value}` or `call:error {id, error}` per call. A streaming call (`call`
 //! with a `stream` window) receives `call:items {id, items}` events instead,
 //! ended by `call:end {id}` or `call:error`, and the host sends `call:ack {id,
-//! items, bytes}` as it consumes them. Each event is handed to the
+//! items, bytes}` as it consumes them. Arguments, results and item batches
+//! are CBOR in binary attachments. Each event is handed to the
 //! `WorkerSupervisor` mailbox as soon as it is parsed, so calls, acks and
 //! cancels from one socket reach it in the order they were sent. A
 //! `heartbeat` event is echoed back at once, so hosts can tell a hung or
 //! unreachable server from a slow call.
-
-use std::time::Duration;
+//!
+//! The event handlers are attached in a connect middleware, which runs
+//! before socketioxide acknowledges the namespace connect: attached in the
+//! connect handler, which runs after the ack, they would miss an event the
+//! host sends right after joining.
 
 use actix::Addr;
 use agentix_actors::errors::{ErrorKind, RemoteError};
 use agentix_actors::trace::SpanContext;
 use agentix_actors::wire::{
-    AckEvent, CancelEvent, EndEvent, ErrorEvent, ItemsEvent, ResultEvent, EVENT_ACK, EVENT_CALL,
-    EVENT_CANCEL, EVENT_END, EVENT_ERROR, EVENT_HEARTBEAT, EVENT_ITEMS, EVENT_RESULT,
+    AckEvent, Attachment, CancelEvent, EndEvent, ErrorEvent, ItemsEvent, ResultEvent, EVENT_ACK,
+    EVENT_CALL, EVENT_CANCEL, EVENT_END, EVENT_ERROR, EVENT_HEARTBEAT, EVENT_ITEMS, EVENT_RESULT,
     RPC_NAMESPACE,
 };
-use base64::Engine;
-use serde::Serialize;
 use serde_json::Value;
 use socketioxide::extract::{Event, SocketRef, TryData};
 use socketioxide::handler::ConnectHandler;
-use socketioxide::{SendError, SocketError, SocketIo};
+use socketioxide::SocketIo;
 use tokio::sync::{mpsc, oneshot};
 
-use crate::auth::{AuthError, Token};
+use crate::auth::{auth_middleware, Token};
 use crate::call_request::CallRequest;
 use crate::calls::{NewCall, Origin, Reply, StreamEvent};
+use crate::emit::emit;
+use crate::raw_event::RawEvent;
 use crate::supervisor::{AckStream, CancelCall, HostDisconnected, StartCall, WorkerSupervisor};
-
-const B64: base64::engine::GeneralPurpose = base64::engine::general_purpose::STANDARD;
 
 /// Registers `/rpc` on `io`, forwarding calls to `supervisor`; no event
 /// sent to a host is larger than `max_event_bytes` (the host reads no more).
@@ -44,40 +46,26 @@ pub fn register(
     token: Token,
     max_event_bytes: usize,
 ) {
-    let on_connect = move |s: SocketRef| {
-        let supervisor = supervisor.clone();
-        async move { attach(s, supervisor, max_event_bytes) }
+    let attach_handlers = move |s: SocketRef| {
+        attach(s, supervisor.clone(), max_event_bytes);
+        std::future::ready(Ok::<(), std::convert::Infallible>(()))
     };
-    io.ns(RPC_NAMESPACE, on_connect.with(auth_middleware(token)));
-}
-
-/// A connect middleware that requires `auth: {"token": ...}`.
-pub fn auth_middleware(
-    token: Token,
-) -> impl FnOnce(TryData<Value>) -> std::future::Ready<Result<(), AuthError>>
-       + Clone
-       + Send
-       + Sync
-       + 'static {
-    move |TryData(auth): TryData<Value>| {
-        let presented = auth.ok();
-        let presented = presented
-            .as_ref()
-            .and_then(|a| a.get("token"))
-            .and_then(Value::as_str);
-        std::future::ready(token.check(presented))
-    }
+    let on_connect = |_: SocketRef| std::future::ready(());
+    // The last `with` runs first: the token, then the handlers, then the ack.
+    io.ns(
+        RPC_NAMESPACE,
+        on_connect
+            .with(attach_handlers)
+            .with(auth_middleware(token)),
+    );
 }
 
 fn attach(s: SocketRef, supervisor: Addr<WorkerSupervisor>, max_event_bytes: usize) {
     let sup = supervisor.clone();
-    s.on(
-        EVENT_CALL,
-        move |s: SocketRef, TryData(data): TryData<Value>| {
-            let sup = sup.clone();
-            async move { on_call(s, sup, data.unwrap_or(Value::Null), max_event_bytes).await }
-        },
-    );
+    s.on(EVENT_CALL, move |s: SocketRef, raw: RawEvent| {
+        let sup = sup.clone();
+        async move { on_call(s, sup, raw, max_event_bytes).await }
+    });
     let sup = supervisor.clone();
     s.on(
         EVENT_CANCEL,
@@ -130,14 +118,21 @@ fn attach(s: SocketRef, supervisor: Addr<WorkerSupervisor>, max_event_bytes: usi
     });
 }
 
-async fn on_call(s: SocketRef, supervisor: Addr<WorkerSupervisor>, data: Value, max: usize) {
+async fn on_call(s: SocketRef, supervisor: Addr<WorkerSupervisor>, raw: RawEvent, max: usize) {
+    let parsed = raw
+        .into_parts()
+        .map_err(|e| ErrorEvent {
+            id: 0,
+            error: RemoteError::new(ErrorKind::Protocol, format!("malformed call event: {e}")),
+        })
+        .and_then(|(data, frames)| CallRequest::parse(data, frames));
     let CallRequest {
         id,
         target,
         args,
         stream,
         trace,
-    } = match CallRequest::parse(data) {
+    } = match parsed {
         Ok(request) => request,
         Err(rejected) => {
             tracing::warn!(socket = %s.id, "{}", rejected.error.message);
@@ -149,6 +144,7 @@ async fn on_call(s: SocketRef, supervisor: Addr<WorkerSupervisor>, data: Value, 
         socket: s.id,
         host_id: id,
     };
+    let args = Vec::from(args);
     match stream {
         None => unary_call(&s, &supervisor, origin, target, args, trace, max).await,
         Some(window) => {
@@ -187,37 +183,24 @@ async fn unary_call(
     let id = origin.host_id;
     match rx.await.unwrap_or_else(|_| Err(shutting_down())) {
         Ok(value) => {
-            let encoded = B64.encode(&value);
-            if let Some(error) = too_large("the result", &target, value.len(), &encoded, max) {
+            if let Some(error) = too_large("the result", &target, value.len(), max) {
                 return emit(s, EVENT_ERROR, &ErrorEvent { id, error }).await;
             }
-            emit(s, EVENT_RESULT, &ResultEvent { id, value: encoded }).await
+            let value = Attachment::new(value);
+            emit(s, EVENT_RESULT, &ResultEvent { id, value }).await
         }
         Err(error) => emit(s, EVENT_ERROR, &ErrorEvent { id, error }).await,
     }
 }
 
-/// Room the JSON envelope and the Socket.IO packet header may take.
-const ENVELOPE_BYTES: usize = 1024;
-
-/// A `PayloadTooLarge` error if `encoded` (the base64 of `raw` bytes of
-/// `what` from `target`) would make an event past `max` bytes: sent as is,
-/// the host could not read it and would drop the whole connection.
-fn too_large(
-    what: &str,
-    target: &str,
-    raw: usize,
-    encoded: &str,
-    max: usize,
-) -> Option<RemoteError> {
-    (encoded.len() + ENVELOPE_BYTES > max).then(|| {
+/// A `PayloadTooLarge` error if `len` bytes of `what` from `target` are
+/// past the `max`-byte message limit: sent as is, the host could not read
+/// them and would drop the whole connection.
+fn too_large(what: &str, target: &str, len: usize, max: usize) -> Option<RemoteError> {
+    (len > max).then(|| {
         RemoteError::new(
             ErrorKind::PayloadTooLarge,
-            format!(
-                "{what} of `{target}` is {raw} bytes ({} on the wire), past the \
-                 {max}-byte message limit",
-                encoded.len()
-            ),
+            format!("{what} of `{target}` is {len} bytes, past the {max}-byte message limit"),
         )
         .with_details(
             "send large data in pieces (smaller stream items, or several calls), \
@@ -239,13 +222,13 @@ async fn relay_stream(
     loop {
         match rx.recv().await {
             Some(StreamEvent::Items(items)) => {
-                let encoded = agentix_actors::cbor::to_vec(&items).and_then(|bytes| {
-                    let encoded = B64.encode(&bytes);
-                    match too_large("a batch of items", target, bytes.len(), &encoded, max) {
-                        Some(error) => Err(error),
-                        None => Ok(encoded),
-                    }
-                });
+                let encoded =
+                    agentix_actors::cbor::to_vec(&items).and_then(|bytes| {
+                        match too_large("a batch of items", target, bytes.len(), max) {
+                            Some(error) => Err(error),
+                            None => Ok(Attachment::new(bytes)),
+                        }
+                    });
                 let items = match encoded {
                     Ok(items) => items,
                     Err(error) => {
@@ -276,23 +259,4 @@ async fn relay_stream(
 
 fn shutting_down() -> RemoteError {
     RemoteError::new(ErrorKind::ServerExited, "the server is shutting down")
-}
-
-/// Emits `data`, waiting while the socket's send queue is full: a reply is
-/// never dropped while the socket is connected.
-pub async fn emit<T: Serialize + ?Sized>(s: &SocketRef, event: &str, data: &T) {
-    let mut backoff = Duration::from_micros(200);
-    loop {
-        match s.emit(event, data) {
-            Ok(()) => return,
-            Err(SendError::Socket(SocketError::InternalChannelFull)) => {
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(Duration::from_millis(20));
-            }
-            Err(e) => {
-                tracing::debug!(socket = %s.id, event, "reply not delivered: {e}");
-                return;
-            }
-        }
-    }
 }

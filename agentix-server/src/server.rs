@@ -26,6 +26,9 @@ use crate::side_namespaces;
 use crate::side_relay::SideRelay;
 use crate::supervisor::{AttachIo, BeginDrain, ReportHealth, StopWorker, WorkerSupervisor};
 
+/// Room for an event's JSON header beside its largest binary attachment.
+const HEADER_SLACK: usize = 64 << 10;
+
 /// Runs the server until SIGTERM/SIGINT; returns the process exit code.
 pub fn run(config: ServerConfig) -> i32 {
     init_tracing();
@@ -77,10 +80,17 @@ async fn serve(config: ServerConfig) -> i32 {
     let token = Token::new(config.token.clone());
     let (logs, log_inbox) = SideRelay::channel();
     let supervisor = WorkerSupervisor::new(config.clone(), logs.clone()).start();
+    // A message's bytes travel as one binary frame beside a small JSON
+    // header; the slack is for that header.
+    let max_frame = config.max_message_bytes.saturating_add(HEADER_SLACK);
     let (service, io) = SocketIo::builder()
-        .max_payload(config.max_message_bytes as u64)
-        .ws_max_message_size(config.max_message_bytes)
-        .ws_max_frame_size(config.max_message_bytes)
+        .with_parser(
+            socketioxide::ParserConfig::common()
+                .max_incoming_binary_buf_size(config.max_message_bytes),
+        )
+        .max_payload(max_frame as u64)
+        .ws_max_message_size(max_frame)
+        .ws_max_frame_size(max_frame)
         .max_buffer_size(4096)
         .ping_interval(config.ping_interval)
         .ping_timeout(config.ping_timeout)

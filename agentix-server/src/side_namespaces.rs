@@ -4,15 +4,15 @@
 //! Joining needs the sandbox token, like `/rpc`. The only event they take
 //! from hosts is `ack`, one per batch handled; a host that joins gets what
 //! was kept while no host listened, then everything new (see
-//! [`crate::side_relay`]).
+//! [`crate::side_relay`]). Handlers are attached before the connect ack
+//! (see [`crate::rpc`] for why).
 
 use agentix_actors::wire::{EVENT_SIDE_ACK, LOG_NAMESPACE, TRACE_NAMESPACE};
 use socketioxide::extract::{Event, SocketRef};
 use socketioxide::handler::ConnectHandler;
 use socketioxide::SocketIo;
 
-use crate::auth::Token;
-use crate::rpc::auth_middleware;
+use crate::auth::{auth_middleware, Token};
 use crate::side_credits::SideCredits;
 use crate::side_relay::SideRelay;
 
@@ -22,7 +22,7 @@ pub fn register(io: &SocketIo, relay: SideRelay, credits: SideCredits, token: To
     for namespace in [LOG_NAMESPACE, TRACE_NAMESPACE] {
         let relay = relay.clone();
         let credits = credits.clone();
-        let on_connect = move |s: SocketRef| {
+        let attach_handlers = move |s: SocketRef| {
             let acks = credits.clone();
             s.on(EVENT_SIDE_ACK, move |s: SocketRef| {
                 acks.ack(s.id);
@@ -37,9 +37,18 @@ pub fn register(io: &SocketIo, relay: SideRelay, credits: SideCredits, token: To
                 tracing::warn!(socket = %s.id, event, namespace, "takes no events from hosts; dropped");
                 std::future::ready(())
             });
+            std::future::ready(Ok::<(), std::convert::Infallible>(()))
+        };
+        // Past the ack: the backlog goes to a host that can take it.
+        let on_connect = move |_: SocketRef| {
             relay.host_joined();
             std::future::ready(())
         };
-        io.ns(namespace, on_connect.with(auth_middleware(token.clone())));
+        io.ns(
+            namespace,
+            on_connect
+                .with(attach_handlers)
+                .with(auth_middleware(token.clone())),
+        );
     }
 }

@@ -27,7 +27,7 @@ use agentix_actors::wire::{
 use socketioxide::SocketIo;
 use tokio::sync::mpsc;
 
-use crate::rpc::emit;
+use crate::emit::emit;
 use crate::side_credits::SideCredits;
 
 /// Items (records or trace events) kept per channel while no host listens.
@@ -125,14 +125,14 @@ impl Payload {
 struct Channel {
     namespace: &'static str,
     event: &'static str,
-    wrap: fn(&SideBatch) -> Payload,
+    wrap: fn(SideBatch) -> Payload,
     backlog: VecDeque<SideBatch>,
     backlog_items: usize,
     dropped: u64,
 }
 
 impl Channel {
-    fn new(namespace: &'static str, event: &'static str, wrap: fn(&SideBatch) -> Payload) -> Self {
+    fn new(namespace: &'static str, event: &'static str, wrap: fn(SideBatch) -> Payload) -> Self {
         Channel {
             namespace,
             event,
@@ -188,7 +188,7 @@ impl Channel {
         pending.extend(self.backlog.drain(..));
         self.backlog_items = 0;
         pending.extend(batch);
-        for batch in &pending {
+        for batch in pending {
             let payload = (self.wrap)(batch);
             for host in &hosts {
                 if credits.take(host).await {

@@ -6,29 +6,32 @@ mod support;
 use std::time::Duration;
 
 use agentix::{ErrorKind, SandboxConfig};
-use base64::Engine;
 use serde_json::{json, Value};
-use support::raw_socket::RawSocket;
+use support::raw_socket::{placeholder, RawSocket};
 use support::{bundle_path, rss_kib, sandbox, sandbox_with, scratch_dir};
 
-const B64: base64::engine::GeneralPurpose = base64::engine::general_purpose::STANDARD;
+fn add_args(a: i64, b: i64) -> Vec<u8> {
+    agentix_actors::cbor::to_vec(&(a, b)).unwrap()
+}
 
-fn add_args(a: i64, b: i64) -> String {
-    B64.encode(agentix_actors::cbor::to_vec(&(a, b)).unwrap())
+/// Emits a `call` of `target` as `id` with CBOR `args` as its attachment.
+async fn call(raw: &mut RawSocket, id: u64, target: &str, args: Vec<u8>) {
+    raw.emit_binary(
+        "call",
+        json!({"id": id, "target": target, "args": placeholder(0)}),
+        vec![args],
+    )
+    .await;
 }
 
 /// Sends a good `add` call as `id` and checks its answer.
 async fn good_call(raw: &mut RawSocket, id: u64) {
-    raw.emit(
-        "call",
-        json!({"id": id, "target": "agentix_e2e::add", "args": add_args(20, 22)}),
-    )
-    .await;
-    let (name, payload) = raw.recv_event().await.expect("a reply");
-    assert_eq!(name, "call:result", "{payload}");
-    assert_eq!(payload["id"], id);
-    let value = B64.decode(payload["value"].as_str().unwrap()).unwrap();
-    let sum: i64 = agentix_actors::cbor::from_slice(&value).unwrap();
+    call(raw, id, "agentix_e2e::add", add_args(20, 22)).await;
+    let event = raw.recv_binary_event().await.expect("a reply");
+    assert_eq!(event.name, "call:result", "{}", event.payload);
+    assert_eq!(event.payload["id"], id);
+    assert_eq!(event.payload["value"], placeholder(0));
+    let sum: i64 = agentix_actors::cbor::from_slice(&event.attachments[0]).unwrap();
     assert_eq!(sum, 42);
 }
 
@@ -58,18 +61,22 @@ async fn garbage_events_get_clear_errors_and_the_connection_keeps_serving() {
     raw.emit("call", json!({"id": 2, "target": "agentix_e2e::add"}))
         .await;
     expect_error(&mut raw, 2, "Protocol").await;
-    // Arguments that are not base64, or not CBOR.
+    // Arguments that are text instead of an attachment, a placeholder
+    // naming no attachment, bytes that are not CBOR.
     raw.emit(
         "call",
         json!({"id": 3, "target": "agentix_e2e::add", "args": "%%%"}),
     )
     .await;
-    expect_error(&mut raw, 3, "BadArguments").await;
-    raw.emit(
+    expect_error(&mut raw, 3, "Protocol").await;
+    raw.emit_binary(
         "call",
-        json!({"id": 4, "target": "agentix_e2e::add", "args": B64.encode([0xff, 0xff])}),
+        json!({"id": 7, "target": "agentix_e2e::add", "args": placeholder(3)}),
+        vec![add_args(1, 2)],
     )
     .await;
+    expect_error(&mut raw, 7, "BadArguments").await;
+    call(&mut raw, 4, "agentix_e2e::add", vec![0xff, 0xff]).await;
     expect_error(&mut raw, 4, "BadArguments").await;
     // Unknown events, cancels and acks for unknown ids, a bad stream window:
     // dropped (logged); the next good call proves the connection serves.
@@ -82,10 +89,9 @@ async fn garbage_events_get_clear_errors_and_the_connection_keeps_serving() {
     good_call(&mut raw, 5).await;
 
     // A call id that is still running cannot be reused.
-    let slow = json!({"id": 6, "target": "agentix_e2e::sleep_ms",
-        "args": B64.encode(agentix_actors::cbor::to_vec(&(300u64,)).unwrap())});
-    raw.emit("call", slow.clone()).await;
-    raw.emit("call", slow).await;
+    let slow = agentix_actors::cbor::to_vec(&(300u64,)).unwrap();
+    call(&mut raw, 6, "agentix_e2e::sleep_ms", slow.clone()).await;
+    call(&mut raw, 6, "agentix_e2e::sleep_ms", slow).await;
     let err = expect_error(&mut raw, 6, "Protocol").await;
     assert!(
         err["message"].as_str().unwrap().contains("already in use"),
@@ -108,12 +114,14 @@ async fn garbage_events_get_clear_errors_and_the_connection_keeps_serving() {
 
 #[tokio::test]
 async fn a_message_past_the_limit_is_refused_and_others_go_on() {
-    let sb = sandbox().await;
+    // A 1 MiB limit keeps the oversized message small enough for a test.
+    let config = SandboxConfig::new(bundle_path()).server_arg("--max-message-bytes", "1048576");
+    let sb = sandbox_with(config).await;
     let mut raw = RawSocket::connect(sb.addr(), sb.token()).await;
-    // Past the server's Socket.IO limit (about 16 MiB for default settings).
+    // Past the server's Socket.IO limit (the limit and 64 KiB for the header).
     let huge = format!(
         "42/rpc,[\"call\",{{\"id\":1,\"target\":\"agentix_e2e::echo\",\"args\":\"{}\"}}]",
-        "A".repeat(20 << 20)
+        "A".repeat(2 << 20)
     );
     // The server may reset the connection while the message is still going out.
     let refused = raw.try_send(&huge).await.is_err() || raw.recv().await.is_none();
@@ -129,11 +137,7 @@ async fn a_message_past_the_limit_is_refused_and_others_go_on() {
 /// Four bad events; two of them get an error reply, which is read.
 async fn garbage_round(raw: &mut RawSocket) {
     raw.emit("call", json!({"id": "x"})).await;
-    raw.emit(
-        "call",
-        json!({"id": 9, "target": "nope::nothing", "args": add_args(1, 1)}),
-    )
-    .await;
+    call(raw, 9, "nope::nothing", add_args(1, 1)).await;
     raw.emit("cancel", json!({"id": 77})).await;
     raw.emit("bogus", json!([1, 2, 3])).await;
     expect_error(raw, 0, "Protocol").await;

@@ -426,7 +426,9 @@ async fn warm_shells_run_commands_exactly_like_fresh_ones_and_die_with_the_worke
 
 #[tokio::test]
 async fn output_too_large_for_one_message_is_a_clear_error() {
-    let sb = sandbox().await;
+    let mut config = agentix::SandboxConfig::new(support::bundle_path());
+    config.max_message_bytes = 12 << 20;
+    let sb = support::sandbox_with(config).await;
     let err = sb
         .remote(
             agentix_bash::run,

@@ -111,7 +111,9 @@ async fn an_error_type_without_serialize_carries_no_data() {
 
 #[tokio::test]
 async fn results_too_large_for_one_message_fail_and_the_connection_lives_on() {
-    let sb = sandbox().await;
+    let mut config = SandboxConfig::new(bundle_path());
+    config.max_message_bytes = 12 << 20;
+    let sb = sandbox_with(config).await;
     let err = bounded(
         "oversized result",
         sb.remote(agentix_e2e::make_blob, (20 << 20,)),
@@ -142,7 +144,9 @@ async fn results_too_large_for_one_message_fail_and_the_connection_lives_on() {
 
 #[tokio::test]
 async fn oversized_arguments_fail_before_sending() {
-    let sb = sandbox().await;
+    let mut config = SandboxConfig::new(bundle_path());
+    config.max_message_bytes = 12 << 20;
+    let sb = sandbox_with(config).await;
     let big = Blob::from(vec![1u8; 13 << 20]);
     let err = bounded("oversized call", sb.remote(agentix_e2e::echo_blob, (big,)))
         .await
@@ -177,19 +181,13 @@ async fn a_wrong_token_is_rejected_on_socketio_and_http() {
     .unwrap_err();
     assert_eq!(err.kind, ErrorKind::AuthRejected, "{err}");
 
-    let http = reqwest::Client::new();
-    let url = |path: &str| format!("http://{}{path}", sb.addr());
-    let status = |r: reqwest::Response| r.status().as_u16();
-    assert_eq!(status(http.get(url("/health")).send().await.unwrap()), 200);
-    assert_eq!(status(http.get(url("/metrics")).send().await.unwrap()), 401);
-    let wrong = http
-        .get(url("/metrics"))
-        .header("Authorization", "Bearer nope");
-    assert_eq!(status(wrong.send().await.unwrap()), 401);
-    let right = http
-        .get(url("/metrics"))
-        .header("Authorization", format!("Bearer {}", sb.token()));
-    assert_eq!(status(right.send().await.unwrap()), 404);
+    use support::raw_socket::http_status;
+    assert_eq!(http_status(sb.addr(), "/health", None).await, 200);
+    assert_eq!(http_status(sb.addr(), "/metrics", None).await, 401);
+    let wrong = Some("Bearer nope");
+    assert_eq!(http_status(sb.addr(), "/metrics", wrong).await, 401);
+    let right = format!("Bearer {}", sb.token());
+    assert_eq!(http_status(sb.addr(), "/metrics", Some(&right)).await, 404);
 
     // The rightful host is unaffected.
     assert_eq!(sb.remote(agentix_e2e::add, (1, 1)).await.unwrap(), 2);

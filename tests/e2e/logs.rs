@@ -278,15 +278,15 @@ async fn a_slow_host_slows_the_sandbox_instead_of_filling_memory() {
 
 #[tokio::test]
 async fn records_made_while_no_host_listens_are_kept_or_counted() {
-    use base64::Engine;
+    use support::raw_socket::{placeholder, RawSocket};
     let sb = support::sandbox().await;
     // A client that makes calls but does not listen on /log.
-    let mut raw = support::raw_socket::RawSocket::connect(sb.addr(), sb.token()).await;
+    let mut raw = RawSocket::connect(sb.addr(), sb.token()).await;
     let args = agentix_actors::cbor::to_vec(&(120_000u64, 0u64, 0u64)).unwrap();
-    let args = base64::engine::general_purpose::STANDARD.encode(args);
-    raw.emit(
+    raw.emit_binary(
         "call",
-        serde_json::json!({"id": 1, "target": "agentix_e2e::chatter", "args": args}),
+        serde_json::json!({"id": 1, "target": "agentix_e2e::chatter", "args": placeholder(0)}),
+        vec![args],
     )
     .await;
     let (name, _) = raw.recv_event().await.unwrap();

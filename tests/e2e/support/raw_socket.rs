@@ -6,13 +6,25 @@ use std::time::Duration;
 use futures_util::{SinkExt, StreamExt};
 use tokio_tungstenite::tungstenite::Message;
 
-type Ws =
-    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+type Ws = tokio_tungstenite::WebSocketStream<tokio::net::TcpStream>;
 
 /// A raw connection to one namespace, already past the handshake.
 pub(crate) struct RawSocket {
     ws: Ws,
     ns: String,
+}
+
+/// A received event: its name, its payload (placeholders as they came) and
+/// its binary attachments, in order.
+pub(crate) struct RawEvent {
+    pub(crate) name: String,
+    pub(crate) payload: serde_json::Value,
+    pub(crate) attachments: Vec<Vec<u8>>,
+}
+
+/// The placeholder a binary attachment takes in an event's JSON.
+pub(crate) fn placeholder(num: usize) -> serde_json::Value {
+    serde_json::json!({"_placeholder": true, "num": num})
 }
 
 impl RawSocket {
@@ -21,10 +33,15 @@ impl RawSocket {
         RawSocket::connect_ns(addr, token, "/rpc").await
     }
 
-    /// Connects to the server at `addr` and joins namespace `ns` with `token`.
-    pub(crate) async fn connect_ns(addr: &str, token: &str, ns: &str) -> Self {
+    /// Opens the websocket and reads the Engine.IO open packet; no
+    /// namespace joined yet.
+    pub(crate) async fn open(addr: &str, ns: &str) -> Self {
+        let tcp = tokio::net::TcpStream::connect(addr)
+            .await
+            .expect("TCP connects");
+        tcp.set_nodelay(true).expect("nodelay");
         let url = format!("ws://{addr}/socket.io/?EIO=4&transport=websocket");
-        let (ws, _) = tokio_tungstenite::connect_async(url)
+        let (ws, _) = tokio_tungstenite::client_async(url, tcp)
             .await
             .expect("websocket connects");
         let mut raw = RawSocket {
@@ -33,6 +50,12 @@ impl RawSocket {
         };
         let open = raw.recv().await.expect("engine.io open packet");
         assert!(open.starts_with('0'), "not an open packet: {open}");
+        raw
+    }
+
+    /// Connects to the server at `addr` and joins namespace `ns` with `token`.
+    pub(crate) async fn connect_ns(addr: &str, token: &str, ns: &str) -> Self {
+        let mut raw = RawSocket::open(addr, ns).await;
         raw.send(&format!("40{ns},{}", serde_json::json!({ "token": token })))
             .await;
         let joined = raw.recv().await.expect("namespace connect reply");
@@ -53,35 +76,79 @@ impl RawSocket {
         &mut self,
         text: &str,
     ) -> Result<(), tokio_tungstenite::tungstenite::Error> {
-        self.ws.send(Message::Text(text.to_owned())).await
+        self.ws.send(Message::text(text)).await
+    }
+
+    /// Sends one binary frame as is.
+    pub(crate) async fn send_binary(&mut self, bytes: Vec<u8>) {
+        self.ws
+            .send(Message::binary(bytes))
+            .await
+            .expect("frame sent");
     }
 
     /// The next text frame that is not a ping (pings are answered); `None`
     /// once the server closed the connection.
     pub(crate) async fn recv(&mut self) -> Option<String> {
         loop {
-            let msg = tokio::time::timeout(Duration::from_secs(20), self.ws.next())
-                .await
-                .expect("the server answers within 20 s");
-            match msg {
-                Some(Ok(Message::Text(t))) if t == "2" => self.send("3").await,
-                Some(Ok(Message::Text(t))) => return Some(t),
-                Some(Ok(Message::Close(_))) | None | Some(Err(_)) => return None,
-                Some(Ok(_)) => {}
+            match self.recv_message().await? {
+                Message::Text(t) => return Some(t.to_string()),
+                Message::Binary(b) => {
+                    panic!("a binary frame of {} bytes where text was due", b.len())
+                }
+                _ => {}
             }
         }
     }
 
-    /// The next event on the namespace as `(name, payload)`.
-    pub(crate) async fn recv_event(&mut self) -> Option<(String, serde_json::Value)> {
+    async fn recv_message(&mut self) -> Option<Message> {
+        loop {
+            let msg = tokio::time::timeout(Duration::from_secs(20), self.ws.next())
+                .await
+                .expect("the server answers within 20 s");
+            match msg {
+                Some(Ok(Message::Text(t))) if t.as_str() == "2" => self.send("3").await,
+                Some(Ok(Message::Close(_))) | None | Some(Err(_)) => return None,
+                Some(Ok(m)) => return Some(m),
+            }
+        }
+    }
+
+    /// The next event on the namespace, with its attachments.
+    pub(crate) async fn recv_binary_event(&mut self) -> Option<RawEvent> {
         let text = self.recv().await?;
-        let prefix = format!("42{},", self.ns);
-        let body = text
+        let (count, body) = if let Some(rest) = text.strip_prefix("45") {
+            let (count, rest) = rest.split_once('-').expect("an attachment count");
+            (count.parse::<usize>().expect("a count"), rest.to_owned())
+        } else {
+            let rest = text
+                .strip_prefix("42")
+                .unwrap_or_else(|| panic!("not an event: {text}"));
+            (0, rest.to_owned())
+        };
+        let prefix = format!("{},", self.ns);
+        let body = body
             .strip_prefix(&prefix)
             .unwrap_or_else(|| panic!("not an event on {}: {text}", self.ns));
         let value: serde_json::Value = serde_json::from_str(body).expect("event JSON");
-        let name = value[0].as_str().expect("event name").to_owned();
-        Some((name, value[1].clone()))
+        let mut attachments = Vec::with_capacity(count);
+        while attachments.len() < count {
+            match self.recv_message().await? {
+                Message::Binary(b) => attachments.push(b.to_vec()),
+                other => panic!("an attachment was due, got {other:?}"),
+            }
+        }
+        Some(RawEvent {
+            name: value[0].as_str().expect("event name").to_owned(),
+            payload: value[1].clone(),
+            attachments,
+        })
+    }
+
+    /// The next event on the namespace as `(name, payload)`.
+    pub(crate) async fn recv_event(&mut self) -> Option<(String, serde_json::Value)> {
+        let event = self.recv_binary_event().await?;
+        Some((event.name, event.payload))
     }
 
     /// Emits event `name` with a JSON payload on the namespace.
@@ -89,4 +156,50 @@ impl RawSocket {
         let frame = format!("42{},{}", self.ns, serde_json::json!([name, payload]));
         self.send(&frame).await;
     }
+
+    /// Emits event `name` whose JSON payload holds placeholders for
+    /// `attachments`, sent after it as binary frames.
+    pub(crate) async fn emit_binary(
+        &mut self,
+        name: &str,
+        payload: serde_json::Value,
+        attachments: Vec<Vec<u8>>,
+    ) {
+        let frame = format!(
+            "45{}-{},{}",
+            attachments.len(),
+            self.ns,
+            serde_json::json!([name, payload])
+        );
+        self.send(&frame).await;
+        for bytes in attachments {
+            self.send_binary(bytes).await;
+        }
+    }
+}
+
+/// `GET path` on the server at `addr`, with `Authorization: auth` if given;
+/// returns the status code.
+pub(crate) async fn http_status(addr: &str, path: &str, auth: Option<&str>) -> u16 {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut tcp = tokio::net::TcpStream::connect(addr)
+        .await
+        .expect("TCP connects");
+    let auth = auth
+        .map(|a| format!("Authorization: {a}\r\n"))
+        .unwrap_or_default();
+    let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}Connection: close\r\n\r\n");
+    tcp.write_all(request.as_bytes())
+        .await
+        .expect("request sent");
+    let mut response = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), tcp.read_to_end(&mut response))
+        .await
+        .expect("a response within 10 s")
+        .expect("response read");
+    let text = String::from_utf8_lossy(&response);
+    text.split_whitespace()
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .unwrap_or_else(|| panic!("not an HTTP response: {text}"))
 }

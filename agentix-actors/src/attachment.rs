@@ -1,0 +1,230 @@
+//! [`Attachment`]: bytes that cross host <-> server as a Socket.IO binary
+//! attachment, never as text.
+//!
+//! Socket.IO sends an event with binary data as one text packet whose JSON
+//! holds a placeholder (`{"_placeholder": true, "num": 0}`) where the bytes
+//! belong, followed by the bytes themselves as binary frames. Serialising an
+//! `Attachment` asks the serializer for bytes, which Socket.IO's serializer
+//! turns into such a placeholder plus a frame. Decoding goes the other way
+//! without copying: [`decode_event`] parses the JSON, which leaves each
+//! attachment as its placeholder's slot number, then hands every slot the
+//! frame it names.
+
+use std::fmt;
+
+use bytes::Bytes;
+use serde::de::{self, DeserializeOwned, IgnoredAny, MapAccess, Visitor};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+/// Bytes carried beside an event's JSON as a binary attachment.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Attachment(Slot);
+
+#[derive(Clone, PartialEq, Eq)]
+enum Slot {
+    Bytes(Bytes),
+    /// Parsed from a placeholder; filled by [`decode_event`].
+    Unresolved(usize),
+}
+
+impl Attachment {
+    /// An attachment carrying `bytes`.
+    pub fn new(bytes: impl Into<Bytes>) -> Self {
+        Attachment(Slot::Bytes(bytes.into()))
+    }
+
+    /// The bytes (empty only if the attachment was never resolved, which
+    /// [`decode_event`] rules out).
+    pub fn as_bytes(&self) -> &[u8] {
+        match &self.0 {
+            Slot::Bytes(b) => b,
+            Slot::Unresolved(_) => &[],
+        }
+    }
+
+    /// The bytes, without copying them.
+    pub fn into_bytes(self) -> Bytes {
+        match self.0 {
+            Slot::Bytes(b) => b,
+            Slot::Unresolved(_) => Bytes::new(),
+        }
+    }
+
+    /// How many bytes it carries.
+    pub fn len(&self) -> usize {
+        self.as_bytes().len()
+    }
+
+    /// Whether it carries no bytes.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn resolve(&mut self, frames: &mut [Option<Bytes>]) -> Result<(), String> {
+        let Slot::Unresolved(num) = self.0 else {
+            return Ok(());
+        };
+        let frame = frames
+            .get_mut(num)
+            .ok_or_else(|| format!("placeholder {num} names no attachment"))?
+            .take()
+            .ok_or_else(|| format!("attachment {num} is used twice"))?;
+        self.0 = Slot::Bytes(frame);
+        Ok(())
+    }
+}
+
+impl fmt::Debug for Attachment {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.0 {
+            Slot::Bytes(b) => write!(f, "Attachment({} bytes)", b.len()),
+            Slot::Unresolved(n) => write!(f, "Attachment(placeholder {n})"),
+        }
+    }
+}
+
+impl From<Vec<u8>> for Attachment {
+    fn from(bytes: Vec<u8>) -> Self {
+        Attachment::new(bytes)
+    }
+}
+
+impl Serialize for Attachment {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match &self.0 {
+            Slot::Bytes(b) => serializer.serialize_bytes(b),
+            Slot::Unresolved(_) => Err(serde::ser::Error::custom(
+                "an unresolved attachment cannot be sent",
+            )),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Attachment {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_map(PlaceholderVisitor)
+    }
+}
+
+struct PlaceholderVisitor;
+
+impl<'de> Visitor<'de> for PlaceholderVisitor {
+    type Value = Attachment;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a binary attachment placeholder {\"_placeholder\": true, \"num\": N}")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Attachment, A::Error> {
+        let (mut placeholder, mut num) = (false, None);
+        while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+            match &*key {
+                "_placeholder" => placeholder = map.next_value()?,
+                "num" => num = Some(map.next_value::<usize>()?),
+                _ => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        match (placeholder, num) {
+            (true, Some(num)) => Ok(Attachment(Slot::Unresolved(num))),
+            _ => Err(de::Error::custom(
+                "expected a binary attachment placeholder {\"_placeholder\": true, \"num\": N}",
+            )),
+        }
+    }
+}
+
+/// An event payload with binary attachments to fill in after parsing.
+pub trait WithAttachments {
+    /// Every attachment the payload holds, in any order.
+    fn attachments_mut(&mut self) -> Vec<&mut Attachment>;
+}
+
+/// Decodes the payload `T` of an event whose packet JSON is `json` (the
+/// Socket.IO array `[event, payload, ..]`), filling its attachments from
+/// `frames`, the binary frames that followed the packet, in order.
+pub fn decode_event<T>(json: &str, frames: Vec<Bytes>) -> Result<T, String>
+where
+    T: DeserializeOwned + WithAttachments,
+{
+    let EventArgs(mut payload) =
+        serde_json::from_str::<EventArgs<T>>(json).map_err(|e| format!("malformed event: {e}"))?;
+    resolve(&mut payload, frames)?;
+    Ok(payload)
+}
+
+/// The first argument of a packet array `[name, first, rest..]`; a client
+/// may send more arguments than an event uses.
+struct EventArgs<T>(T);
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for EventArgs<T> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Args<T>(std::marker::PhantomData<T>);
+        impl<'de, T: Deserialize<'de>> Visitor<'de> for Args<T> {
+            type Value = EventArgs<T>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("an event array [name, payload, ..]")
+            }
+            fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+                seq.next_element::<IgnoredAny>()?
+                    .ok_or_else(|| de::Error::custom("an event without a name"))?;
+                let first = seq
+                    .next_element::<T>()?
+                    .ok_or_else(|| de::Error::custom("an event without a payload"))?;
+                while seq.next_element::<IgnoredAny>()?.is_some() {}
+                Ok(EventArgs(first))
+            }
+        }
+        deserializer.deserialize_seq(Args(std::marker::PhantomData))
+    }
+}
+
+/// Fills the attachments of an already parsed `payload` from `frames`.
+pub fn resolve<T: WithAttachments>(payload: &mut T, frames: Vec<Bytes>) -> Result<(), String> {
+    let mut frames: Vec<Option<Bytes>> = frames.into_iter().map(Some).collect();
+    for attachment in payload.attachments_mut() {
+        attachment.resolve(&mut frames)?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, Deserialize)]
+    struct Two {
+        a: Attachment,
+        b: Attachment,
+    }
+
+    impl WithAttachments for Two {
+        fn attachments_mut(&mut self) -> Vec<&mut Attachment> {
+            vec![&mut self.a, &mut self.b]
+        }
+    }
+
+    #[test]
+    fn placeholders_take_their_frames_in_any_order() {
+        let json = r#"["e", {"a": {"num": 1, "_placeholder": true}, "b": {"_placeholder": true, "num": 0}}]"#;
+        let frames = vec![Bytes::from_static(b"zero"), Bytes::from_static(b"one")];
+        let two: Two = decode_event(json, frames).unwrap();
+        assert_eq!(two.a.as_bytes(), b"one");
+        assert_eq!(two.b.as_bytes(), b"zero");
+    }
+
+    #[test]
+    fn missing_reused_or_fake_attachments_are_errors() {
+        let reused = r#"["e", {"a": {"_placeholder": true, "num": 0}, "b": {"_placeholder": true, "num": 0}}]"#;
+        let err = decode_event::<Two>(reused, vec![Bytes::new()]).unwrap_err();
+        assert!(err.contains("used twice"), "{err}");
+        let missing = r#"["e", {"a": {"_placeholder": true, "num": 0}, "b": {"_placeholder": true, "num": 5}}]"#;
+        let err = decode_event::<Two>(missing, vec![Bytes::new()]).unwrap_err();
+        assert!(err.contains("names no attachment"), "{err}");
+        let fake = r#"["e", {"a": "text", "b": {"_placeholder": true, "num": 0}}]"#;
+        assert!(decode_event::<Two>(fake, vec![Bytes::new()]).is_err());
+        let not_placeholder = r#"["e", {"a": {"num": 0}, "b": {"_placeholder": true, "num": 0}}]"#;
+        assert!(decode_event::<Two>(not_placeholder, vec![Bytes::new()]).is_err());
+    }
+}

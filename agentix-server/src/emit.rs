@@ -1,0 +1,29 @@
+//! [`emit`]: one event to one host socket, never dropped for a full queue.
+//!
+//! Shared by every namespace that sends to hosts (`/rpc`, `/log`, `/trace`,
+//! plugin forwarders).
+
+use std::time::Duration;
+
+use serde::Serialize;
+use socketioxide::extract::SocketRef;
+use socketioxide::{SendError, SocketError};
+
+/// Emits `data`, waiting while the socket's send queue is full: a reply is
+/// never dropped while the socket is connected.
+pub async fn emit<T: Serialize + ?Sized>(s: &SocketRef, event: &str, data: &T) {
+    let mut backoff = Duration::from_micros(200);
+    loop {
+        match s.emit(event, data) {
+            Ok(()) => return,
+            Err(SendError::Socket(SocketError::InternalChannelFull)) => {
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_millis(20));
+            }
+            Err(e) => {
+                tracing::debug!(socket = %s.id, event, "reply not delivered: {e}");
+                return;
+            }
+        }
+    }
+}
