@@ -16,8 +16,17 @@ pub fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
         return Err(io::Error::last_os_error());
     }
     // SAFETY: pipe2 succeeded, so both fds are open and owned by nobody else.
-    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+    let ends = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    // A 64 KiB pipe moves a 1 MiB frame in 16 writes, each waking the
+    // reader; a larger one (up to the system's pipe-max-size) in fewer.
+    // Best effort: an unprivileged process may be refused past that limit.
+    // SAFETY: fcntl on a pipe we own, with an integer argument.
+    unsafe { libc::fcntl(fds[1], libc::F_SETPIPE_SZ, PIPE_BYTES as libc::c_int) };
+    Ok(ends)
 }
+
+/// The capacity asked for each pipe between server and worker.
+const PIPE_BYTES: usize = 1 << 20;
 
 /// In a freshly forked child: die with `signal` when the parent goes away,
 /// and start a new process group so the whole tree can be signalled at once.
@@ -98,7 +107,10 @@ pub fn tune_allocator() {
     // SAFETY: mallopt only adjusts allocator parameters.
     unsafe {
         libc::mallopt(libc::M_MMAP_THRESHOLD, HEAP_BUFFERS_UP_TO as libc::c_int);
-        libc::mallopt(libc::M_TRIM_THRESHOLD, 512 << 10);
+        // Freeing a large buffer at the top of the heap must not hand it
+        // back at once (the next message would fault it in again): the
+        // trimming thread does that once messages stop.
+        libc::mallopt(libc::M_TRIM_THRESHOLD, TRIM_ON_FREE_PAST as libc::c_int);
         libc::mallopt(libc::M_ARENA_MAX, 2);
     }
     let trimmer = std::thread::Builder::new()
@@ -132,8 +144,12 @@ pub fn note_large_buffer() {
     LARGE_BUFFERS.fetch_add(1, Ordering::Relaxed);
 }
 
-/// Largest allocation served from the heap rather than its own mapping.
-pub const HEAP_BUFFERS_UP_TO: usize = 4 << 20;
+/// Largest allocation served from the heap rather than its own mapping
+/// (glibc's own ceiling for the threshold).
+pub const HEAP_BUFFERS_UP_TO: usize = 32 << 20;
+
+/// Free memory at the heap's top past which `free` itself trims.
+const TRIM_ON_FREE_PAST: usize = 512 << 20;
 
 /// Free heap memory past which the trimming thread gives it back.
 pub const IDLE_FREE_LIMIT: usize = 1 << 20;

@@ -207,13 +207,10 @@ impl Sandbox {
         if let Some(err) = self.server_exited_error() {
             return Err(err);
         }
-        let conn = RpcConnection::connect(&self.endpoint, self.settings)
-            .await
-            .map_err(|e| match self.server_exited_error() {
-                // The server died while we connected: say that, not "unreachable".
-                Some(exited) if e.kind == ErrorKind::ServerUnreachable => exited,
-                _ => e,
-            })?;
+        let conn = match RpcConnection::connect(&self.endpoint, self.settings).await {
+            Ok(conn) => conn,
+            Err(e) => return Err(self.explain_unreachable(e).await),
+        };
         if let Some(local) = &self.local {
             let server = local.server.clone();
             let weak = Arc::downgrade(&conn);
@@ -318,6 +315,22 @@ impl Sandbox {
     fn live_connection(&self) -> Option<Arc<RpcConnection>> {
         let conn = self.conn.lock().unwrap_or_else(|p| p.into_inner());
         conn.as_ref().filter(|c| c.is_alive()).cloned()
+    }
+
+    /// A local server that refuses connections has usually just died: wait
+    /// a moment for its exit to be seen, and say that, not "unreachable".
+    async fn explain_unreachable(&self, error: RemoteError) -> RemoteError {
+        let Some(local) = self.local.as_ref() else {
+            return error;
+        };
+        if error.kind != ErrorKind::ServerUnreachable {
+            return error;
+        }
+        let server = local.server.clone();
+        match tokio::time::timeout(std::time::Duration::from_secs(1), server.wait()).await {
+            Ok(status) => server_exited(&status, &local.log_path()),
+            Err(_) => error,
+        }
     }
 
     fn server_exited_error(&self) -> Option<RemoteError> {

@@ -29,6 +29,9 @@ use crate::supervisor::{AttachIo, BeginDrain, ReportHealth, StopWorker, WorkerSu
 /// Room for an event's JSON header beside its largest binary attachment.
 const HEADER_SLACK: usize = 64 << 10;
 
+/// Bytes read from a host's websocket per read.
+const WS_READ_BUFFER: usize = 128 << 10;
+
 /// Runs the server until SIGTERM/SIGINT; returns the process exit code.
 pub fn run(config: ServerConfig) -> i32 {
     init_tracing();
@@ -89,6 +92,9 @@ async fn serve(config: ServerConfig) -> i32 {
                 .max_incoming_binary_buf_size(config.max_message_bytes),
         )
         .max_payload(max_frame as u64)
+        // Socketioxide reads a websocket 4 KiB at a time by default: 256
+        // reads per MiB received.
+        .ws_read_buffer_size(WS_READ_BUFFER)
         .ws_max_message_size(max_frame)
         .ws_max_frame_size(max_frame)
         .max_buffer_size(4096)

@@ -1,7 +1,7 @@
 //! `cargo run --release -p agentix-bench [-- --json] [--only SECTION,..]`:
 //! measures Agentix on this machine with the embedded local provider.
-//! Sections: boot, echo, inflight, blob, stream, cancel, bash, files, rss,
-//! kill, side, ns.
+//! Sections: boot, echo, inflight, blob, blob64, loaded, stream, cancel, bash, files,
+//! rss, kill, side, ns.
 //!
 //! The binary is its own bundle (it calls `agentix::bundle::dispatch` first),
 //! so the sandbox runs exactly the code measured here. It prints a table; with
@@ -75,6 +75,12 @@ async fn run(sections: Sections) -> Report {
     if sections.wants("blob") {
         echo_1mib(&sb, &mut report).await;
     }
+    if sections.wants("blob64") {
+        echo_64mib(&sb, &mut report).await;
+    }
+    if sections.wants("loaded") {
+        loaded_echo(&sb, &mut report).await;
+    }
     if sections.wants("stream") {
         stream_items(&sb, &mut report).await;
     }
@@ -100,6 +106,12 @@ async fn run(sections: Sections) -> Report {
     if sections.wants("ns") {
         namespace_requests(&provider, &mut report).await;
     }
+    report.add(
+        "host_rss_kib",
+        "host (this bench) RSS after the run",
+        "KiB",
+        rss_kib(std::process::id()),
+    );
     report
 }
 
@@ -307,7 +319,7 @@ async fn echo_1mib(sb: &Sandbox, report: &mut Report) {
             .await
             .expect("echo");
     }
-    const ROUNDS: usize = 50;
+    const ROUNDS: usize = 500;
     let start = Instant::now();
     for _ in 0..ROUNDS {
         let back = sb
@@ -322,6 +334,97 @@ async fn echo_1mib(sb: &Sandbox, report: &mut Report) {
         "1 MiB bytes echo, one way",
         "MB/s",
         mb / start.elapsed().as_secs_f64(),
+    );
+}
+
+async fn echo_64mib(sb: &Sandbox, report: &mut Report) {
+    let payload = Blob::from(vec![0xa5u8; 64 << 20]);
+    sb.remote(bench_fns::echo_blob, (payload.clone(),))
+        .await
+        .expect("echo");
+    let mut rates = Vec::new();
+    for _ in 0..5 {
+        let start = Instant::now();
+        let back = sb
+            .remote(bench_fns::echo_blob, (payload.clone(),))
+            .await
+            .expect("echo");
+        assert_eq!(back.len(), payload.len());
+        rates.push(payload.len() as f64 / 1e6 / start.elapsed().as_secs_f64());
+    }
+    rates.sort_by(f64::total_cmp);
+    report.add(
+        "echo_64mib_mb_per_s",
+        "64 MiB argument and result, one way, median of 5",
+        "MB/s",
+        rates[rates.len() / 2],
+    );
+}
+
+/// Small echoes while 64 MiB echoes and a log flood share the connection:
+/// what a large transfer or a chatty sandbox costs a small call.
+async fn loaded_echo(sb: &Sandbox, report: &mut Report) {
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let transfers = async {
+        let payload = Blob::from(vec![0x11u8; 64 << 20]);
+        let mut n = 0u32;
+        while !stop.load(Ordering::Relaxed) {
+            sb.remote(bench_fns::echo_blob, (payload.clone(),))
+                .await
+                .expect("64 MiB echo");
+            n += 1;
+        }
+        n
+    };
+    let flood = async {
+        let mut n = 0u32;
+        while !stop.load(Ordering::Relaxed) {
+            sb.remote(bench_fns::emit_logs, (50_000,))
+                .await
+                .expect("log flood");
+            n += 1;
+        }
+        n
+    };
+    let echoes = async {
+        // Let both loads get going first.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let mut times = Vec::with_capacity(2000);
+        for _ in 0..2000 {
+            let t = Instant::now();
+            sb.remote(bench_fns::echo, ("hello".into(),))
+                .await
+                .expect("echo");
+            times.push(t.elapsed());
+        }
+        stop.store(true, Ordering::Relaxed);
+        times.sort();
+        times
+    };
+    let (transfers, floods, times) = tokio::join!(transfers, flood, echoes);
+    report.add(
+        "echo_loaded_p50_us",
+        "small echo while 64 MiB echoes and a log flood run, p50",
+        "µs",
+        us(times[times.len() / 2]),
+    );
+    report.add(
+        "echo_loaded_p99_us",
+        "small echo while 64 MiB echoes and a log flood run, p99",
+        "µs",
+        us(times[times.len() * 99 / 100]),
+    );
+    report.add(
+        "loaded_64mib_echoes",
+        "64 MiB echoes done meanwhile",
+        "calls",
+        f64::from(transfers),
+    );
+    report.add(
+        "loaded_log_floods",
+        "50,000-record log floods done meanwhile",
+        "calls",
+        f64::from(floods),
     );
 }
 

@@ -248,22 +248,17 @@ impl SioClient {
     }
 
     /// Closes the connection (every namespace at once); handlers get
-    /// `Closed(reason)`.
+    /// `Closed(reason)`. A peer that stopped reading gets a second at most.
     pub async fn disconnect(&self, reason: SioError) {
         self.shut(reason);
-        let mut writer = self.shared.writer.lock().await;
-        let _ = tokio::time::timeout(Duration::from_secs(1), writer.close()).await;
+        close_writer(self.shared.writer.clone()).await;
     }
 
     /// Like [`SioClient::disconnect`], without waiting for the close to be sent.
     pub fn disconnect_in_background(&self, reason: SioError) {
         self.shut(reason);
-        let writer = self.shared.writer.clone();
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
-            rt.spawn(async move {
-                let mut writer = writer.lock().await;
-                let _ = tokio::time::timeout(Duration::from_secs(1), writer.close()).await;
-            });
+            rt.spawn(close_writer(self.shared.writer.clone()));
         }
     }
 
@@ -291,16 +286,21 @@ impl SioClient {
         if self.is_closed() {
             return Err(self.closed_reason());
         }
-        let guard = self.shared.writer.clone().lock_owned().await;
-        if self.is_closed() {
-            return Err(self.closed_reason());
-        }
+        // Waiting for the lock sends nothing, so giving up there is clean.
+        let guard = tokio::select! {
+            guard = self.shared.writer.clone().lock_owned() => guard,
+            reason = self.closed() => return Err(reason),
+        };
         let mut out = Outgoing {
             guard: Some(guard),
             queue: messages.into(),
             shared: Arc::downgrade(&self.shared),
         };
-        match out.write().await {
+        let written = tokio::select! {
+            written = out.write() => written,
+            reason = self.closed() => return Err(reason),
+        };
+        match written {
             Ok(()) => Ok(()),
             Err(e) => {
                 let reason = SioError::Lost(format!("sending failed: {e}"));
@@ -309,6 +309,14 @@ impl SioClient {
             }
         }
     }
+}
+
+/// Sends a close frame if the socket takes it within a second.
+async fn close_writer(writer: Arc<tokio::sync::Mutex<Writer>>) {
+    let _ = tokio::time::timeout(Duration::from_secs(1), async move {
+        writer.lock().await.close().await
+    })
+    .await;
 }
 
 fn closed_by_us() -> SioError {
@@ -373,8 +381,18 @@ impl Drop for Outgoing {
         let Some(mut guard) = self.guard.take() else {
             return;
         };
+        // A closed connection needs no well-formed end.
+        let Some(client) = self.shared.upgrade().map(|shared| SioClient { shared }) else {
+            return;
+        };
+        if client.is_closed() {
+            return;
+        }
         let queue = std::mem::take(&mut self.queue);
         let shared = self.shared.clone();
+        // Only a client, not the connection, is kept alive by the task: it
+        // holds a weak reference, and ends when the connection closes.
+        drop(client);
         let finish = async move {
             let mut result = Ok(());
             for message in queue {
@@ -388,6 +406,17 @@ impl Drop for Outgoing {
             }
             if let (Err(e), Some(shared)) = (result, shared.upgrade()) {
                 shut(&shared, SioError::Lost(format!("sending failed: {e}")));
+            }
+        };
+        let closed = self
+            .shared
+            .upgrade()
+            .map(|shared| shared.closed.subscribe());
+        let finish = async move {
+            let Some(mut closed) = closed else { return };
+            tokio::select! {
+                () = finish => {}
+                _ = closed.wait_for(Option::is_some) => {}
             }
         };
         match tokio::runtime::Handle::try_current() {

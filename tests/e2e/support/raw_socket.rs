@@ -107,7 +107,11 @@ impl RawSocket {
                 .await
                 .expect("the server answers within 20 s");
             match msg {
-                Some(Ok(Message::Text(t))) if t.as_str() == "2" => self.send("3").await,
+                Some(Ok(Message::Text(t))) if t.as_str() == "2" => {
+                    if self.try_send("3").await.is_err() {
+                        return None;
+                    }
+                }
                 Some(Ok(Message::Close(_))) | None | Some(Err(_)) => return None,
                 Some(Ok(m)) => return Some(m),
             }

@@ -1,0 +1,285 @@
+//! The host's Socket.IO transport: bytes as bytes at every size, many large
+//! calls at once on one websocket, reconnecting with every namespace, the
+//! server's first-event race, a frozen server. (A server that stops reading
+//! is in `stuck_peer.rs`: it measures this process's memory, which needs a
+//! test binary of its own.)
+
+mod support;
+
+use std::future::IntoFuture;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use agentix::trace::{self, Processor, SpanData};
+use agentix::{Blob, ClientNamespace, ErrorKind, Sandbox, SandboxConfig, StreamExt};
+use serde_json::json;
+use support::raw_socket::RawSocket;
+use support::{bundle_path, sandbox, sandbox_with, wait_until, HandStartedServer};
+use tokio::net::{TcpListener, TcpStream};
+
+/// `len` bytes in which every byte value occurs (0x1e, Engine.IO's old
+/// record separator, among them), varying with `seed`.
+fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8) ^ ((i >> 8) as u8).wrapping_mul(31) ^ seed)
+        .collect()
+}
+
+#[tokio::test]
+async fn bytes_of_every_value_cross_unchanged_at_every_size() {
+    let sb = sandbox().await;
+    for len in [0, 1, 1 << 20, 64 << 20, 200 << 20] {
+        let sent = if len == 1 {
+            vec![0x1e]
+        } else {
+            pattern(len, 7)
+        };
+        let started = Instant::now();
+        let back = sb
+            .remote(agentix_e2e::echo_blob, (Blob::from(sent.clone()),))
+            .timeout(Duration::from_secs(240))
+            .await
+            .unwrap_or_else(|e| panic!("{len}-byte echo: {e}"));
+        assert!(
+            back.as_ref() == sent.as_slice(),
+            "{len} bytes came back changed"
+        );
+        eprintln!("{len}-byte echo in {:?}", started.elapsed());
+    }
+    // Made in the sandbox: bytes that never crossed the other way first.
+    let made = sb
+        .remote(agentix_e2e::make_blob, (64 << 20,))
+        .await
+        .unwrap();
+    assert_eq!(made.len(), 64 << 20);
+    assert!(made.iter().all(|&b| b == 0x5a));
+}
+
+#[tokio::test]
+async fn sixty_four_large_calls_at_once_each_get_their_own_bytes() {
+    let sb = sandbox().await;
+    let calls = (0..64u8).map(|i| {
+        let sent = pattern(1 << 20, i);
+        let call = sb.remote(agentix_e2e::echo_blob, (Blob::from(sent.clone()),));
+        async move { (i, sent, call.into_future().await) }
+    });
+    for (i, sent, back) in futures_util::future::join_all(calls).await {
+        let back = back.unwrap_or_else(|e| panic!("call {i}: {e}"));
+        assert!(back.as_ref() == sent.as_slice(), "call {i} got other bytes");
+    }
+}
+
+#[tokio::test]
+async fn a_stream_of_one_mib_items_arrives_whole_and_in_order() {
+    let sb = sandbox().await;
+    let mut items = sb
+        .stream(agentix_e2e::blobs, (24, 1 << 20))
+        .window(4, 4 << 20)
+        .await
+        .unwrap();
+    let mut n = 0u32;
+    while let Some(item) = items.next().await {
+        let item = item.unwrap();
+        assert_eq!(item.len(), 1 << 20, "item {n}");
+        assert!(
+            item.iter().all(|&b| b == n as u8),
+            "item {n} is not its own"
+        );
+        n += 1;
+    }
+    assert_eq!(n, 24);
+}
+
+/// Counts the sandbox spans named `burst.span`.
+struct SpanCount(Arc<AtomicU64>);
+
+impl Processor for SpanCount {
+    fn on_span_end(&mut self, span: &SpanData) {
+        if span.origin.is_some() && span.name == "burst.span" {
+            self.0.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// A TCP relay in front of `target` whose connections can be cut.
+struct CuttableProxy {
+    addr: String,
+    cut: tokio::sync::watch::Sender<u64>,
+}
+
+impl CuttableProxy {
+    async fn start(target: String) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let (cut, cuts) = tokio::sync::watch::channel(0u64);
+        tokio::spawn(async move {
+            loop {
+                let Ok((mut inbound, _)) = listener.accept().await else {
+                    return;
+                };
+                let target = target.clone();
+                let mut cuts = cuts.clone();
+                tokio::spawn(async move {
+                    let Ok(mut outbound) = TcpStream::connect(&target).await else {
+                        return;
+                    };
+                    cuts.mark_unchanged();
+                    tokio::select! {
+                        _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound) => {}
+                        _ = cuts.changed() => {}
+                    }
+                    // Both sockets drop here: the connection is gone, the
+                    // server lives on.
+                });
+            }
+        });
+        CuttableProxy { addr, cut }
+    }
+
+    fn cut_all(&self) {
+        self.cut.send_modify(|n| *n += 1);
+    }
+}
+
+#[tokio::test]
+async fn after_a_lost_connection_the_next_call_rejoins_every_namespace() {
+    let server = HandStartedServer::start(&[]);
+    let proxy = CuttableProxy::start(server.addr.clone()).await;
+    let logs: Arc<Mutex<Vec<String>>> = Arc::default();
+    let tap = logs.clone();
+    let config = SandboxConfig::new(bundle_path()).on_log(move |_, r| {
+        tap.lock().unwrap().push(r.message.clone());
+    });
+    let sb = Sandbox::attach_with(proxy.addr.clone(), server.token.clone(), config);
+    let (configured_tx, mut configured) = tokio::sync::mpsc::unbounded_channel();
+    sb.register_namespace(
+        ClientNamespace::new("/e2e-plugin")
+            .on("configured", move |_, data| {
+                let tx = configured_tx.clone();
+                async move {
+                    let _ = tx.send(data);
+                }
+            })
+            .request_handler("fetch", |body| async move {
+                Ok::<_, String>(json!(body["i"].as_u64().unwrap_or(0) * 2))
+            }),
+    )
+    .unwrap();
+    let spans = Arc::new(AtomicU64::new(0));
+    trace::add_processor(SpanCount(spans.clone()));
+    sb.remote(agentix_e2e::open_plugin, ()).await.unwrap();
+    assert_eq!(
+        sb.remote(agentix_e2e::ask_host, (3,)).await.unwrap(),
+        [json!(0), json!(2), json!(4)]
+    );
+
+    // Cut the connection under a running call: it ends, it does not hang.
+    let pending = sb.remote(agentix_e2e::sleep_ms, (30_000,));
+    let cut = async {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        proxy.cut_all();
+    };
+    let (outcome, ()) = tokio::time::timeout(Duration::from_secs(10), async {
+        tokio::join!(pending.into_future(), cut)
+    })
+    .await
+    .expect("a call on a cut connection hung");
+    let err = outcome.unwrap_err();
+    assert_eq!(err.kind, ErrorKind::ConnectionLost, "{err}");
+
+    // The next call reconnects; /log, /trace and the plugin came back too.
+    assert_eq!(sb.remote(agentix_e2e::add, (2, 3)).await.unwrap(), 5);
+    sb.remote(agentix_e2e::chatter, (1, 0, 5)).await.unwrap();
+    wait_until(
+        "a log record after reconnecting",
+        Duration::from_secs(10),
+        || logs.lock().unwrap().iter().any(|m| m == "log 0"),
+    )
+    .await;
+    wait_until("spans after reconnecting", Duration::from_secs(10), || {
+        spans.load(Ordering::Relaxed) >= 5
+    })
+    .await;
+    assert_eq!(
+        sb.remote(agentix_e2e::ask_host, (2,)).await.unwrap(),
+        [json!(0), json!(2)]
+    );
+    sb.emit("/e2e-plugin", "configure", json!("again"))
+        .await
+        .unwrap();
+    let echoed = tokio::time::timeout(Duration::from_secs(10), configured.recv())
+        .await
+        .expect("the plugin namespace answers after reconnecting")
+        .unwrap();
+    assert_eq!(echoed, json!("again"));
+}
+
+#[tokio::test]
+async fn an_event_sent_right_after_joining_is_never_lost() {
+    let sb = sandbox().await;
+    for round in 0..1_000 {
+        let mut raw = RawSocket::connect(sb.addr(), sb.token()).await;
+        raw.emit("heartbeat", json!({ "seq": round })).await;
+        let (name, payload) = tokio::time::timeout(Duration::from_secs(5), raw.recv_event())
+            .await
+            .unwrap_or_else(|_| panic!("round {round}: the first event went unanswered"))
+            .expect("an answer");
+        assert_eq!(
+            (name.as_str(), payload["seq"].as_u64()),
+            ("heartbeat", Some(round))
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_frozen_server_ends_calls_by_ping_timeout() {
+    let server =
+        HandStartedServer::start(&["--ping-interval-ms", "200", "--ping-timeout-ms", "300"]);
+    // A heartbeat far slower than the pings: only Engine.IO's can fire.
+    let config = SandboxConfig::new(bundle_path())
+        .heartbeat(Duration::from_secs(60), Duration::from_secs(120));
+    let sb = Sandbox::attach_with(server.addr.clone(), server.token.clone(), config);
+    assert_eq!(sb.remote(agentix_e2e::add, (1, 2)).await.unwrap(), 3);
+    let call = sb.remote(agentix_e2e::sleep_ms, (600_000,));
+    let freeze = async {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        agentix_actors::process::signal_pid(server.child.id(), libc::SIGSTOP);
+    };
+    let started = Instant::now();
+    let (outcome, ()) = tokio::time::timeout(Duration::from_secs(15), async {
+        tokio::join!(call.into_future(), freeze)
+    })
+    .await
+    .expect("a call to a frozen server hung");
+    let err = outcome.unwrap_err();
+    assert_eq!(err.kind, ErrorKind::ConnectionLost, "{err}");
+    assert!(err.message.contains("not even a ping"), "{err}");
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+#[tokio::test]
+async fn payloads_past_the_limit_fail_alone() {
+    let mut config = SandboxConfig::new(bundle_path());
+    config.max_message_bytes = 4 << 20;
+    let sb = sandbox_with(config).await;
+    let err = sb
+        .remote(agentix_e2e::echo_blob, (Blob::from(vec![1u8; 5 << 20]),))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind, ErrorKind::PayloadTooLarge, "{err}");
+    let err = sb
+        .remote(agentix_e2e::make_blob, (5 << 20,))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind, ErrorKind::PayloadTooLarge, "{err}");
+    let just_under = sb
+        .remote(agentix_e2e::make_blob, ((4 << 20) - 64,))
+        .await
+        .unwrap();
+    assert_eq!(just_under.len(), (4 << 20) - 64);
+}
