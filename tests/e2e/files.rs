@@ -412,6 +412,10 @@ async fn a_256_mib_file_goes_both_ways_byte_exact_with_flat_memory() {
         }
     })
     .await;
+    eprintln!(
+        "server + worker kept {} KiB after the transfer",
+        after.saturating_sub(before)
+    );
     assert!(
         settled.is_ok(),
         "server + worker kept {} KiB after the transfer",

@@ -236,41 +236,6 @@ async fn a_restarted_worker_opens_its_namespaces_again() {
 }
 
 #[tokio::test]
-async fn a_stock_python_socketio_client_speaks_a_plugin_namespace() {
-    let interop = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("interop");
-    let setup = std::process::Command::new(interop.join("setup-venv.sh"))
-        .status()
-        .expect("run tests/interop/setup-venv.sh");
-    assert!(
-        setup.success(),
-        "the interop venv could not be created (needs python3 with venv and PyPI access)"
-    );
-    let python =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/interop-venv/bin/python");
-
-    let sb = sandbox().await;
-    assert_eq!(
-        sb.remote(agentix_e2e::open_plugin, ()).await.unwrap(),
-        "open"
-    );
-    let out = tokio::process::Command::new(python)
-        .arg(interop.join("plugin_client.py"))
-        .args([sb.addr(), sb.token()])
-        .output();
-    let out = tokio::time::timeout(Duration::from_secs(60), out)
-        .await
-        .expect("the Python client finished")
-        .expect("the Python client ran");
-    assert!(
-        out.status.success(),
-        "python client failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let printed: JsonValue = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(printed, json!({"from": "python", "n": 42}));
-}
-
-#[tokio::test]
 async fn bad_plugin_traffic_is_dropped_and_the_namespace_serves_on() {
     use support::raw_socket::RawSocket;
     let sb = sandbox().await;

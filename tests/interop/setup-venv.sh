@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Creates the Python venv the interop tests use (a stock python-socketio
-# client from PyPI), at target/interop-venv; does nothing if it exists.
+# client and cbor2 from PyPI), at target/interop-venv; does nothing if it
+# exists.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 venv="$root/target/interop-venv"
-if [ -x "$venv/bin/python" ] && "$venv/bin/python" -c "import socketio, aiohttp" 2>/dev/null; then
+if [ -x "$venv/bin/python" ] && "$venv/bin/python" -c "import socketio, aiohttp, cbor2" 2>/dev/null; then
     exit 0
 fi
 python3 -m venv "$venv"
-"$venv/bin/pip" install --quiet --disable-pip-version-check "python-socketio>=5,<6" "aiohttp>=3.8,<4"
+"$venv/bin/pip" install --quiet --disable-pip-version-check "python-socketio>=5,<6" "aiohttp>=3.8,<4" "cbor2>=5,<7"
