@@ -9,6 +9,11 @@
 //! without copying: [`decode_event`] parses the JSON, which leaves each
 //! attachment as its placeholder's slot number, then hands every slot the
 //! frame it names.
+//!
+//! Bytes past [`PART_BYTES`] travel as an array of placeholders, one frame
+//! per part, and are joined again on arrival: a websocket writer keeps the
+//! capacity of the largest message it ever wrote, and a 256 MiB message
+//! would leave every connection that carried one holding 256 MiB.
 
 use std::fmt;
 
@@ -23,9 +28,13 @@ pub struct Attachment(Slot);
 #[derive(Clone, PartialEq, Eq)]
 enum Slot {
     Bytes(Bytes),
-    /// Parsed from a placeholder; filled by [`decode_event`].
-    Unresolved(usize),
+    /// Parsed from placeholders (one, or one per part); filled by
+    /// [`decode_event`].
+    Unresolved(Vec<usize>),
 }
+
+/// Largest part of an attachment in one binary frame.
+pub const PART_BYTES: usize = 1 << 20;
 
 impl Attachment {
     /// An attachment carrying `bytes`.
@@ -61,15 +70,29 @@ impl Attachment {
     }
 
     fn resolve(&mut self, frames: &mut [Option<Bytes>]) -> Result<(), String> {
-        let Slot::Unresolved(num) = self.0 else {
+        let Slot::Unresolved(nums) = &self.0 else {
             return Ok(());
         };
-        let frame = frames
-            .get_mut(num)
-            .ok_or_else(|| format!("placeholder {num} names no attachment"))?
-            .take()
-            .ok_or_else(|| format!("attachment {num} is used twice"))?;
-        self.0 = Slot::Bytes(frame);
+        let mut parts = Vec::with_capacity(nums.len());
+        for &num in nums {
+            let frame = frames
+                .get_mut(num)
+                .ok_or_else(|| format!("placeholder {num} names no attachment"))?
+                .take()
+                .ok_or_else(|| format!("attachment {num} is used twice"))?;
+            parts.push(frame);
+        }
+        let bytes = match parts.len() {
+            1 => parts.pop().expect("one part"),
+            _ => {
+                let mut joined = bytes::BytesMut::with_capacity(parts.iter().map(Bytes::len).sum());
+                for part in parts {
+                    joined.extend_from_slice(&part);
+                }
+                joined.freeze()
+            }
+        };
+        self.0 = Slot::Bytes(bytes);
         Ok(())
     }
 }
@@ -78,7 +101,7 @@ impl fmt::Debug for Attachment {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.0 {
             Slot::Bytes(b) => write!(f, "Attachment({} bytes)", b.len()),
-            Slot::Unresolved(n) => write!(f, "Attachment(placeholder {n})"),
+            Slot::Unresolved(n) => write!(f, "Attachment(placeholders {n:?})"),
         }
     }
 }
@@ -91,8 +114,16 @@ impl From<Vec<u8>> for Attachment {
 
 impl Serialize for Attachment {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeSeq;
         match &self.0 {
-            Slot::Bytes(b) => serializer.serialize_bytes(b),
+            Slot::Bytes(b) if b.len() <= PART_BYTES => serializer.serialize_bytes(b),
+            Slot::Bytes(b) => {
+                let mut seq = serializer.serialize_seq(Some(b.len().div_ceil(PART_BYTES)))?;
+                for part in b.chunks(PART_BYTES) {
+                    seq.serialize_element(serde_bytes::Bytes::new(part))?;
+                }
+                seq.end()
+            }
             Slot::Unresolved(_) => Err(serde::ser::Error::custom(
                 "an unresolved attachment cannot be sent",
             )),
@@ -102,20 +133,57 @@ impl Serialize for Attachment {
 
 impl<'de> Deserialize<'de> for Attachment {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        deserializer.deserialize_map(PlaceholderVisitor)
+        deserializer.deserialize_any(AttachmentVisitor)
+    }
+}
+
+/// One placeholder, or an array of them (the parts, in order).
+struct AttachmentVisitor;
+
+impl<'de> Visitor<'de> for AttachmentVisitor {
+    type Value = Attachment;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a binary attachment placeholder, or an array of them")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Attachment, A::Error> {
+        let num = PlaceholderVisitor.visit_map(map)?;
+        Ok(Attachment(Slot::Unresolved(vec![num])))
+    }
+
+    fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<Attachment, A::Error> {
+        let mut nums = Vec::new();
+        while let Some(Placeholder(num)) = seq.next_element()? {
+            nums.push(num);
+        }
+        if nums.is_empty() {
+            return Err(de::Error::custom("an attachment of no parts"));
+        }
+        Ok(Attachment(Slot::Unresolved(nums)))
+    }
+}
+
+struct Placeholder(usize);
+
+impl<'de> Deserialize<'de> for Placeholder {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer
+            .deserialize_map(PlaceholderVisitor)
+            .map(Placeholder)
     }
 }
 
 struct PlaceholderVisitor;
 
 impl<'de> Visitor<'de> for PlaceholderVisitor {
-    type Value = Attachment;
+    type Value = usize;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("a binary attachment placeholder {\"_placeholder\": true, \"num\": N}")
     }
 
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Attachment, A::Error> {
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<usize, A::Error> {
         let (mut placeholder, mut num) = (false, None);
         while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
             match &*key {
@@ -127,7 +195,7 @@ impl<'de> Visitor<'de> for PlaceholderVisitor {
             }
         }
         match (placeholder, num) {
-            (true, Some(num)) => Ok(Attachment(Slot::Unresolved(num))),
+            (true, Some(num)) => Ok(num),
             _ => Err(de::Error::custom(
                 "expected a binary attachment placeholder {\"_placeholder\": true, \"num\": N}",
             )),
@@ -212,6 +280,25 @@ mod tests {
         let two: Two = decode_event(json, frames).unwrap();
         assert_eq!(two.a.as_bytes(), b"one");
         assert_eq!(two.b.as_bytes(), b"zero");
+    }
+
+    #[test]
+    fn large_bytes_travel_in_parts_and_join_again() {
+        let bytes: Vec<u8> = (0..(PART_BYTES * 2 + 5)).map(|i| (i % 251) as u8).collect();
+        let attachment = Attachment::new(bytes.clone());
+        // As JSON the parts are byte arrays; Socket.IO's serializer turns
+        // each into a placeholder and a frame.
+        let json = serde_json::to_value(&attachment).unwrap();
+        assert_eq!(json.as_array().map(Vec::len), Some(3));
+        let text = r#"["e", {"a": [{"_placeholder": true, "num": 0}, {"_placeholder": true, "num": 1}, {"_placeholder": true, "num": 2}], "b": {"_placeholder": true, "num": 3}}]"#;
+        let frames = bytes
+            .chunks(PART_BYTES)
+            .map(Bytes::copy_from_slice)
+            .chain([Bytes::from_static(b"b")])
+            .collect();
+        let two: Two = decode_event(text, frames).unwrap();
+        assert_eq!(two.a.as_bytes(), bytes.as_slice());
+        assert_eq!(two.b.as_bytes(), b"b");
     }
 
     #[test]

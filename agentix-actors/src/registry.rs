@@ -85,16 +85,35 @@ pub fn lookup(name: &str) -> Result<&'static RemoteFn, RemoteError> {
 }
 
 /// Up to five names that look like `wanted`, best first.
+/// Below this, names are not offered as close matches.
+const CLOSE: f64 = 0.7;
+
+/// `normalized_damerau_levenshtein`, skipped (as 0) when the lengths alone
+/// rule out a close match: the distance is at least the length difference,
+/// and computing it costs the product of the lengths, which a long bogus
+/// name would turn into seconds of the worker's time per call.
+fn similarity(a: &str, b: &str) -> f64 {
+    let (la, lb) = (a.chars().count(), b.chars().count());
+    let longest = la.max(lb);
+    if longest == 0 {
+        return 1.0;
+    }
+    if (la.abs_diff(lb) as f64) / (longest as f64) > 1.0 - CLOSE {
+        return 0.0;
+    }
+    strsim::normalized_damerau_levenshtein(a, b)
+}
+
 fn close_matches<'a>(wanted: &str, names: impl Iterator<Item = &'a str>) -> Vec<&'a str> {
     let short = |n: &str| n.rsplit("::").next().unwrap_or(n).to_owned();
     let wanted_short = short(wanted);
     let mut scored: Vec<(f64, &str)> = names
         .map(|n| {
-            let full = strsim::normalized_damerau_levenshtein(wanted, n);
-            let tail = strsim::normalized_damerau_levenshtein(&wanted_short, &short(n));
+            let full = similarity(wanted, n);
+            let tail = similarity(&wanted_short, &short(n));
             (full.max(tail), n)
         })
-        .filter(|(score, _)| *score >= 0.7)
+        .filter(|(score, _)| *score >= CLOSE)
         .collect();
     scored.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(b.1)));
     scored.into_iter().take(5).map(|(_, n)| n).collect()
@@ -113,5 +132,15 @@ mod tests {
         // Same function name under a wrong module still matches.
         assert!(close_matches("ap::run", names.into_iter()).contains(&"app::run"));
         assert!(close_matches("zzz", names.into_iter()).is_empty());
+    }
+
+    #[test]
+    fn a_very_long_name_is_ruled_out_by_length() {
+        let names = ["app::run", "app::runs"];
+        let long = "x".repeat(1_000_000);
+        assert!(close_matches(&long, names.into_iter()).is_empty());
+        assert_eq!(similarity(&long, "app::run"), 0.0);
+        // Within the margin, the distance is still computed.
+        assert!(similarity("app::rnu", "app::run") >= CLOSE);
     }
 }

@@ -34,8 +34,14 @@ pub(crate) struct Credit {
 impl Credit {
     /// Records an ack and wakes the producer if it waits for room.
     pub(crate) fn ack(&self, items: u64, bytes: u64) {
-        self.items.fetch_add(items, Ordering::AcqRel);
-        self.bytes.fetch_add(bytes, Ordering::AcqRel);
+        // fetch_add wraps; credit is capped instead.
+        let add = |counter: &AtomicU64, n: u64| {
+            let _ = counter.fetch_update(Ordering::AcqRel, Ordering::Acquire, |c| {
+                Some(c.saturating_add(n))
+            });
+        };
+        add(&self.items, items);
+        add(&self.bytes, bytes);
         self.freed.notify_one();
     }
 }
@@ -56,9 +62,11 @@ pub(crate) async fn drive(
     let mut batch_bytes = 0usize;
     loop {
         let room = |credit: &Credit| {
+            // Saturating: credit past what was sent (a peer's bad ack) is
+            // no reason to stop, nor to run unbounded.
             window.has_room(
-                sent_items - credit.items.load(Ordering::Acquire),
-                sent_bytes - credit.bytes.load(Ordering::Acquire),
+                sent_items.saturating_sub(credit.items.load(Ordering::Acquire)),
+                sent_bytes.saturating_sub(credit.bytes.load(Ordering::Acquire)),
             )
         };
         if !room(credit) {
@@ -92,8 +100,8 @@ pub(crate) async fn drive(
         };
         match next {
             Ok(Some(Ok(item))) => {
-                sent_items += 1;
-                sent_bytes += item.len() as u64;
+                sent_items = sent_items.saturating_add(1);
+                sent_bytes = sent_bytes.saturating_add(item.len() as u64);
                 batch_bytes += item.len();
                 batch.push(ByteBuf::from(item));
                 if batch.len() >= MAX_BATCH_ITEMS || batch_bytes >= MAX_BATCH_BYTES {

@@ -9,6 +9,11 @@ use agentix_actors::wire::{CallEvent, ErrorEvent, Window};
 use bytes::Bytes;
 use serde_json::Value;
 
+/// The longest target name a call may give: wire names are module paths
+/// plus a function name, and searching for close matches of a longer one
+/// would only cost the worker time.
+pub const MAX_TARGET_BYTES: usize = 512;
+
 /// A well-formed call: the host's id, the target, CBOR arguments, and the
 /// window if it is a streaming call.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -58,6 +63,34 @@ impl CallRequest {
                 format!("arguments for `{}`: {e}", event.target),
             ),
         })?;
+        if let Some(window) = event.stream {
+            if window.items == 0 || window.bytes == 0 {
+                return Err(ErrorEvent {
+                    id: event.id,
+                    error: RemoteError::new(
+                        ErrorKind::Protocol,
+                        format!(
+                            "the stream window of `{}` ({} items, {} bytes) has no room for \
+                             one item: both must be at least 1",
+                            event.target, window.items, window.bytes
+                        ),
+                    ),
+                });
+            }
+        }
+        if event.target.len() > MAX_TARGET_BYTES {
+            return Err(ErrorEvent {
+                id: event.id,
+                error: RemoteError::new(
+                    ErrorKind::UnknownTarget,
+                    format!(
+                        "the target name is {} bytes long; no remote function's name is longer \
+                         than {MAX_TARGET_BYTES}",
+                        event.target.len()
+                    ),
+                ),
+            });
+        }
         Ok(CallRequest {
             id: event.id,
             target: event.target,
@@ -116,7 +149,7 @@ mod tests {
                     prop_assert_eq!(rejected.id, id.unwrap_or(0));
                     prop_assert!(matches!(
                         rejected.error.kind,
-                        ErrorKind::Protocol | ErrorKind::BadArguments
+                        ErrorKind::Protocol | ErrorKind::BadArguments | ErrorKind::UnknownTarget
                     ));
                 }
             }
@@ -129,7 +162,7 @@ mod tests {
             args in proptest::collection::vec(any::<u8>(), 0..200),
             window in any::<Option<(u64, u64)>>(),
         ) {
-            let stream = window.map(|(items, bytes)| Window { items, bytes });
+            let stream = window.map(|(items, bytes)| Window { items: items.max(1), bytes: bytes.max(1) });
             let mut data = json!({"id": id, "target": target, "args": {"_placeholder": true, "num": 0}});
             if let Some(window) = stream {
                 data["stream"] = json!(window);

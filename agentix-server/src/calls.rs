@@ -241,13 +241,18 @@ impl CallTable {
     }
 
     /// Records that the host consumed part of the stream `origin` started;
-    /// returns the worker call id to relay the ack to.
-    pub fn ack(&mut self, origin: Origin, items: u64, bytes: u64) -> Option<u64> {
+    /// returns the worker call id and the ack to relay to it, cut down to
+    /// what the worker has sent and the host not yet acknowledged: a host
+    /// that acks more than it got must not give the worker credit past its
+    /// window.
+    pub fn ack(&mut self, origin: Origin, items: u64, bytes: u64) -> Option<(u64, u64, u64)> {
         let id = *self.by_origin.get(&origin)?;
         let call = self.inflight.get_mut(&id)?;
-        call.outstanding.0 = call.outstanding.0.saturating_sub(items);
-        call.outstanding.1 = call.outstanding.1.saturating_sub(bytes);
-        Some(id)
+        let items = items.min(call.outstanding.0);
+        let bytes = bytes.min(call.outstanding.1);
+        call.outstanding.0 -= items;
+        call.outstanding.1 -= bytes;
+        Some((id, items, bytes))
     }
 
     /// Removes the call with worker id `id`; `None` if it already ended.
@@ -335,7 +340,8 @@ mod tests {
             table.deliver(id, vec![item(1), item(2)]),
             Delivery::Delivered
         );
-        assert_eq!(table.ack(origin, 2, 2), Some(id));
+        // An ack past what was delivered counts only what was.
+        assert_eq!(table.ack(origin, 5, 100), Some((id, 2, 2)));
         assert_eq!(
             table.deliver(id, vec![item(3), item(4), item(5)]),
             Delivery::Delivered

@@ -1,9 +1,12 @@
 //! Plain HTTP beside Socket.IO: `GET /health`, the token gate, the listener.
 //!
 //! Every request except `GET /health` must carry the sandbox token, as
-//! `Authorization: Bearer <token>` or `?token=<token>`. Socket.IO traffic
-//! (`/socket.io/`) is checked per namespace connect instead, with the token in
-//! the connect `auth` payload, as every Socket.IO client supports.
+//! `Authorization: Bearer <token>` (never in the URL, where logs and
+//! proxies keep it). `GET /health` without it says only the status; the
+//! full report (pids, worker id, restarts, last exit) needs the token.
+//! Socket.IO traffic (`/socket.io/`) is checked per namespace connect
+//! instead, with the token in the connect `auth` payload, as every
+//! Socket.IO client supports.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -39,10 +42,11 @@ impl HttpRoutes {
     }
 
     async fn route(self, req: Request<Incoming>) -> Response<Full<Bytes>> {
+        let authorized = self.token.check(presented_token(&req));
         if req.method() == Method::GET && req.uri().path() == "/health" {
-            return self.health().await;
+            return self.health(authorized.is_ok()).await;
         }
-        if let Err(e) = self.token.check(presented_token(&req)) {
+        if let Err(e) = authorized {
             return json_response(StatusCode::UNAUTHORIZED, json!({ "error": e.to_string() }));
         }
         json_response(
@@ -51,9 +55,10 @@ impl HttpRoutes {
         )
     }
 
-    async fn health(&self) -> Response<Full<Bytes>> {
+    async fn health(&self, full: bool) -> Response<Full<Bytes>> {
         let uptime_s = self.started.elapsed().as_secs_f64();
         match self.supervisor.send(ReportHealth).await {
+            Ok(h) if !full => json_response(StatusCode::OK, json!({ "status": h.status })),
             Ok(h) => json_response(
                 StatusCode::OK,
                 json!({
@@ -79,18 +84,19 @@ impl HttpRoutes {
     }
 }
 
+/// The token of an `Authorization: Bearer <token>` header (the scheme
+/// is case-insensitive, as HTTP says).
 fn presented_token(req: &Request<Incoming>) -> Option<&str> {
-    let header = req
+    let value = req
         .headers()
-        .get(hyper::header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "));
-    header.or_else(|| {
-        req.uri()
-            .query()?
-            .split('&')
-            .find_map(|kv| kv.strip_prefix("token="))
-    })
+        .get(hyper::header::AUTHORIZATION)?
+        .to_str()
+        .ok()?
+        .trim();
+    let (scheme, token) = value.split_once(' ')?;
+    scheme
+        .eq_ignore_ascii_case("bearer")
+        .then(|| token.trim_start())
 }
 
 fn json_response(status: StatusCode, body: serde_json::Value) -> Response<Full<Bytes>> {

@@ -527,12 +527,10 @@ impl Handler<AckStream> for WorkerSupervisor {
     type Result = ();
 
     fn handle(&mut self, ack: AckStream, _: &mut Context<Self>) {
-        if let Some(id) = self.calls.ack(ack.origin, ack.items, ack.bytes) {
-            self.send_frame(Frame::Ack {
-                id,
-                items: ack.items,
-                bytes: ack.bytes,
-            });
+        if let Some((id, items, bytes)) = self.calls.ack(ack.origin, ack.items, ack.bytes) {
+            if items > 0 || bytes > 0 {
+                self.send_frame(Frame::Ack { id, items, bytes });
+            }
         }
     }
 }

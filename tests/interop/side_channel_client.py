@@ -17,6 +17,11 @@ import cbor2
 import socketio
 
 
+def joined(attachment):
+    """Bytes past 1 MiB arrive as a list of parts."""
+    return b"".join(attachment) if isinstance(attachment, list) else attachment
+
+
 async def main(addr: str, token: str, n: int) -> None:
     sio = socketio.AsyncClient()
     loop = asyncio.get_running_loop()
@@ -31,7 +36,7 @@ async def main(addr: str, token: str, n: int) -> None:
 
     @sio.on("call:result", namespace="/rpc")
     async def on_result(data):
-        result.set_result(cbor2.loads(data["value"]))
+        result.set_result(cbor2.loads(joined(data["value"])))
 
     @sio.on("call:error", namespace="/rpc")
     async def on_error(data):
@@ -39,7 +44,7 @@ async def main(addr: str, token: str, n: int) -> None:
 
     @sio.on("records", namespace="/log")
     async def on_records(data):
-        for record in cbor2.loads(data["cbor"]):
+        for record in cbor2.loads(joined(data["cbor"])):
             if record["target"] == "agentix_e2e":
                 messages.append({"message": record["message"], "level": record["level"],
                                  "seq": record.get("fields", {}).get("seq")})
@@ -48,7 +53,7 @@ async def main(addr: str, token: str, n: int) -> None:
 
     @sio.on("events", namespace="/trace")
     async def on_events(data):
-        for event in cbor2.loads(data["cbor"]):
+        for event in cbor2.loads(joined(data["cbor"])):
             if event["kind"] == "span_end" and event["data"]["name"] == "burst.span":
                 spans.append(event["data"]["attributes"]["seq"])
         await sio.emit("ack", {}, namespace="/trace")

@@ -10,6 +10,7 @@
 //! decodes it), and binary attachments, which are collected here without
 //! being copied.
 
+use agentix_actors::attachment::PART_BYTES;
 use bytes::Bytes;
 use engineioxide_core::{OpenPacket, Str};
 use serde::Serialize;
@@ -21,8 +22,9 @@ use tokio_tungstenite::tungstenite::protocol::frame::coding::{Data, OpCode};
 use tokio_tungstenite::tungstenite::protocol::frame::Frame;
 use tokio_tungstenite::tungstenite::Message;
 
-/// Most binary attachments one event may carry; ours carry one.
-const MAX_ATTACHMENTS: usize = 64;
+/// Binary attachments one event may carry beyond those its largest
+/// payload needs (one per [`PART_BYTES`]).
+const SPARE_ATTACHMENTS: usize = 64;
 
 /// Attachments larger than this go out as a fragmented websocket message
 /// of frames this large: the websocket's write buffer then holds one frame,
@@ -82,7 +84,7 @@ impl Decoder {
         Decoder {
             config: ParseConfig {
                 max_incoming_binary_buf_size: max_bytes,
-                max_incoming_binaries: MAX_ATTACHMENTS,
+                max_incoming_binaries: max_bytes / PART_BYTES + SPARE_ATTACHMENTS,
                 ..ParseConfig::default()
             },
             state: ParserState::default(),

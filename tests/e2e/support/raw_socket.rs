@@ -185,6 +185,12 @@ impl RawSocket {
 /// `GET path` on the server at `addr`, with `Authorization: auth` if given;
 /// returns the status code.
 pub(crate) async fn http_status(addr: &str, path: &str, auth: Option<&str>) -> u16 {
+    http_get(addr, path, auth).await.0
+}
+
+/// `GET path` on the server at `addr`, with `Authorization: auth` if given;
+/// returns the status code and the body.
+pub(crate) async fn http_get(addr: &str, path: &str, auth: Option<&str>) -> (u16, String) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut tcp = tokio::net::TcpStream::connect(addr)
         .await
@@ -201,9 +207,15 @@ pub(crate) async fn http_status(addr: &str, path: &str, auth: Option<&str>) -> u
         .await
         .expect("a response within 10 s")
         .expect("response read");
-    let text = String::from_utf8_lossy(&response);
-    text.split_whitespace()
+    let text = String::from_utf8_lossy(&response).into_owned();
+    let status = text
+        .split_whitespace()
         .nth(1)
         .and_then(|code| code.parse().ok())
-        .unwrap_or_else(|| panic!("not an HTTP response: {text}"))
+        .unwrap_or_else(|| panic!("not an HTTP response: {text}"));
+    let body = text
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
+    (status, body)
 }
