@@ -102,6 +102,16 @@ pub struct RemoteError {
 }
 
 impl RemoteError {
+    /// The `Panic` error for a panic (with its payload) while running `target`.
+    pub fn from_panic(target: &str, panic: Box<dyn std::any::Any + Send>) -> Self {
+        let what = panic
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| panic.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "a non-string panic payload".to_owned());
+        RemoteError::new(ErrorKind::Panic, format!("`{target}` panicked: {what}"))
+    }
+
     /// A runtime error of `kind`; its `type_name` is the kind's name.
     pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
         RemoteError {

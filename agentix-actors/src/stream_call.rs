@@ -118,7 +118,7 @@ pub(crate) async fn drive(
             }
             Err(panic) => {
                 flush(id, &mut batch, &mut batch_bytes, out).await;
-                let error = crate::worker::panic_error(target, panic);
+                let error = RemoteError::from_panic(target, panic);
                 return Frame::Error { id, error };
             }
         }

@@ -246,7 +246,7 @@ fn start_call(
                     match AssertUnwindSafe(invoke(args.into_vec()))
                         .catch_unwind()
                         .await
-                        .unwrap_or_else(|panic| Err(panic_error(&target, panic)))
+                        .unwrap_or_else(|panic| Err(RemoteError::from_panic(&target, panic)))
                     {
                         Ok(value) => Frame::Result {
                             id,
@@ -268,7 +268,7 @@ fn start_call(
                         }
                         Err(panic) => Frame::Error {
                             id,
-                            error: panic_error(&target, panic),
+                            error: RemoteError::from_panic(&target, panic),
                         },
                     }
                 }
@@ -286,14 +286,4 @@ fn start_call(
         task: task.abort_handle(),
         credit,
     }
-}
-
-/// The `Panic` error for a panic while running `target`.
-pub(crate) fn panic_error(target: &str, panic: Box<dyn std::any::Any + Send>) -> RemoteError {
-    let what = panic
-        .downcast_ref::<&str>()
-        .map(|s| s.to_string())
-        .or_else(|| panic.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "a non-string panic payload".to_owned());
-    RemoteError::new(ErrorKind::Panic, format!("`{target}` panicked: {what}"))
 }
