@@ -7,14 +7,24 @@ use agentix_actors::log_record::LogRecord;
 
 use crate::log_replay::LogTap;
 
+/// The host variables a local sandbox starts with, if the host has them
+/// (and every `LC_*`): a clean environment, not the host's.
+pub const BASE_ENV: [&str; 9] = [
+    "PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "TERM", "TZ", "TMPDIR",
+];
+
 /// What to run in a sandbox: the bundle binary and its settings.
 #[derive(Clone)]
 pub struct SandboxConfig {
     /// The bundle: a binary whose `main` is `agentix::bundle::main()` (or
     /// that calls `agentix::bundle::dispatch()` first).
     pub bundle: PathBuf,
-    /// Extra environment for the server and worker.
+    /// Environment for the server and worker, on top of [`BASE_ENV`].
     pub env: Vec<(String, String)>,
+    /// Host variables passed into the sandbox as they are, besides
+    /// [`BASE_ENV`] (nothing else of the host's environment is: API keys and
+    /// other secrets stay on the host).
+    pub pass_env: Vec<String>,
     /// How long the server may take to start listening.
     pub ready_timeout: Duration,
     /// How long the first connection to the server may take.
@@ -61,6 +71,7 @@ impl SandboxConfig {
             heartbeat_timeout: Duration::from_secs(20),
             server_args: Vec::new(),
             log_tap: None,
+            pass_env: Vec::new(),
         }
     }
 
@@ -89,6 +100,12 @@ impl SandboxConfig {
     /// prints (it runs on the connection's receive path: keep it quick).
     pub fn on_log(mut self, tap: impl Fn(&str, &LogRecord) + Send + Sync + 'static) -> Self {
         self.log_tap = Some(std::sync::Arc::new(tap));
+        self
+    }
+
+    /// Passes the host's variable `name` (if set) into the sandbox.
+    pub fn pass_env(mut self, name: impl Into<String>) -> Self {
+        self.pass_env.push(name.into());
         self
     }
 

@@ -75,16 +75,21 @@ impl KeptProcess {
 }
 
 /// Starts `cmd` on the keeper thread; it receives SIGTERM if the host dies.
+/// `stdin` is written to its standard input, which is then closed (a way
+/// to hand it a secret that no environment or command line shows).
 ///
 /// Returns the process and the first line it prints on stdout (its ready
 /// line), or `None` if it closed stdout or exited before printing one.
 pub async fn start(
     mut cmd: tokio::process::Command,
+    stdin: Vec<u8>,
 ) -> io::Result<(KeptProcess, oneshot::Receiver<String>)> {
     let (started_tx, started_rx) = oneshot::channel();
     keeper().spawn(async move {
         let parent = std::process::id() as libc::pid_t;
-        cmd.stdout(std::process::Stdio::piped()).kill_on_drop(false);
+        cmd.stdout(std::process::Stdio::piped())
+            .stdin(std::process::Stdio::piped())
+            .kill_on_drop(false);
         // SAFETY: the closure only makes async-signal-safe syscalls.
         unsafe {
             cmd.pre_exec(move || process::child_setup(parent, libc::SIGTERM));
@@ -96,6 +101,13 @@ pub async fn start(
                 return;
             }
         };
+        if let Some(mut input) = child.stdin.take() {
+            tokio::spawn(async move {
+                use tokio::io::AsyncWriteExt;
+                let _ = input.write_all(&stdin).await;
+                // Dropping `input` closes the pipe: the child reads to its end.
+            });
+        }
         let pid = child.id().unwrap_or_default();
         let (exit_tx, exit_rx) = watch::channel(None);
         let (line_tx, line_rx) = oneshot::channel();

@@ -36,7 +36,7 @@ pub mod stream;
 pub mod trace_replay;
 
 pub use call::Call;
-pub use config::SandboxConfig;
+pub use config::{SandboxConfig, BASE_ENV};
 pub use local::LocalProvider;
 pub use log_replay::LogTap;
 pub use logging::configure_logging;

@@ -10,7 +10,6 @@
 use std::io::Read;
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::time::Duration;
 
 use serde_json::Value;
@@ -21,8 +20,6 @@ use crate::keeper::{self, KeptProcess};
 use crate::provider::{Provider, ProviderError};
 use crate::sandbox::Sandbox;
 
-/// Environment variable the server reads its token from.
-const ENV_TOKEN: &str = "AGENTIX_TOKEN";
 /// How long a stopping server may take before its process group is killed:
 /// the server's default shutdown grace plus time to stop the worker.
 const STOP_GRACE: Duration = Duration::from_secs(7);
@@ -78,12 +75,15 @@ impl Provider for LocalProvider {
             .arg("--cleanup-dir")
             .arg(&dir)
             .args(&config.server_args)
-            .env(ENV_TOKEN, &token)
+            // On stdin, not in the environment: sandbox code can read
+            // /proc/<server>/environ, never a pipe the server has drained.
+            .arg("--token-stdin")
+            .env_clear()
+            .envs(passed_env(&config))
             .envs(config.env.iter().map(|(k, v)| (k, v)))
             .current_dir(&dir)
-            .stdin(Stdio::null())
             .stderr(log);
-        let (server, ready) = match keeper::start(cmd).await {
+        let (server, ready) = match keeper::start(cmd, format!("{token}\n").into_bytes()).await {
             Ok(started) => started,
             Err(e) => {
                 let _ = std::fs::remove_dir_all(&dir);
@@ -115,9 +115,13 @@ impl Provider for LocalProvider {
             .filter(|v| v["agentix"] == "ready")
             .and_then(|v| v["addr"].as_str().map(str::to_owned));
         let Some(addr) = addr else {
+            let printed = match &line {
+                Some(line) => format!("it printed `{}`", line.trim_end()),
+                None => "it printed nothing".to_owned(),
+            };
             let err = failed(
                 format!(
-                    "it printed {line:?} instead of the ready line; does its main call \
+                    "{printed} instead of the ready line; does its main call \
                      agentix::bundle::main() (or agentix::bundle::dispatch() first thing)?"
                 ),
                 &resources,
@@ -200,4 +204,17 @@ fn random_hex(bytes: usize) -> String {
         panic!("cannot read /dev/urandom for a sandbox token: {e}");
     }
     buf.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The host variables a sandbox gets: [`crate::config::BASE_ENV`], every
+/// `LC_*`, and those the config passes through by name.
+fn passed_env(config: &SandboxConfig) -> Vec<(std::ffi::OsString, std::ffi::OsString)> {
+    std::env::vars_os()
+        .filter(|(name, _)| {
+            let name = name.to_string_lossy();
+            crate::config::BASE_ENV.contains(&name.as_ref())
+                || name.starts_with("LC_")
+                || config.pass_env.iter().any(|p| *p == name)
+        })
+        .collect()
 }

@@ -20,8 +20,12 @@ pub struct ServerConfig {
     pub host: IpAddr,
     /// Port to bind; 0 picks a free one (reported on the ready line).
     pub port: u16,
-    /// Token every host must present; `None` disables the check (tests only).
+    /// Token every host must present; `None` only with
+    /// [`ServerConfig::insecure_no_auth`].
     pub token: Option<String>,
+    /// Serve without a token, on purpose (`--insecure-no-auth`); otherwise a
+    /// server with no token refuses to start.
+    pub insecure_no_auth: bool,
     /// The worker's command line: program and arguments.
     pub worker_command: Vec<OsString>,
     /// Largest Socket.IO message accepted, in bytes.
@@ -51,6 +55,7 @@ impl Default for ServerConfig {
             host: IpAddr::from([127, 0, 0, 1]),
             port: 0,
             token: None,
+            insecure_no_auth: false,
             worker_command: Vec::new(),
             max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
             worker_start_timeout: Duration::from_secs(30),
@@ -68,7 +73,9 @@ impl Default for ServerConfig {
 impl ServerConfig {
     /// Parses `--host A --port N --max-message-bytes N --cleanup-dir D
     /// --shutdown-grace-ms N --ping-interval-ms N --ping-timeout-ms N
-    /// --worker CMD [ARGS..]`; the token comes from `AGENTIX_TOKEN`.
+    /// --token-stdin --insecure-no-auth --worker CMD [ARGS..]`; the token
+    /// comes from `AGENTIX_TOKEN`, or from the first line of standard input
+    /// with `--token-stdin` (which keeps it out of `/proc/<pid>/environ`).
     pub fn from_args(args: impl IntoIterator<Item = OsString>) -> Result<Self, String> {
         let mut config = ServerConfig {
             token: std::env::var(ENV_TOKEN).ok().filter(|t| !t.is_empty()),
@@ -101,6 +108,8 @@ impl ServerConfig {
                         .map_err(|e| format!("--max-message-bytes: {e}"))?
                 }
                 "--cleanup-dir" => config.cleanup_dir = Some(value("--cleanup-dir")?.into()),
+                "--token-stdin" => config.token = Some(token_from_stdin()?),
+                "--insecure-no-auth" => config.insecure_no_auth = true,
                 "--shutdown-grace-ms" | "--ping-interval-ms" | "--ping-timeout-ms" => {
                     let ms: u64 = value(&flag)?.parse().map_err(|e| format!("{flag}: {e}"))?;
                     let d = Duration::from_millis(ms);
@@ -121,6 +130,19 @@ impl ServerConfig {
         }
         Ok(config)
     }
+}
+
+/// The first line of standard input, which must hold a token.
+fn token_from_stdin() -> Result<String, String> {
+    let mut line = String::new();
+    std::io::stdin()
+        .read_line(&mut line)
+        .map_err(|e| format!("--token-stdin: cannot read standard input: {e}"))?;
+    let token = line.trim();
+    if token.is_empty() {
+        return Err("--token-stdin: standard input held no token".to_owned());
+    }
+    Ok(token.to_owned())
 }
 
 #[cfg(test)]

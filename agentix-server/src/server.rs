@@ -40,6 +40,13 @@ pub fn run(config: ServerConfig) -> i32 {
         eprintln!("agentix-server: no worker command (use --worker CMD [ARGS..])");
         return 2;
     }
+    if config.token.is_none() && !config.insecure_no_auth {
+        eprintln!(
+            "agentix-server: no token (set AGENTIX_TOKEN or pass --token-stdin); \
+             --insecure-no-auth serves everyone, on purpose"
+        );
+        return 2;
+    }
     actix_rt::System::new().block_on(serve(config))
 }
 

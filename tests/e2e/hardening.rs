@@ -1,6 +1,8 @@
 //! Faults and bad input found by an adversarial pass, each kept fixed here:
-//! stream windows and acks a peer gets wrong, and target names long enough
-//! to make a close-match search a denial of service.
+//! stream windows and acks a peer gets wrong, target names long enough to
+//! make a close-match search a denial of service, the token outside a
+//! Bearer header, a server reply that cannot be read, and the host's
+//! environment leaking into the sandbox.
 
 mod support;
 
@@ -135,4 +137,139 @@ async fn http_takes_the_token_only_as_a_bearer_header_and_health_says_little_wit
     assert_eq!(http_get(sb.addr(), &in_url, None).await.0, 401);
     let lower = format!("bearer {}", sb.token());
     assert_eq!(http_get(sb.addr(), "/metrics", Some(&lower)).await.0, 404);
+}
+
+/// A Socket.IO server that accepts every namespace and answers the first
+/// `call` with a `call:result` whose placeholder names no attachment.
+async fn lying_server() -> String {
+    use futures_util::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::Message;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut ws = tokio_tungstenite::accept_async(tcp).await.unwrap();
+                let open = json!({"sid": "liarliarliarliar", "upgrades": [],
+                    "pingInterval": 300_000, "pingTimeout": 300_000, "maxPayload": 1_000_000});
+                ws.send(Message::text(format!("0{open}"))).await.unwrap();
+                while let Some(Ok(message)) = ws.next().await {
+                    let Message::Text(text) = message else {
+                        continue;
+                    };
+                    let text = text.as_str();
+                    if let Some(rest) = text.strip_prefix("40") {
+                        let ns = rest.split(',').next().unwrap_or("/");
+                        let _ = ws
+                            .send(Message::text(format!("40{ns},{{\"sid\":\"x\"}}")))
+                            .await;
+                    } else if text.contains("\"call\"") {
+                        let lie = r#"451-/rpc,["call:result",{"id":1,"value":{"_placeholder":true,"num":5}}]"#;
+                        let _ = ws.send(Message::text(lie)).await;
+                        let _ = ws.send(Message::binary(vec![1u8, 2, 3])).await;
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+#[tokio::test]
+async fn a_reply_that_cannot_be_read_ends_its_call_with_protocol() {
+    let addr = lying_server().await;
+    let sb = agentix::Sandbox::attach(addr, "token");
+    let err = tokio::time::timeout(
+        Duration::from_secs(20),
+        sb.remote(agentix_e2e::add, (1, 2)).into_future(),
+    )
+    .await
+    .expect("a call whose reply cannot be read ends, it does not hang")
+    .unwrap_err();
+    assert_eq!(err.kind, ErrorKind::Protocol, "{err}");
+    assert!(err.message.contains("could not be read"), "{err}");
+}
+
+#[tokio::test]
+async fn the_hosts_environment_stays_out_of_the_sandbox_unless_passed() {
+    // Cargo sets this for the test process; it stands for any host secret.
+    let secret = std::env::var("CARGO_PKG_NAME").expect("cargo sets CARGO_PKG_NAME");
+    let env_of = |sb: agentix::Sandbox| async move {
+        let out = sb
+            .remote(
+                agentix_bash::run,
+                ("env".to_owned(), agentix_bash::BashOptions::new()),
+            )
+            .await
+            .unwrap();
+        out.stdout_lossy()
+    };
+    let clean = env_of(sandbox().await).await;
+    assert!(!clean.contains("CARGO_PKG_NAME="), "{clean}");
+    assert!(!clean.contains("AGENTIX_TOKEN"), "{clean}");
+    assert!(clean.contains("PATH="), "{clean}");
+    let config = agentix::SandboxConfig::new(support::bundle_path()).pass_env("CARGO_PKG_NAME");
+    let passed = env_of(support::sandbox_with(config).await).await;
+    assert!(
+        passed.contains(&format!("CARGO_PKG_NAME={secret}")),
+        "{passed}"
+    );
+}
+
+#[tokio::test]
+async fn sandbox_code_cannot_read_the_servers_token() {
+    let sb = sandbox().await;
+    let server = sb.server_pid().unwrap();
+    let script = format!(
+        "cat /proc/{server}/environ /proc/{server}/cmdline | tr '\\0' '\\n'; \
+         for p in /proc/[0-9]*; do cat $p/environ $p/cmdline 2>/dev/null | tr '\\0' '\\n'; done"
+    );
+    let out = sb
+        .remote(
+            agentix_bash::run,
+            (script, agentix_bash::BashOptions::new()),
+        )
+        .await
+        .unwrap();
+    let seen = out.stdout_lossy();
+    assert!(
+        seen.contains("--token-stdin"),
+        "the server's command line was read: {seen}"
+    );
+    assert!(
+        !seen.contains(sb.token()),
+        "the token is readable from the sandbox"
+    );
+}
+
+#[tokio::test]
+async fn a_server_without_a_token_refuses_to_start_unless_told() {
+    let refused = tokio::process::Command::new(support::bundle_path())
+        .arg("serve")
+        .env_remove("AGENTIX_TOKEN")
+        .output();
+    let refused = tokio::time::timeout(Duration::from_secs(20), refused)
+        .await
+        .expect("the server exits at once")
+        .unwrap();
+    assert_eq!(refused.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(stderr.contains("--insecure-no-auth"), "{stderr}");
+
+    let mut open = std::process::Command::new(support::bundle_path())
+        .args(["serve", "--insecure-no-auth"])
+        .env_remove("AGENTIX_TOKEN")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(open.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    assert!(line.contains("\"ready\""), "{line}");
+    let _ = open.kill();
+    let _ = open.wait();
 }
