@@ -18,6 +18,7 @@
 //! - [`worker`]: the worker runtime that serves calls over the frame pipes;
 //!   `stream_call` drives one streaming call under its window.
 //! - [`process`]: small Unix process helpers shared by every spawner.
+//! - [`restart_policy`]: when a supervisor restarts a child, as a pure value.
 
 pub mod attachment;
 pub mod cbor;
@@ -31,6 +32,7 @@ pub mod process;
 pub mod raised;
 pub mod registry;
 pub mod remote;
+pub mod restart_policy;
 pub mod side_channel;
 mod stream_call;
 pub mod trace;

@@ -73,6 +73,7 @@ impl Default for ServerConfig {
 impl ServerConfig {
     /// Parses `--host A --port N --max-message-bytes N --cleanup-dir D
     /// --shutdown-grace-ms N --ping-interval-ms N --ping-timeout-ms N
+    /// --max-restarts N --restart-window-ms N
     /// --token-stdin --insecure-no-auth --worker CMD [ARGS..]`; the token
     /// comes from `AGENTIX_TOKEN`, or from the first line of standard input
     /// with `--token-stdin` (which keeps it out of `/proc/<pid>/environ`).
@@ -110,12 +111,21 @@ impl ServerConfig {
                 "--cleanup-dir" => config.cleanup_dir = Some(value("--cleanup-dir")?.into()),
                 "--token-stdin" => config.token = Some(token_from_stdin()?),
                 "--insecure-no-auth" => config.insecure_no_auth = true,
-                "--shutdown-grace-ms" | "--ping-interval-ms" | "--ping-timeout-ms" => {
+                "--max-restarts" => {
+                    config.max_restarts = value("--max-restarts")?
+                        .parse()
+                        .map_err(|e| format!("--max-restarts: {e}"))?
+                }
+                "--shutdown-grace-ms"
+                | "--ping-interval-ms"
+                | "--ping-timeout-ms"
+                | "--restart-window-ms" => {
                     let ms: u64 = value(&flag)?.parse().map_err(|e| format!("{flag}: {e}"))?;
                     let d = Duration::from_millis(ms);
                     match flag.as_str() {
                         "--shutdown-grace-ms" => config.shutdown_grace = d,
                         "--ping-interval-ms" => config.ping_interval = d,
+                        "--restart-window-ms" => config.restart_window = d,
                         _ => config.ping_timeout = d,
                     }
                 }

@@ -69,6 +69,12 @@ impl HttpRoutes {
                         "id": h.worker_id,
                         "restarts": h.restarts,
                         "last_exit": h.last_exit,
+                        "restart_budget": {
+                            "restarts": h.restart_budget.0,
+                            "window_s": h.restart_budget.1,
+                            "recent": h.recent_restarts,
+                            "retry_in_s": h.retry_in_s,
+                        },
                     },
                     "inflight": h.inflight,
                     "uptime_s": uptime_s,

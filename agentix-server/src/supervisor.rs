@@ -1,15 +1,15 @@
 //! The `WorkerSupervisor` actor: owns the worker process and every call.
 //!
 //! Supervised by nobody (it lives as long as the server); it supervises the
-//! worker process. It starts the worker, restarts it when it dies (first at
-//! once, then with exponential backoff, at most `max_restarts` within
-//! `restart_window`, after which the server reports `degraded` and calls fail
+//! worker process. It starts the worker, restarts it when it dies (by its
+//! [`RestartPolicy`]: first at once, then with exponential backoff, at most
+//! `max_restarts` within `restart_window`; past that the server reports
+//! `degraded` until the window has passed, then tries once more) and calls fail
 //! fast), and correlates calls: a call is a message whose reply resolves when
 //! the worker's matching result or error frame arrives, so the pending table
 //! lives inside this actor and behind no lock. When the worker dies every call
 //! in flight ends at once with `WorkerExited`.
 
-use std::collections::VecDeque;
 use std::ffi::OsString;
 use std::time::{Duration, Instant};
 
@@ -17,6 +17,7 @@ use actix::prelude::*;
 use agentix_actors::codec::{self, FrameReader};
 use agentix_actors::errors::{ErrorKind, RemoteError};
 use agentix_actors::process;
+use agentix_actors::restart_policy::{Restart, RestartPolicy};
 use agentix_actors::wire::Frame;
 use serde::Serialize;
 use socketioxide::socket::Sid;
@@ -124,6 +125,12 @@ pub struct Health {
     pub inflight: usize,
     /// Why the last worker ended, if one did.
     pub last_exit: Option<String>,
+    /// Restarts allowed within the window, and the window in seconds.
+    pub restart_budget: (u32, f64),
+    /// Restarts counted within the window now.
+    pub recent_restarts: u32,
+    /// While degraded: seconds until the worker is tried again.
+    pub retry_in_s: Option<f64>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -152,7 +159,9 @@ pub struct WorkerSupervisor {
     worker: Option<Running>,
     generation: u64,
     restarts: u64,
-    recent_restarts: VecDeque<Instant>,
+    policy: RestartPolicy,
+    /// While degraded: when the worker is tried again.
+    retry_at: Option<Instant>,
     io: Option<socketioxide::SocketIo>,
     /// One forwarder per plugin namespace a worker opened; they outlive
     /// worker restarts (the new worker opens its namespaces again).
@@ -168,6 +177,7 @@ impl WorkerSupervisor {
     /// relaying what its workers log and print to `logs`.
     pub fn new(config: ServerConfig, logs: SideRelay) -> Self {
         WorkerSupervisor {
+            policy: RestartPolicy::new(config.max_restarts, config.restart_window),
             config,
             logs,
             calls: CallTable::default(),
@@ -175,7 +185,7 @@ impl WorkerSupervisor {
             worker: None,
             generation: 0,
             restarts: 0,
-            recent_restarts: VecDeque::new(),
+            retry_at: None,
             io: None,
             forwarders: std::collections::HashMap::new(),
             early_opens: Vec::new(),
@@ -363,30 +373,32 @@ impl WorkerSupervisor {
         self.start_error = Some(exited);
 
         let now = Instant::now();
-        while self
-            .recent_restarts
-            .front()
-            .is_some_and(|t| now.duration_since(*t) > self.config.restart_window)
-        {
-            self.recent_restarts.pop_front();
-        }
-        if self.recent_restarts.len() as u32 >= self.config.max_restarts {
-            tracing::error!(
-                restarts = self.recent_restarts.len(),
-                "worker keeps dying; not restarting it again (degraded)"
-            );
-            self.phase = Phase::Degraded;
-            let err = self.degraded_error();
-            for call in self.calls.take_queued() {
-                call.reply.fail(err.clone());
+        let delay = match self.policy.on_exit(now) {
+            Restart::Now => Duration::ZERO,
+            Restart::After(delay) => delay,
+            Restart::GiveUp { retry_at } => {
+                tracing::error!(
+                    restarts = self.policy.intensity(),
+                    window = ?self.policy.period(),
+                    "worker keeps dying; not restarting it until the window has passed (degraded)"
+                );
+                self.phase = Phase::Degraded;
+                self.retry_at = Some(retry_at);
+                let err = self.degraded_error();
+                for call in self.calls.take_queued() {
+                    call.reply.fail(err.clone());
+                }
+                ctx.run_later(retry_at.saturating_duration_since(now), |act, ctx| {
+                    if act.phase == Phase::Degraded {
+                        tracing::info!("the restart window has passed; trying the worker again");
+                        act.retry_at = None;
+                        act.restarts += 1;
+                        act.spawn_worker(ctx);
+                    }
+                });
+                return;
             }
-            return;
-        }
-        let delay = match self.recent_restarts.len() {
-            0 => Duration::ZERO,
-            n => Duration::from_millis(50 << (n - 1).min(6)),
         };
-        self.recent_restarts.push_back(now);
         self.restarts += 1;
         self.phase = Phase::Restarting;
         ctx.run_later(delay, |act, ctx| {
@@ -405,9 +417,10 @@ impl WorkerSupervisor {
         RemoteError::new(
             ErrorKind::Degraded,
             format!(
-                "the worker died {} times within {:?}; the server stopped restarting it",
-                self.recent_restarts.len(),
-                self.config.restart_window
+                "the worker died more than {} times within {:?}; the server stopped \
+                 restarting it until that window has passed",
+                self.policy.intensity(),
+                self.policy.period()
             ),
         )
         .with_details(why)
@@ -693,6 +706,11 @@ impl Handler<ReportHealth> for WorkerSupervisor {
             restarts: self.restarts,
             inflight: self.calls.len(),
             last_exit: self.last_exit.clone(),
+            restart_budget: (self.policy.intensity(), self.policy.period().as_secs_f64()),
+            recent_restarts: self.policy.recent(Instant::now()),
+            retry_in_s: self
+                .retry_at
+                .map(|t| t.saturating_duration_since(Instant::now()).as_secs_f64()),
         })
     }
 }

@@ -273,3 +273,33 @@ async fn a_server_without_a_token_refuses_to_start_unless_told() {
     let _ = open.kill();
     let _ = open.wait();
 }
+
+#[tokio::test]
+async fn a_degraded_sandbox_recovers_once_its_restart_window_has_passed() {
+    let config = agentix::SandboxConfig::new(support::bundle_path())
+        .server_arg("--max-restarts", "2")
+        .server_arg("--restart-window-ms", "1500");
+    let sb = support::sandbox_with(config).await;
+    for _ in 0..3 {
+        let err = sb
+            .remote(agentix_e2e::crash, ("exit".to_owned(),))
+            .timeout(Duration::from_secs(20))
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind, ErrorKind::WorkerExited, "{err}");
+    }
+    let health = sb.health().await.unwrap();
+    assert_eq!(health["status"], "degraded", "{health}");
+    let budget = &health["worker"]["restart_budget"];
+    assert_eq!(budget["restarts"], 2, "{health}");
+    assert_eq!(budget["window_s"], 1.5, "{health}");
+    assert!(budget["retry_in_s"].as_f64().unwrap() > 0.0, "{health}");
+    let err = sb.remote(agentix_e2e::add, (1, 1)).await.unwrap_err();
+    assert_eq!(err.kind, ErrorKind::Degraded, "{err}");
+    // Once the window has passed, the worker is tried again and serves.
+    support::wait_until_async("the sandbox back from degraded", || async {
+        sb.health().await.is_ok_and(|h| h["status"] == "ok")
+    })
+    .await;
+    assert_eq!(sb.remote(agentix_e2e::add, (20, 22)).await.unwrap(), 42);
+}
