@@ -21,21 +21,25 @@ use hyper::{Method, Request, Response, StatusCode};
 use serde_json::json;
 
 use crate::auth::Token;
+use crate::side_credits::SideCredits;
 use crate::supervisor::{ReportHealth, WorkerSupervisor};
 
 /// The routes Socket.IO does not handle.
 #[derive(Clone)]
 pub struct HttpRoutes {
     supervisor: Addr<WorkerSupervisor>,
+    credits: SideCredits,
     token: Token,
     started: Instant,
 }
 
 impl HttpRoutes {
-    /// Routes answering from `supervisor`'s state, guarded by `token`.
-    pub fn new(supervisor: Addr<WorkerSupervisor>, token: Token) -> Self {
+    /// Routes answering from `supervisor`'s and the side channels' state
+    /// (`credits`), guarded by `token`.
+    pub fn new(supervisor: Addr<WorkerSupervisor>, credits: SideCredits, token: Token) -> Self {
         HttpRoutes {
             supervisor,
+            credits,
             token,
             started: Instant::now(),
         }
@@ -77,6 +81,9 @@ impl HttpRoutes {
                         },
                     },
                     "inflight": h.inflight,
+                    "side_channels": {
+                        "not_sent_to_lagging_listeners": self.credits.dropped(),
+                    },
                     "uptime_s": uptime_s,
                     "version": agentix_actors::VERSION,
                     "pid": std::process::id(),

@@ -90,6 +90,7 @@ async fn serve(config: ServerConfig) -> i32 {
     let token = Token::new(config.token.clone());
     let (logs, log_inbox) = SideRelay::channel();
     let supervisor = WorkerSupervisor::new(config.clone(), logs.clone()).start();
+    let credits = SideCredits::default();
     // A message's bytes travel as one binary frame beside a small JSON
     // header; the slack is for that header.
     let max_frame = config.max_message_bytes.saturating_add(HEADER_SLACK);
@@ -107,7 +108,11 @@ async fn serve(config: ServerConfig) -> i32 {
         .max_buffer_size(4096)
         .ping_interval(config.ping_interval)
         .ping_timeout(config.ping_timeout)
-        .build_with_inner_svc(HttpRoutes::new(supervisor.clone(), token.clone()));
+        .build_with_inner_svc(HttpRoutes::new(
+            supervisor.clone(),
+            credits.clone(),
+            token.clone(),
+        ));
     rpc::register(
         &io,
         supervisor.clone(),
@@ -116,7 +121,6 @@ async fn serve(config: ServerConfig) -> i32 {
     );
     supervisor.do_send(AttachIo(io.clone()));
     forwarder::register(&io, supervisor.clone(), token.clone());
-    let credits = SideCredits::default();
     side_namespaces::register(&io, logs, credits.clone(), token);
     log_inbox.start(io.clone(), credits);
 

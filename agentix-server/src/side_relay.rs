@@ -10,7 +10,9 @@
 //! [`crate::side_credits`]), so sending to a slow host waits, which fills the
 //! channel, which makes the readers wait, which fills the worker's pipes,
 //! which makes the worker's logging wait. So nothing is buffered without
-//! bound and nothing is lost while a host listens. While no host listens, the
+//! bound and nothing is lost while a host listens. A host that stops
+//! acknowledging altogether is waited for once, then skipped (counted, and
+//! told when it is back): it cannot stall the sandbox or other hosts. While no host listens, the
 //! newest items are kept (up to [`BACKLOG`]) and replayed to the first host
 //! that joins; older ones are counted and the count is reported.
 //!
@@ -28,7 +30,7 @@ use socketioxide::SocketIo;
 use tokio::sync::mpsc;
 
 use crate::emit::emit;
-use crate::side_credits::SideCredits;
+use crate::side_credits::{Credit, SideCredits};
 
 /// Items (records or trace events) kept per channel while no host listens.
 pub const BACKLOG: usize = 100_000;
@@ -132,6 +134,37 @@ struct Channel {
 }
 
 impl Channel {
+    /// Tells a listener that is back how many records it missed while it
+    /// lagged (on `/log`; on `/trace` the server's log says it), with the
+    /// credit it was just given; returns the credit for the batch itself.
+    async fn report_missed(
+        &self,
+        host: &socketioxide::extract::SocketRef,
+        credits: &SideCredits,
+    ) -> Credit {
+        let missed = credits.take_unreported(host.id);
+        if missed == 0 {
+            return Credit::Granted;
+        }
+        tracing::warn!(socket = %host.id, namespace = self.namespace, missed, "a lagging listener is back");
+        if self.namespace != LOG_NAMESPACE {
+            return Credit::Granted;
+        }
+        let notice = LogRecord::now(
+            "WARN",
+            TARGET_AGENTIX,
+            format!(
+                "{missed} log records were not sent to this listener: it stopped \
+                 acknowledging for {:?}; the sandbox's log file has them",
+                crate::side_credits::LAG_LIMIT
+            ),
+        );
+        (self.wrap)(SideBatch::encode(&[notice]))
+            .emit_to(host, self.event)
+            .await;
+        credits.take(host).await
+    }
+
     fn new(namespace: &'static str, event: &'static str, wrap: fn(SideBatch) -> Payload) -> Self {
         Channel {
             namespace,
@@ -189,10 +222,17 @@ impl Channel {
         self.backlog_items = 0;
         pending.extend(batch);
         for batch in pending {
+            let count = u64::from(batch.count);
             let payload = (self.wrap)(batch);
             for host in &hosts {
-                if credits.take(host).await {
-                    payload.emit_to(host, self.event).await;
+                let mut credit = credits.take(host).await;
+                if credit == Credit::Granted {
+                    credit = self.report_missed(host, credits).await;
+                }
+                match credit {
+                    Credit::Granted => payload.emit_to(host, self.event).await,
+                    Credit::Lagging => credits.not_sent(host.id, count),
+                    Credit::Gone => {}
                 }
             }
         }

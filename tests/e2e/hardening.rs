@@ -303,3 +303,40 @@ async fn a_degraded_sandbox_recovers_once_its_restart_window_has_passed() {
     .await;
     assert_eq!(sb.remote(agentix_e2e::add, (20, 22)).await.unwrap(), 42);
 }
+
+#[tokio::test]
+async fn a_log_listener_that_never_acks_stalls_nothing() {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::Arc;
+    let received = Arc::new(AtomicU64::new(0));
+    let counted = received.clone();
+    let config = agentix::SandboxConfig::new(support::bundle_path()).on_log(move |_, r| {
+        if r.target == "agentix_e2e" && r.message.starts_with("log ") {
+            counted.fetch_add(1, Ordering::Relaxed);
+        }
+    });
+    let sb = support::sandbox_with(config).await;
+    // A listener that reads (and answers pings) but never acknowledges.
+    let mut deaf = RawSocket::connect_ns(sb.addr(), sb.token(), "/log").await;
+    let reader = tokio::spawn(async move { while deaf.recv_binary_event().await.is_some() {} });
+    const N: u64 = 20_000;
+    let chatter = sb.remote(agentix_e2e::chatter, (N, 0, 0));
+    let made = tokio::time::timeout(Duration::from_secs(60), chatter.into_future())
+        .await
+        .expect("logging went on while a listener did not acknowledge")
+        .unwrap();
+    assert_eq!(made, N);
+    support::wait_until(
+        "every record at the listening host",
+        Duration::from_secs(30),
+        || received.load(Ordering::Relaxed) == N,
+    )
+    .await;
+    assert_eq!(sb.remote(agentix_e2e::add, (1, 2)).await.unwrap(), 3);
+    let health = sb.health().await.unwrap();
+    let not_sent = health["side_channels"]["not_sent_to_lagging_listeners"]
+        .as_u64()
+        .unwrap();
+    assert!(not_sent > 0, "{health}");
+    reader.abort();
+}
