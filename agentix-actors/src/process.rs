@@ -188,6 +188,68 @@ pub fn is_alive(pid: u32) -> bool {
     }
 }
 
+/// Environment variable that marks every process a sandbox started: the
+/// worker gets `w<worker id>`, each command it runs `<that>.<n>`, and what
+/// a command forks, backgrounds, pipes or `setsid`s into inherits it. A
+/// process group or a parent-death signal cannot follow a `setsid` or a
+/// double fork; the environment can.
+pub const ENV_PROCESS_TAG: &str = "AGENTIX_PROCESS_TAG";
+
+/// A fresh tag for a child of this process, under this process's own tag
+/// (or its pid, outside a sandbox).
+pub fn child_tag() -> String {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    let own = std::env::var(ENV_PROCESS_TAG).unwrap_or_else(|_| format!("p{}", std::process::id()));
+    format!("{own}.{}", NEXT.fetch_add(1, Ordering::Relaxed))
+}
+
+/// SIGKILLs every process (but this one) whose environment holds the tag
+/// `tag` or one under it (`tag.` followed by more), found by walking
+/// `/proc`; repeats while it finds some, since they may fork meanwhile.
+/// Returns how many it killed.
+pub fn kill_tagged(tag: &str) -> usize {
+    let own = std::process::id();
+    let exact = format!("{ENV_PROCESS_TAG}={tag}");
+    let under = format!("{exact}.");
+    let mut killed = 0;
+    for _ in 0..5 {
+        let mut found = 0;
+        let Ok(entries) = std::fs::read_dir("/proc") else {
+            return killed;
+        };
+        for entry in entries.flatten() {
+            let Some(pid) = entry
+                .file_name()
+                .to_str()
+                .and_then(|n| n.parse::<u32>().ok())
+            else {
+                continue;
+            };
+            if pid == own {
+                continue;
+            }
+            let Ok(environ) = std::fs::read(format!("/proc/{pid}/environ")) else {
+                continue;
+            };
+            let tagged = environ
+                .split(|&b| b == 0)
+                .any(|var| var == exact.as_bytes() || var.starts_with(under.as_bytes()));
+            if tagged {
+                // SAFETY: kill(2) with a pid read from /proc; no memory involved.
+                unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
+                found += 1;
+            }
+        }
+        if found == 0 {
+            break;
+        }
+        killed += found;
+        // Let the killed go (and their children show) before looking again.
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    killed
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -324,11 +324,14 @@ impl WorkerSupervisor {
         start_error: Option<RemoteError>,
     ) {
         let was_ready = self.phase == Phase::Ready;
-        let tail = self
-            .worker
-            .take()
-            .map(|w| w.tail.text())
-            .unwrap_or_default();
+        let gone = self.worker.take();
+        if let Some(w) = &gone {
+            // What its commands started outlives it otherwise (a `setsid`
+            // or a double fork escapes its process group).
+            let tag = worker_process::worker_tag(&w.worker_id);
+            tokio::task::spawn_blocking(move || process::kill_tagged(&tag));
+        }
+        let tail = gone.map(|w| w.tail.text()).unwrap_or_default();
         self.last_exit = Some(status.clone());
         if self.phase == Phase::Stopped {
             return;
@@ -753,6 +756,8 @@ impl Handler<StopWorker> for WorkerSupervisor {
         }
         if let Some(w) = self.worker.take() {
             process::signal_group(w.pid, libc::SIGKILL);
+            // Here, not on a task: the server exits right after.
+            process::kill_tagged(&worker_process::worker_tag(&w.worker_id));
         }
     }
 }

@@ -63,6 +63,7 @@ pub fn spawn(
     cmd.args(args)
         .env(ENV_WORKER_ID, worker_id)
         .env_remove(ENV_TOKEN)
+        .env(process::ENV_PROCESS_TAG, worker_tag(worker_id))
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -188,4 +189,10 @@ impl OutputTail {
             .collect::<Vec<_>>()
             .join("\n")
     }
+}
+
+/// The process tag of worker `worker_id` (see
+/// [`agentix_actors::process::ENV_PROCESS_TAG`]).
+pub fn worker_tag(worker_id: &str) -> String {
+    format!("w{worker_id}")
 }

@@ -122,6 +122,20 @@ async fn the_runtimes_own_variables_do_not_leak_into_commands() {
     assert!(env.contains("PATH="), "{env}");
     for var in runtime_vars {
         let name = var.split('=').next().unwrap();
+        if name == "AGENTIX_PROCESS_TAG" {
+            // Commands carry a tag of their own, under the worker's, which
+            // lets the runtime find everything they start.
+            let own = env
+                .lines()
+                .find_map(|l| l.strip_prefix("AGENTIX_PROCESS_TAG="))
+                .expect("the command's tag");
+            let worker_tag = var.split_once('=').unwrap().1;
+            assert!(
+                own.starts_with(&format!("{worker_tag}.")),
+                "{own} under {worker_tag}"
+            );
+            continue;
+        }
         assert!(!env.contains(name), "{name} leaked into the command");
     }
 }
@@ -414,7 +428,13 @@ async fn warm_shells_run_commands_exactly_like_fresh_ones_and_die_with_the_worke
         );
     }
     let out = run(&sb, "env", BashOptions::new()).await;
-    assert!(!out.stdout_lossy().contains("AGENTIX_"));
+    let leaked: Vec<String> = out
+        .stdout_lossy()
+        .lines()
+        .filter(|l| l.starts_with("AGENTIX_") && !l.starts_with("AGENTIX_PROCESS_TAG="))
+        .map(str::to_owned)
+        .collect();
+    assert!(leaked.is_empty(), "{leaked:?}");
 
     let mut warm = bash_children(worker);
     assert!(!warm.is_empty());

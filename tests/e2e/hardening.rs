@@ -340,3 +340,112 @@ async fn a_log_listener_that_never_acks_stalls_nothing() {
     assert!(not_sent > 0, "{health}");
     reader.abort();
 }
+
+/// Processes whose command line holds `marker`, found by walking /proc.
+fn processes_with(marker: &str) -> Vec<u32> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
+            continue;
+        };
+        let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+        // Zombies have an empty command line; they are gone for good.
+        if cmdline.contains(marker) && !cmdline.contains("bash -c") {
+            found.push(pid);
+        }
+    }
+    found
+}
+
+/// A `sleep` duration no other test uses, as its marker in /proc.
+fn unique_sleep() -> String {
+    format!("1000.{}", agentix_e2e::now_nanos() % 1_000_000_007)
+}
+
+/// Background, setsid'd and piped children of one command.
+fn scattered(marker: &str) -> String {
+    format!(
+        "sleep {marker} & (setsid sleep {marker} &) ; sleep {marker} | cat & \
+         nohup sleep {marker} >/dev/null 2>&1 &"
+    )
+}
+
+async fn gone(marker: &str, when: &str) {
+    support::wait_until(
+        &format!("every process of the command gone {when}"),
+        Duration::from_secs(10),
+        || processes_with(marker).is_empty(),
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_cancelled_or_timed_out_command_leaves_no_process_behind() {
+    let sb = sandbox().await;
+    let marker = unique_sleep();
+    let command = format!("{} sleep {marker}", scattered(&marker));
+    let stream = sb
+        .stream(
+            agentix_bash::run_stream,
+            (command, agentix_bash::BashOptions::new()),
+        )
+        .await
+        .unwrap();
+    support::wait_until("the command's processes", Duration::from_secs(10), || {
+        processes_with(&marker).len() >= 5
+    })
+    .await;
+    drop(stream);
+    gone(&marker, "after a cancel").await;
+
+    let marker = unique_sleep();
+    let command = format!("{} sleep {marker}", scattered(&marker));
+    let opts = agentix_bash::BashOptions::new().timeout(Duration::from_millis(700));
+    let out = sb.remote(agentix_bash::run, (command, opts)).await.unwrap();
+    assert!(out.timed_out);
+    gone(&marker, "after a timeout").await;
+}
+
+#[tokio::test]
+async fn background_jobs_live_until_the_worker_or_the_sandbox_goes() {
+    let sb = sandbox().await;
+    let marker = unique_sleep();
+    sb.remote(
+        agentix_bash::run,
+        (scattered(&marker), agentix_bash::BashOptions::new()),
+    )
+    .await
+    .unwrap();
+    // A command that ran to its end keeps its background jobs (`server &`).
+    support::wait_until("the background jobs", Duration::from_secs(10), || {
+        processes_with(&marker).len() >= 4
+    })
+    .await;
+    let err = sb
+        .remote(agentix_e2e::crash, ("sigkill".to_owned(),))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind, ErrorKind::WorkerExited, "{err}");
+    gone(&marker, "after the worker died").await;
+
+    let marker = unique_sleep();
+    sb.remote(
+        agentix_bash::run,
+        (scattered(&marker), agentix_bash::BashOptions::new()),
+    )
+    .await
+    .unwrap();
+    support::wait_until("the background jobs", Duration::from_secs(10), || {
+        processes_with(&marker).len() >= 4
+    })
+    .await;
+    sb.delete().await;
+    gone(&marker, "after delete").await;
+}

@@ -49,6 +49,8 @@ pub(crate) enum Output {
 pub(crate) struct Running {
     child: Child,
     pgid: u32,
+    /// The process tag every process of this command inherits.
+    tag: String,
     stdout: Option<ChildStdout>,
     stderr: Option<ChildStderr>,
     deadline: Option<Instant>,
@@ -83,8 +85,8 @@ impl Running {
             .shell
             .clone()
             .unwrap_or_else(|| default_shell().to_owned());
-        let mut child = match crate::warm_shell::hand_over(&shell, command, &opts).await {
-            Some(child) => child,
+        let (mut child, tag) = match crate::warm_shell::hand_over(&shell, command, &opts).await {
+            Some(warm) => warm,
             None => cold_start(&shell, command, &opts)?,
         };
         let pgid = child.id().unwrap_or(0);
@@ -103,6 +105,7 @@ impl Running {
             stderr: child.stderr.take(),
             child,
             pgid,
+            tag,
             deadline: opts
                 .timeout_ms
                 .map(|ms| Instant::now() + Duration::from_millis(ms)),
@@ -157,6 +160,7 @@ impl Running {
                 }
                 () = tokio::time::sleep_until(deadline.unwrap_or(far)), if deadline.is_some() => {
                     agentix::process::signal_group(self.pgid, libc::SIGKILL);
+                    kill_tagged_in_background(&self.tag);
                     self.timed_out = true;
                 }
                 () = tokio::time::sleep_until(self.drain_until.unwrap_or(far)),
@@ -180,15 +184,41 @@ impl Drop for Running {
         if self.exited.is_none() && self.pgid != 0 {
             agentix::process::signal_group(self.pgid, libc::SIGKILL);
         }
+        // Given up before its end (cancelled, dropped): everything it
+        // started goes, setsid'd or not. A command that ran to its end
+        // keeps its background jobs (`server &`) until the sandbox goes.
+        if !self.finished {
+            kill_tagged_in_background(&self.tag);
+        }
+    }
+}
+
+/// Kills every process under `tag`, off the async threads (it walks /proc).
+fn kill_tagged_in_background(tag: &str) {
+    let tag = tag.to_owned();
+    let kill = move || {
+        agentix::process::kill_tagged(&tag);
+    };
+    match tokio::runtime::Handle::try_current() {
+        Ok(rt) => {
+            rt.spawn_blocking(kill);
+        }
+        Err(_) => kill(),
     }
 }
 
 /// Starts `shell -c command` as `opts` ask, in a process group of its own
 /// that dies with the worker.
-fn cold_start(shell: &str, command: &str, opts: &BashOptions) -> Result<Child, BashError> {
+fn cold_start(
+    shell: &str,
+    command: &str,
+    opts: &BashOptions,
+) -> Result<(Child, String), BashError> {
     let mut cmd = Command::new(shell);
     cmd.arg("-c").arg(command);
     scrub_runtime_env(&mut cmd);
+    let tag = agentix::process::child_tag();
+    cmd.env(agentix::process::ENV_PROCESS_TAG, &tag);
     cmd.envs(&opts.env);
     if let Some(cwd) = &opts.cwd {
         cmd.current_dir(cwd);
@@ -205,14 +235,15 @@ fn cold_start(shell: &str, command: &str, opts: &BashOptions) -> Result<Child, B
     unsafe {
         cmd.pre_exec(move || agentix::process::child_setup(parent, libc::SIGKILL));
     }
-    cmd.spawn().map_err(|e| {
+    let child = cmd.spawn().map_err(|e| {
         let kind = if opts.cwd.is_some() && e.kind() == std::io::ErrorKind::PermissionDenied {
             BashErrorKind::WorkingDirectory
         } else {
             BashErrorKind::Shell
         };
         BashError::os(kind, "cannot start the shell", shell, &e)
-    })
+    })?;
+    Ok((child, tag))
 }
 
 /// Removes the runtime's own variables from what `cmd` inherits.

@@ -43,16 +43,21 @@ const ZYGOTE: &str = "IFS= read -r -d '' __agentix_pre || exit 0; \
                       BASH_EXECUTION_STRING=$__agentix_cmd; \
                       eval \"unset __agentix_pre __agentix_cmd; $__agentix_cmd\"";
 
-static POOL_SHELLS: Mutex<Vec<Child>> = Mutex::new(Vec::new());
+/// Warm shells and their process tags (each serves one command).
+static POOL_SHELLS: Mutex<Vec<(Child, String)>> = Mutex::new(Vec::new());
 
-/// A warm shell already running `command` with `opts`, or `None` when the
-/// caller must start a shell itself.
-pub(crate) async fn hand_over(shell: &str, command: &str, opts: &BashOptions) -> Option<Child> {
+/// A warm shell already running `command` with `opts`, and its process
+/// tag, or `None` when the caller must start a shell itself.
+pub(crate) async fn hand_over(
+    shell: &str,
+    command: &str,
+    opts: &BashOptions,
+) -> Option<(Child, String)> {
     if !serves(shell, opts) {
         return None;
     }
     let script = instructions(command, opts)?;
-    let mut warm = lock().pop()?;
+    let (mut warm, tag) = lock().pop()?;
     let handed = match warm.stdin.as_mut() {
         Some(stdin) => stdin.write_all(&script).await.is_ok(),
         None => false,
@@ -62,7 +67,7 @@ pub(crate) async fn hand_over(shell: &str, command: &str, opts: &BashOptions) ->
         agentix::process::signal_group(warm.id().unwrap_or(0), libc::SIGKILL);
         return None;
     }
-    Some(warm)
+    Some((warm, tag))
 }
 
 /// Whether commands run with `shell` and `opts` use warm shells at all: only
@@ -133,10 +138,12 @@ fn fill() {
     }
 }
 
-fn start() -> std::io::Result<Child> {
+fn start() -> std::io::Result<(Child, String)> {
     let mut cmd = Command::new("bash");
     cmd.arg("-c").arg(ZYGOTE);
     crate::running::scrub_runtime_env(&mut cmd);
+    let tag = agentix::process::child_tag();
+    cmd.env(agentix::process::ENV_PROCESS_TAG, &tag);
     cmd.stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
@@ -145,10 +152,10 @@ fn start() -> std::io::Result<Child> {
     unsafe {
         cmd.pre_exec(move || agentix::process::child_setup(parent, libc::SIGKILL));
     }
-    cmd.spawn()
+    Ok((cmd.spawn()?, tag))
 }
 
-fn lock() -> std::sync::MutexGuard<'static, Vec<Child>> {
+fn lock() -> std::sync::MutexGuard<'static, Vec<(Child, String)>> {
     POOL_SHELLS.lock().unwrap_or_else(|p| p.into_inner())
 }
 
