@@ -4,6 +4,13 @@
 //! worker's stdout and stderr lines) append to it, whole lines per write with
 //! `O_APPEND`, so what a sandbox logged stays on disk inside it even when no
 //! host was connected or the worker was killed.
+//!
+//! The directory is trusted only if it is a real directory (not a symlink)
+//! owned by this user that nobody else may write, and files are opened
+//! without following a symlink: a shared, pre-creatable directory such as
+//! `/tmp/agentix` could otherwise point the sandbox's output at any file
+//! the user can write. (The local provider puts it in the sandbox's own
+//! private directory, removed with the sandbox.)
 
 use std::io::Write;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
@@ -24,6 +31,28 @@ pub fn dir_from_env() -> Option<PathBuf> {
         Some(dir) => Some(dir.into()),
         None => Some(DEFAULT_LOG_DIR.into()),
     }
+}
+
+/// Refuses `dir` unless it is a directory of this user that nobody else may
+/// write (planting a symlink in it takes writing it).
+fn check_private_dir(dir: &std::path::Path) -> std::io::Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::symlink_metadata(dir)?;
+    // SAFETY: geteuid has no failure mode and touches no memory.
+    let me = unsafe { libc::geteuid() };
+    let why = if !meta.file_type().is_dir() {
+        "it is not a directory (a symlink is not followed)"
+    } else if meta.uid() != me {
+        "another user owns it"
+    } else if meta.mode() & 0o022 != 0 {
+        "others may write it"
+    } else {
+        return Ok(());
+    };
+    Err(std::io::Error::new(
+        std::io::ErrorKind::PermissionDenied,
+        format!("refusing the log directory {}: {why}", dir.display()),
+    ))
 }
 
 /// The log file of the worker that produced the records being appended.
@@ -55,11 +84,13 @@ impl SandboxLogFile {
                     .recursive(true)
                     .mode(0o700)
                     .create(&dir)
+                    .and_then(|()| check_private_dir(&dir))
                     .and_then(|()| {
                         std::fs::OpenOptions::new()
                             .create(true)
                             .append(true)
                             .mode(0o600)
+                            .custom_flags(libc::O_NOFOLLOW)
                             .open(&path)
                     });
                 match opened {

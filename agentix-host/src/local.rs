@@ -80,6 +80,9 @@ impl Provider for LocalProvider {
             .arg("--token-stdin")
             .env_clear()
             .envs(passed_env(&config))
+            // The durable log lives in the sandbox's own private directory
+            // (and goes with it) unless the config says where.
+            .env(agentix_actors::log_file::ENV_LOG_DIR, dir.join("logs"))
             .envs(config.env.iter().map(|(k, v)| (k, v)))
             .current_dir(&dir)
             .stderr(log);

@@ -449,3 +449,43 @@ async fn background_jobs_live_until_the_worker_or_the_sandbox_goes() {
     sb.delete().await;
     gone(&marker, "after delete").await;
 }
+
+#[tokio::test]
+async fn the_durable_log_lives_in_the_sandbox_and_a_shared_directory_is_refused() {
+    // By default: inside the sandbox's private directory, gone with it.
+    let sb = sandbox().await;
+    sb.remote(agentix_e2e::chatter, (3, 0, 0)).await.unwrap();
+    let logs = sb.local_dir().unwrap().join("logs");
+    support::wait_until("the sandbox log file", Duration::from_secs(10), || {
+        std::fs::read_dir(&logs).is_ok_and(|mut d| d.next().is_some())
+    })
+    .await;
+    let root = sb.local_dir().unwrap().to_owned();
+    sb.delete().await;
+    assert!(!root.exists());
+
+    // A directory others may write, with a symlink planted in it, is not used.
+    use std::os::unix::fs::PermissionsExt;
+    let shared = support::scratch_dir("shared-logs");
+    std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let victim = shared.join("victim.txt");
+    std::fs::write(&victim, "one line\n").unwrap();
+    for generation in 1..4 {
+        let _ =
+            std::os::unix::fs::symlink(&victim, shared.join(format!("sandbox-x-{generation}.log")));
+    }
+    let config = agentix::SandboxConfig::new(support::bundle_path())
+        .env("AGENTIX_LOG_DIR", shared.to_str().unwrap());
+    let sb = support::sandbox_with(config).await;
+    sb.remote(agentix_e2e::chatter, (50, 50, 0)).await.unwrap();
+    assert_eq!(sb.remote(agentix_e2e::add, (1, 1)).await.unwrap(), 2);
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "one line\n");
+    let files: Vec<_> = std::fs::read_dir(&shared)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
+        .map(|e| e.file_name())
+        .collect();
+    assert_eq!(files, ["victim.txt"], "nothing was written there");
+    let _ = std::fs::remove_dir_all(&shared);
+}
