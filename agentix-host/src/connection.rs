@@ -150,7 +150,7 @@ impl RpcConnection {
         endpoint: &Endpoint,
         settings: ConnectionSettings,
     ) -> Result<Arc<Self>, RemoteError> {
-        let client = SioClient::connect(&endpoint.addr, settings.client())
+        let client = SioClient::connect(&endpoint.addr, &endpoint.token, settings.client())
             .await
             .map_err(|e| connect_error(endpoint, "cannot reach the sandbox server", e))?;
         let opened = Instant::now();

@@ -99,7 +99,7 @@ impl HttpRoutes {
 
 /// The token of an `Authorization: Bearer <token>` header (the scheme
 /// is case-insensitive, as HTTP says).
-fn presented_token(req: &Request<Incoming>) -> Option<&str> {
+pub fn presented_token<B>(req: &Request<B>) -> Option<&str> {
     let value = req
         .headers()
         .get(hyper::header::AUTHORIZATION)?

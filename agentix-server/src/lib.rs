@@ -19,6 +19,7 @@
 //! - [`side_credits`]: how far behind each host may be on the side channels.
 //! - [`side_namespaces`]: the `/log` and `/trace` namespaces hosts listen on.
 //! - [`http`]: `/health`, the token gate and the listener.
+//! - [`upgrade_gate`]: no Socket.IO session without the token on the request.
 //! - [`server`]: [`run`], which ties them together on the actix runtime.
 
 pub mod auth;
@@ -35,6 +36,7 @@ pub mod side_credits;
 pub mod side_namespaces;
 pub mod side_relay;
 pub mod supervisor;
+pub mod upgrade_gate;
 pub mod worker_process;
 
 pub use config::ServerConfig;

@@ -25,6 +25,7 @@ use crate::side_credits::SideCredits;
 use crate::side_namespaces;
 use crate::side_relay::SideRelay;
 use crate::supervisor::{AttachIo, BeginDrain, ReportHealth, StopWorker, WorkerSupervisor};
+use crate::upgrade_gate::UpgradeGate;
 
 /// Room for an event's JSON header beside its largest binary attachment.
 const HEADER_SLACK: usize = 64 << 10;
@@ -136,6 +137,7 @@ async fn serve(config: ServerConfig) -> i32 {
     }
     tracing::info!(%addr, "agentix-server listening");
 
+    let gate_token = Token::new(config.token.clone());
     let accept = tokio::spawn(async move {
         loop {
             let (stream, _) = match listener.accept().await {
@@ -146,7 +148,7 @@ async fn serve(config: ServerConfig) -> i32 {
                 }
             };
             let _ = stream.set_nodelay(true);
-            let service = service.clone();
+            let service = UpgradeGate::new(service.clone(), gate_token.clone());
             tokio::spawn(async move {
                 let conn = hyper::server::conn::http1::Builder::new()
                     .serve_connection(TokioIo::new(stream), service)

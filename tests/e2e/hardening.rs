@@ -489,3 +489,28 @@ async fn the_durable_log_lives_in_the_sandbox_and_a_shared_directory_is_refused(
     assert_eq!(files, ["victim.txt"], "nothing was written there");
     let _ = std::fs::remove_dir_all(&shared);
 }
+
+#[tokio::test]
+async fn no_socket_io_session_opens_without_the_token_on_the_request() {
+    let sb = sandbox().await;
+    for token in [None, Some("not-the-token")] {
+        let refused = RawSocket::try_open(sb.addr(), token, "/rpc").await;
+        match refused {
+            Err(tokio_tungstenite::tungstenite::Error::Http(res)) => {
+                assert_eq!(res.status(), 401, "{token:?}")
+            }
+            Err(other) => panic!("{token:?}: refused, but not with 401: {other}"),
+            Ok(_) => panic!("{token:?}: a websocket opened without the token"),
+        }
+    }
+    let polling = "/socket.io/?EIO=4&transport=polling";
+    assert_eq!(
+        support::raw_socket::http_status(sb.addr(), polling, None).await,
+        401
+    );
+    // With it, a raw client gets in and is served.
+    let mut raw = RawSocket::connect(sb.addr(), sb.token()).await;
+    raw.emit("heartbeat", json!({"seq": 1})).await;
+    let (name, _) = raw.recv_event().await.unwrap();
+    assert_eq!(name, "heartbeat");
+}

@@ -25,6 +25,7 @@ async def main(addr: str, token: str) -> None:
         f"http://{addr}",
         namespaces=["/e2e-plugin"],
         auth={"token": token},
+        headers={"Authorization": f"Bearer {token}"},
         transports=["websocket"],
     )
     await sio.emit("configure", {"from": "python", "n": 42}, namespace="/e2e-plugin")

@@ -63,6 +63,7 @@ async def main(addr: str, token: str, n: int) -> None:
         f"http://{addr}",
         namespaces=["/rpc", "/log", "/trace"],
         auth={"token": token},
+        headers={"Authorization": f"Bearer {token}"},
         transports=["websocket"],
     )
     args = cbor2.dumps([n, 0, n])

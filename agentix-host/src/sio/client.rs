@@ -25,7 +25,10 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tokio::net::TcpStream;
 use tokio::sync::{oneshot, watch, OwnedMutexGuard};
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::tungstenite::http::header::{HeaderValue, AUTHORIZATION};
 use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
+use tokio_tungstenite::tungstenite::Error as WsError;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::WebSocketStream;
 
@@ -123,9 +126,15 @@ impl Drop for Shared {
 }
 
 impl SioClient {
-    /// Opens a websocket to the server at `addr` (`host:port`) and completes
-    /// the Engine.IO handshake; no namespace is joined yet.
-    pub async fn connect(addr: &str, settings: ClientSettings) -> Result<SioClient, SioError> {
+    /// Opens a websocket to the server at `addr` (`host:port`), presenting
+    /// `token` as `Authorization: Bearer` (the server opens no session
+    /// without it), and completes the Engine.IO handshake; no namespace is
+    /// joined yet.
+    pub async fn connect(
+        addr: &str,
+        token: &str,
+        settings: ClientSettings,
+    ) -> Result<SioClient, SioError> {
         let deadline = tokio::time::Instant::now() + settings.connect_timeout;
         let timeout = settings.connect_timeout;
         let within = |what: &'static str| {
@@ -143,13 +152,25 @@ impl SioClient {
             .max_message_size(Some(max_frame))
             .max_frame_size(Some(max_frame));
         let url = format!("ws://{addr}/socket.io/?EIO=4&transport=websocket");
+        let mut request = url
+            .as_str()
+            .into_client_request()
+            .map_err(|e| SioError::Unreachable(format!("bad server address {addr}: {e}")))?;
+        let bearer = HeaderValue::from_str(&format!("Bearer {token}"))
+            .map_err(|_| SioError::AuthRejected("the token is not a valid header value".into()))?;
+        request.headers_mut().insert(AUTHORIZATION, bearer);
         let (ws, _) = tokio::time::timeout_at(
             deadline,
-            tokio_tungstenite::client_async_with_config(url.as_str(), tcp, Some(config)),
+            tokio_tungstenite::client_async_with_config(request, tcp, Some(config)),
         )
         .await
         .map_err(within("the websocket handshake"))?
-        .map_err(|e| SioError::Unreachable(format!("websocket handshake with {addr}: {e}")))?;
+        .map_err(|e| match e {
+            WsError::Http(res) if res.status() == 401 => SioError::AuthRejected(format!(
+                "auth rejected: the server at {addr} refused the token (HTTP 401)"
+            )),
+            e => SioError::Unreachable(format!("websocket handshake with {addr}: {e}")),
+        })?;
         let (writer, mut reader) = ws.split();
         let mut decoder = Decoder::new(settings.max_message_bytes);
         let open = loop {

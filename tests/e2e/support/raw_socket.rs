@@ -33,29 +33,45 @@ impl RawSocket {
         RawSocket::connect_ns(addr, token, "/rpc").await
     }
 
-    /// Opens the websocket and reads the Engine.IO open packet; no
-    /// namespace joined yet.
-    pub(crate) async fn open(addr: &str, ns: &str) -> Self {
+    /// Opens the websocket with `token` as its Bearer header and reads the
+    /// Engine.IO open packet; no namespace joined yet.
+    pub(crate) async fn open(addr: &str, token: &str, ns: &str) -> Self {
+        RawSocket::try_open(addr, Some(token), ns)
+            .await
+            .expect("websocket connects")
+    }
+
+    /// Like [`RawSocket::open`], with any token or none; the server's
+    /// refusal comes back as the handshake error.
+    pub(crate) async fn try_open(
+        addr: &str,
+        token: Option<&str>,
+        ns: &str,
+    ) -> Result<Self, tokio_tungstenite::tungstenite::Error> {
+        use tokio_tungstenite::tungstenite::client::IntoClientRequest;
         let tcp = tokio::net::TcpStream::connect(addr)
             .await
             .expect("TCP connects");
         tcp.set_nodelay(true).expect("nodelay");
         let url = format!("ws://{addr}/socket.io/?EIO=4&transport=websocket");
-        let (ws, _) = tokio_tungstenite::client_async(url, tcp)
-            .await
-            .expect("websocket connects");
+        let mut request = url.into_client_request().expect("a websocket URL");
+        if let Some(token) = token {
+            let bearer = format!("Bearer {token}").parse().expect("a header value");
+            request.headers_mut().insert("authorization", bearer);
+        }
+        let (ws, _) = tokio_tungstenite::client_async(request, tcp).await?;
         let mut raw = RawSocket {
             ws,
             ns: ns.to_owned(),
         };
         let open = raw.recv().await.expect("engine.io open packet");
         assert!(open.starts_with('0'), "not an open packet: {open}");
-        raw
+        Ok(raw)
     }
 
     /// Connects to the server at `addr` and joins namespace `ns` with `token`.
     pub(crate) async fn connect_ns(addr: &str, token: &str, ns: &str) -> Self {
-        let mut raw = RawSocket::open(addr, ns).await;
+        let mut raw = RawSocket::open(addr, token, ns).await;
         raw.send(&format!("40{ns},{}", serde_json::json!({ "token": token })))
             .await;
         let joined = raw.recv().await.expect("namespace connect reply");
