@@ -25,6 +25,7 @@
 //! crate is nothing but `#[remote]` functions and the types they exchange,
 //! which makes it the model of a plugin.
 
+mod command_env;
 mod error;
 mod options;
 mod outcome;

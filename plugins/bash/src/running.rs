@@ -30,10 +30,6 @@ const CHUNK: usize = 64 << 10;
 /// that job writes later is not waited for.
 const DRAIN_AFTER_EXIT: Duration = Duration::from_millis(100);
 
-/// Variables that start with this belong to the runtime (the sandbox token
-/// among them) and are not passed on to commands.
-const RUNTIME_ENV_PREFIX: &str = "AGENTIX_";
-
 /// What [`Running::next`] yields.
 #[derive(Debug)]
 pub(crate) enum Output {
@@ -216,9 +212,7 @@ fn cold_start(
 ) -> Result<(Child, String), BashError> {
     let mut cmd = Command::new(shell);
     cmd.arg("-c").arg(command);
-    scrub_runtime_env(&mut cmd);
-    let tag = agentix::process::child_tag();
-    cmd.env(agentix::process::ENV_PROCESS_TAG, &tag);
+    let tag = crate::command_env::prepare(&mut cmd);
     cmd.envs(&opts.env);
     if let Some(cwd) = &opts.cwd {
         cmd.current_dir(cwd);
@@ -244,15 +238,6 @@ fn cold_start(
         BashError::os(kind, "cannot start the shell", shell, &e)
     })?;
     Ok((child, tag))
-}
-
-/// Removes the runtime's own variables from what `cmd` inherits.
-pub(crate) fn scrub_runtime_env(cmd: &mut Command) {
-    for (key, _) in std::env::vars_os() {
-        if key.to_string_lossy().starts_with(RUNTIME_ENV_PREFIX) {
-            cmd.env_remove(key);
-        }
-    }
 }
 
 /// Reads one chunk from `pipe`; `None` (and the pipe closed) at its end. A

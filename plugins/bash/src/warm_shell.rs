@@ -141,9 +141,7 @@ fn fill() {
 fn start() -> std::io::Result<(Child, String)> {
     let mut cmd = Command::new("bash");
     cmd.arg("-c").arg(ZYGOTE);
-    crate::running::scrub_runtime_env(&mut cmd);
-    let tag = agentix::process::child_tag();
-    cmd.env(agentix::process::ENV_PROCESS_TAG, &tag);
+    let tag = crate::command_env::prepare(&mut cmd);
     cmd.stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
