@@ -77,6 +77,11 @@ pub fn install_fd(fd: libc::c_int, target: libc::c_int) -> io::Result<()> {
 
 /// Sends `signal` to the process group `pgid`; a vanished group is fine.
 pub fn signal_group(pgid: u32, signal: libc::c_int) {
+    // kill(-0) is this process's own group and kill(-1) every process
+    // there is: a pid that defaulted to 0 (or 1) must signal nobody.
+    if pgid <= 1 || pgid > libc::pid_t::MAX as u32 {
+        return;
+    }
     // SAFETY: kill only reads its integer arguments.
     unsafe {
         libc::kill(-(pgid as libc::pid_t), signal);
@@ -85,6 +90,11 @@ pub fn signal_group(pgid: u32, signal: libc::c_int) {
 
 /// Sends `signal` to the process `pid`; a vanished process is fine.
 pub fn signal_pid(pid: u32, signal: libc::c_int) {
+    // kill(0) would be this process's own group; a pid past pid_t's range
+    // would turn negative, a group.
+    if pid == 0 || pid > libc::pid_t::MAX as u32 {
+        return;
+    }
     // SAFETY: kill only reads its integer arguments.
     unsafe {
         libc::kill(pid as libc::pid_t, signal);
@@ -253,6 +263,17 @@ pub fn kill_tagged(tag: &str) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pids_that_name_a_group_of_ours_or_everyone_signal_nobody() {
+        // Each of these would stop this very test process (or every
+        // process) if it reached kill(2).
+        signal_group(0, libc::SIGSTOP);
+        signal_group(1, libc::SIGSTOP);
+        signal_group(u32::MAX, libc::SIGSTOP);
+        signal_pid(0, libc::SIGSTOP);
+        signal_pid(u32::MAX, libc::SIGSTOP);
+    }
 
     #[test]
     fn this_process_is_alive_and_a_reaped_child_is_not() {

@@ -514,3 +514,42 @@ async fn no_socket_io_session_opens_without_the_token_on_the_request() {
     let (name, _) = raw.recv_event().await.unwrap();
     assert_eq!(name, "heartbeat");
 }
+
+#[tokio::test]
+async fn transfers_run_on_spawned_tasks_and_downloads_follow_no_planted_symlink() {
+    use std::sync::Arc;
+    let sb = Arc::new(sandbox().await);
+    let dir = support::scratch_dir("transfer-send");
+    let remote = sb.local_dir().unwrap().join("up.bin");
+    let remote = remote.to_str().unwrap().to_owned();
+    // The helpers' futures are Send: they run inside tokio::spawn.
+    let up = {
+        let (sb, remote) = (sb.clone(), remote.clone());
+        tokio::spawn(async move {
+            agentix_files::transfer::upload_bytes(&sb, &[7u8; 3 << 20], &remote).await
+        })
+    };
+    up.await.unwrap().unwrap();
+    let local = dir.join("down.bin");
+    let down = {
+        let (sb, remote, local) = (sb.clone(), remote.clone(), local.clone());
+        tokio::spawn(
+            async move { agentix_files::transfer::download_to(&sb, &remote, &local).await },
+        )
+    };
+    assert_eq!(down.await.unwrap().unwrap(), 3 << 20);
+    assert_eq!(std::fs::read(&local).unwrap(), vec![7u8; 3 << 20]);
+    // The old predictable temporary name, planted as a symlink, is not followed.
+    let victim = dir.join("victim.txt");
+    std::fs::write(&victim, "keep me\n").unwrap();
+    let planted = dir.join(format!(
+        ".again.bin.agentix-download-{}",
+        std::process::id()
+    ));
+    std::os::unix::fs::symlink(&victim, &planted).unwrap();
+    agentix_files::transfer::download_to(&sb, &remote, dir.join("again.bin"))
+        .await
+        .unwrap();
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep me\n");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -93,12 +93,14 @@ pub async fn upload_bytes(
             .remote(crate::upload, (remote.to_owned(), blob))
             .await?);
     }
-    let chunks = futures_util::stream::iter(
-        bytes
-            .chunks(CHUNK)
-            .enumerate()
-            .map(|(i, c)| Ok::<_, TransferError>(((i * CHUNK) as u64, c.to_vec()))),
-    );
+    // Chunks by index: a closure taking a borrowed slice would make this
+    // future non-Send (a higher-ranked lifetime the compiler cannot prove
+    // for tokio::spawn).
+    let chunk_at = move |start: usize| {
+        let end = (start + CHUNK).min(bytes.len());
+        Ok::<_, TransferError>((start as u64, bytes[start..end].to_vec()))
+    };
+    let chunks = futures_util::stream::iter((0..bytes.len()).step_by(CHUNK).map(chunk_at));
     upload_chunks(sandbox, remote, None, bytes.len() as u64, chunks).await
 }
 
@@ -199,10 +201,13 @@ pub async fn download_to(
 ) -> Result<u64, TransferError> {
     let local = local.as_ref();
     let name = local.file_name().map(|n| n.to_string_lossy().into_owned());
+    // Unpredictable, and created only if nothing (a planted symlink
+    // included) is there yet: see `download_into`.
     let temp = local.with_file_name(format!(
-        ".{}.agentix-download-{}",
+        ".{}.agentix-download-{}-{}",
         name.unwrap_or_default(),
-        std::process::id()
+        std::process::id(),
+        agentix_unique()
     ));
     let outcome = download_into(sandbox, remote, &temp).await;
     let outcome = match outcome {
@@ -221,7 +226,12 @@ pub async fn download_to(
 async fn download_into(sandbox: &Sandbox, remote: &str, temp: &Path) -> Result<u64, TransferError> {
     let local_err = TransferError::local(temp);
     let mut chunks = download_chunks(sandbox, remote).await?;
-    let mut file = tokio::fs::File::create(temp).await.map_err(local_err)?;
+    let mut file = tokio::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(temp)
+        .await
+        .map_err(local_err)?;
     let mut written = 0u64;
     while let Some(chunk) = chunks.next().await {
         let chunk = chunk?;
@@ -230,4 +240,16 @@ async fn download_into(sandbox: &Sandbox, remote: &str, temp: &Path) -> Result<u
     }
     file.flush().await.map_err(local_err)?;
     Ok(written)
+}
+
+/// A number no other download of this process uses, hard to guess from
+/// outside (nanoseconds of the clock, and a counter).
+fn agentix_unique() -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    format!("{nanos:x}-{}", NEXT.fetch_add(1, Ordering::Relaxed))
 }
