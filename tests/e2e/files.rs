@@ -206,7 +206,8 @@ async fn an_upload_replaces_its_target_only_when_complete() {
     );
     assert_eq!(e.kind, FileErrorKind::InvalidInput);
     assert!(
-        e.message.contains("got 10 bytes, not the 20"),
+        e.message
+            .contains("got 10 bytes in 1 ranges, not bytes 0..20 each once"),
         "{}",
         e.message
     );

@@ -553,3 +553,66 @@ async fn transfers_run_on_spawned_tasks_and_downloads_follow_no_planted_symlink(
     assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep me\n");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[tokio::test]
+async fn an_upload_commits_only_when_every_byte_came_exactly_once() {
+    use agentix::Blob;
+    use agentix_files::{upload_chunk, upload_commit, upload_open, FileError, FileErrorKind};
+    let sb = sandbox().await;
+    let target = sb.local_dir().unwrap().join("covered.bin");
+    let target = target.to_str().unwrap().to_owned();
+    let kind = |e: agentix::RemoteError| e.data_as::<FileError>().map(|f| f.kind);
+
+    // Two 8-byte chunks at offset 0 do not make 16 bytes.
+    let id = sb
+        .remote(upload_open, (target.clone(), None))
+        .await
+        .unwrap();
+    sb.remote(upload_chunk, (id, 0, Blob::from(vec![1u8; 8])))
+        .await
+        .unwrap();
+    let again = sb
+        .remote(upload_chunk, (id, 0, Blob::from(vec![2u8; 8])))
+        .await
+        .unwrap_err();
+    assert_eq!(kind(again), Some(FileErrorKind::InvalidInput));
+    let err = sb.remote(upload_commit, (id, 16)).await.unwrap_err();
+    assert_eq!(kind(err), Some(FileErrorKind::InvalidInput));
+    assert!(
+        !std::path::Path::new(&target).exists(),
+        "nothing was written"
+    );
+
+    // A chunk a terabyte away is refused; a gap fails the commit.
+    let id = sb
+        .remote(upload_open, (target.clone(), None))
+        .await
+        .unwrap();
+    let far = sb
+        .remote(upload_chunk, (id, 1 << 40, Blob::from(vec![0u8; 8])))
+        .await
+        .unwrap_err();
+    assert_eq!(kind(far), Some(FileErrorKind::InvalidInput));
+    sb.remote(upload_chunk, (id, 8, Blob::from(vec![3u8; 8])))
+        .await
+        .unwrap();
+    let gap = sb.remote(upload_commit, (id, 16)).await.unwrap_err();
+    assert_eq!(kind(gap), Some(FileErrorKind::InvalidInput));
+
+    // Every byte once, in any order: committed.
+    let id = sb
+        .remote(upload_open, (target.clone(), None))
+        .await
+        .unwrap();
+    sb.remote(upload_chunk, (id, 8, Blob::from(vec![5u8; 8])))
+        .await
+        .unwrap();
+    sb.remote(upload_chunk, (id, 0, Blob::from(vec![4u8; 8])))
+        .await
+        .unwrap();
+    let stat = sb.remote(upload_commit, (id, 16)).await.unwrap();
+    assert_eq!(stat.size, 16);
+    let mut want = vec![4u8; 8];
+    want.extend([5u8; 8]);
+    assert_eq!(std::fs::read(&target).unwrap(), want);
+}

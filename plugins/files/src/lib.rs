@@ -29,7 +29,7 @@ use tokio::io::AsyncReadExt as _;
 pub use entry::{EntryType, FileStat};
 pub use error::{FileError, FileErrorKind};
 pub use transfer::TransferError;
-pub use uploads::IDLE_LIMIT;
+pub use uploads::{IDLE_LIMIT, MAX_UPLOAD_BYTES};
 
 agentix::plugin_crate!();
 

@@ -6,7 +6,9 @@
 //! atomic: until then the target path holds its old content (or nothing),
 //! whatever happens to the host. An upload nobody touched for
 //! [`IDLE_LIMIT`] is abandoned (its host went away) and its temporary file
-//! removed.
+//! removed. A commit succeeds only if every byte of the announced size was
+//! written exactly once: chunks that overlap, or reach past
+//! [`MAX_UPLOAD_BYTES`], are refused, and a gap fails the commit.
 
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
@@ -21,13 +23,78 @@ use crate::error::{FileError, FileErrorKind};
 /// How long an upload may go without a chunk before it is abandoned.
 pub const IDLE_LIMIT: Duration = Duration::from_secs(600);
 
+/// The largest file an upload may make (a chunk may not reach past it).
+pub const MAX_UPLOAD_BYTES: u64 = 1 << 40;
+
 struct Upload {
     file: Arc<File>,
     temp: PathBuf,
     target: String,
     mode: Option<u32>,
-    received: Arc<AtomicU64>,
+    coverage: Coverage,
     touched: Instant,
+}
+
+/// The byte ranges of an upload written so far, and those being written.
+#[derive(Default)]
+struct Coverage {
+    /// Written ranges, disjoint and merged: start -> end.
+    done: std::collections::BTreeMap<u64, u64>,
+    /// Ranges whose write is under way.
+    pending: Vec<(u64, u64)>,
+}
+
+impl Coverage {
+    /// Claims `start..end` for a write, unless some byte of it is written
+    /// or being written already.
+    fn claim(&mut self, start: u64, end: u64) -> Result<(), (u64, u64)> {
+        let overlaps = |&(s, e): &(u64, u64)| s < end && start < e;
+        if let Some(hit) = self.pending.iter().find(|r| overlaps(r)) {
+            return Err(*hit);
+        }
+        // The written range starting last before `end` is the only one
+        // that can overlap, the ranges being disjoint.
+        if let Some((&s, &e)) = self.done.range(..end).next_back() {
+            if overlaps(&(s, e)) {
+                return Err((s, e));
+            }
+        }
+        self.pending.push((start, end));
+        Ok(())
+    }
+
+    /// The write of `start..end` ended; `ok` says whether it succeeded.
+    fn settle(&mut self, start: u64, end: u64, ok: bool) {
+        self.pending.retain(|&r| r != (start, end));
+        if !ok || start == end {
+            return;
+        }
+        let (mut start, mut end) = (start, end);
+        if let Some((&s, &e)) = self.done.range(..=start).next_back() {
+            if e == start {
+                self.done.remove(&s);
+                start = s;
+            }
+        }
+        if let Some(e) = self.done.remove(&end) {
+            end = e;
+        }
+        self.done.insert(start, end);
+    }
+
+    /// Whether exactly `0..size` was written, each byte once.
+    fn covers(&self, size: u64) -> bool {
+        self.pending.is_empty()
+            && match (size, self.done.len()) {
+                (0, 0) => true,
+                (_, 1) => self.done.get(&0) == Some(&size),
+                _ => false,
+            }
+    }
+
+    fn written(&self) -> u64 {
+        self.done.iter().map(|(s, e)| e - s).sum()
+    }
 }
 
 fn table() -> &'static Mutex<HashMap<u64, Upload>> {
@@ -82,7 +149,7 @@ pub(crate) fn open(target: &str, mode: Option<u32>) -> Result<u64, FileError> {
             temp,
             target: target.to_owned(),
             mode,
-            received: Arc::default(),
+            coverage: Coverage::default(),
             touched: Instant::now(),
         },
     );
@@ -91,38 +158,55 @@ pub(crate) fn open(target: &str, mode: Option<u32>) -> Result<u64, FileError> {
 
 /// Writes `bytes` at `offset` of upload `id`.
 pub(crate) async fn write(id: u64, offset: u64, bytes: Vec<u8>) -> Result<(), FileError> {
-    let (file, received, target) = {
+    let len = bytes.len() as u64;
+    let (file, target, end) = {
         let mut table = lock();
         let upload = table.get_mut(&id).ok_or_else(|| unknown(id))?;
         upload.touched = Instant::now();
-        (
-            upload.file.clone(),
-            upload.received.clone(),
-            upload.target.clone(),
-        )
+        let target = upload.target.clone();
+        let refuse = |why: String| FileError::new(FileErrorKind::InvalidInput, &target, why);
+        let end = offset
+            .checked_add(len)
+            .filter(|&end| end <= MAX_UPLOAD_BYTES)
+            .ok_or_else(|| {
+                refuse(format!(
+                    "a chunk at offset {offset} of {len} bytes reaches past the \
+                     {MAX_UPLOAD_BYTES}-byte upload limit"
+                ))
+            })?;
+        upload.coverage.claim(offset, end).map_err(|(s, e)| {
+            refuse(format!(
+                "bytes {offset}..{end} of the upload to `{target}` overlap bytes {s}..{e}, \
+                 already written: each byte is written once"
+            ))
+        })?;
+        (upload.file.clone(), target, end)
     };
-    let len = bytes.len() as u64;
-    tokio::task::spawn_blocking(move || file.write_all_at(&bytes, offset))
-        .await
+    let written = tokio::task::spawn_blocking(move || file.write_all_at(&bytes, offset)).await;
+    let ok = matches!(written, Ok(Ok(())));
+    if let Some(upload) = lock().get_mut(&id) {
+        upload.coverage.settle(offset, end, ok);
+    }
+    written
         .map_err(|e| FileError::new(FileErrorKind::Other, &target, e.to_string()))?
-        .map_err(|e| FileError::os("write", &target, &e))?;
-    received.fetch_add(len, Ordering::Relaxed);
-    Ok(())
+        .map_err(|e| FileError::os("write", &target, &e))
 }
 
-/// Makes upload `id` the file at its target, if exactly `size` bytes came;
-/// returns the target path.
+/// Makes upload `id` the file at its target, if every byte of `size` and
+/// no other came, each once; returns the target path.
 pub(crate) async fn commit(id: u64, size: u64) -> Result<String, FileError> {
     let upload = lock().remove(&id).ok_or_else(|| unknown(id))?;
-    let received = upload.received.load(Ordering::Relaxed);
-    if received != size {
+    if !upload.coverage.covers(size) {
         let _ = std::fs::remove_file(&upload.temp);
         return Err(FileError::new(
             FileErrorKind::InvalidInput,
             &upload.target,
             format!(
-                "upload to `{}` got {received} bytes, not the {size} announced; nothing was written",
-                upload.target
+                "upload to `{}` got {} bytes in {} ranges, not bytes 0..{size} each once; \
+                 nothing was written",
+                upload.target,
+                upload.coverage.written(),
+                upload.coverage.done.len()
             ),
         ));
     }
@@ -197,4 +281,40 @@ fn umask() -> u32 {
             })
             .unwrap_or(0o022)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn coverage_counts_each_byte_once_and_needs_all_of_them() {
+        let mut c = Coverage::default();
+        c.claim(0, 8).unwrap();
+        c.settle(0, 8, true);
+        // The same 8 bytes again: refused, so 16 can never be committed.
+        assert_eq!(c.claim(0, 8), Err((0, 8)));
+        assert_eq!(c.claim(4, 12), Err((0, 8)));
+        assert!(!c.covers(16));
+        c.claim(16, 24).unwrap();
+        c.settle(16, 24, true);
+        assert!(!c.covers(24), "a gap at 8..16");
+        c.claim(8, 16).unwrap();
+        assert!(!c.covers(24), "a write still under way");
+        assert_eq!(c.claim(10, 12), Err((8, 16)), "overlaps one in flight");
+        c.settle(8, 16, true);
+        assert!(c.covers(24));
+        assert!(!c.covers(25));
+        assert_eq!(c.done.len(), 1, "adjacent ranges merge");
+    }
+
+    #[test]
+    fn a_failed_write_claims_nothing_and_empty_uploads_cover_zero() {
+        let mut c = Coverage::default();
+        assert!(c.covers(0));
+        c.claim(0, 4).unwrap();
+        c.settle(0, 4, false);
+        assert!(c.covers(0));
+        c.claim(0, 4).unwrap();
+    }
 }
