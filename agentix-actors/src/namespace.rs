@@ -124,6 +124,7 @@ enum Mail {
         reply: oneshot::Sender<Result<Value, RemoteSioError>>,
     },
     Forget(String),
+    CountWaiting(oneshot::Sender<usize>),
 }
 
 /// A registered namespace: emit to its hosts, make requests.
@@ -221,7 +222,17 @@ impl NamespaceHandle {
             .await
     }
 
-    /// Like [`NamespaceHandle::request`], waiting at most `timeout`.
+    /// How many of this namespace's requests wait for a reply now.
+    pub async fn waiting_requests(&self) -> usize {
+        let (tx, rx) = oneshot::channel();
+        if self.mailbox.send(Mail::CountWaiting(tx)).is_err() {
+            return 0;
+        }
+        rx.await.unwrap_or(0)
+    }
+
+    /// Sends `event` with `body` as a request and waits up to `timeout` for
+    /// the host's reply (see [`NamespaceHandle::request`]).
     pub async fn request_with_timeout(
         &self,
         event: &str,
@@ -237,18 +248,41 @@ impl NamespaceHandle {
                 reply: tx,
             })
             .map_err(|_| closed())?;
+        // Dropped before its reply or its timeout, the request is
+        // forgotten too, not left waiting for ever.
+        let mut forget = ForgetOnDrop {
+            mailbox: &self.mailbox,
+            request_id: Some(request_id.clone()),
+        };
         self.emit(event, json!({ "request_id": request_id, "data": body }));
         match tokio::time::timeout(timeout, rx).await {
-            Ok(Ok(reply)) => reply,
+            Ok(Ok(reply)) => {
+                forget.request_id = None;
+                reply
+            }
             Ok(Err(_)) => Err(closed()),
             Err(_) => {
-                let _ = self.mailbox.send(Mail::Forget(request_id));
+                drop(forget);
                 Err(RemoteSioError::Timeout {
                     path: self.path.to_string(),
                     event: event.to_owned(),
                     timeout,
                 })
             }
+        }
+    }
+}
+
+/// Sends `Forget` for a request whose caller stopped waiting for it.
+struct ForgetOnDrop<'a> {
+    mailbox: &'a mpsc::UnboundedSender<Mail>,
+    request_id: Option<String>,
+}
+
+impl Drop for ForgetOnDrop<'_> {
+    fn drop(&mut self) {
+        if let Some(request_id) = self.request_id.take() {
+            let _ = self.mailbox.send(Mail::Forget(request_id));
         }
     }
 }
@@ -280,6 +314,9 @@ async fn run(
             }
             Mail::Forget(request_id) => {
                 waiting.remove(&request_id);
+            }
+            Mail::CountWaiting(reply) => {
+                let _ = reply.send(waiting.len());
             }
             Mail::Incoming { event, data } => {
                 if let Some(outcome) = reply_outcome(&event, &data) {

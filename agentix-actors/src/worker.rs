@@ -248,6 +248,10 @@ fn start_call(
                         .await
                         .unwrap_or_else(|panic| Err(RemoteError::from_panic(&target, panic)))
                     {
+                        Ok(value) if value.len() > MAX_RESULT_BYTES => Frame::Error {
+                            id,
+                            error: result_too_large(&target, value.len()),
+                        },
                         Ok(value) => Frame::Result {
                             id,
                             value: ByteBuf::from(value),
@@ -286,4 +290,21 @@ fn start_call(
         task: task.abort_handle(),
         credit,
     }
+}
+
+/// The largest result a frame carries: the frame limit less room for its
+/// envelope. A larger frame would make the server drop the whole pipe, and
+/// every call in flight with the worker.
+const MAX_RESULT_BYTES: usize = codec::DEFAULT_MAX_FRAME - (64 << 10);
+
+/// The error of a call whose result is too large for one frame.
+fn result_too_large(target: &str, len: usize) -> RemoteError {
+    RemoteError::new(
+        ErrorKind::PayloadTooLarge,
+        format!(
+            "the result of `{target}` is {len} bytes, past the {MAX_RESULT_BYTES}-byte \
+             limit of one message"
+        ),
+    )
+    .with_details("return large data in pieces: a stream, or several calls")
 }

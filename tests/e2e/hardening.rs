@@ -616,3 +616,30 @@ async fn an_upload_commits_only_when_every_byte_came_exactly_once() {
     want.extend([5u8; 8]);
     assert_eq!(std::fs::read(&target).unwrap(), want);
 }
+
+#[tokio::test]
+async fn a_result_too_large_for_a_frame_fails_its_call_not_the_worker() {
+    let sb = sandbox().await;
+    let pid = sb.remote(agentix_e2e::worker_pid, ()).await.unwrap();
+    let beside = sb.remote(agentix_e2e::sleep_ms, (1_500,));
+    let huge = sb
+        .remote(agentix_e2e::make_blob, (258 << 20,))
+        .timeout(Duration::from_secs(60));
+    let (beside, huge) = tokio::join!(beside.into_future(), huge.into_future());
+    let err = huge.unwrap_err();
+    assert_eq!(err.kind, ErrorKind::PayloadTooLarge, "{err}");
+    assert_eq!(beside.unwrap(), 1_500, "a call beside it goes on");
+    assert_eq!(sb.remote(agentix_e2e::worker_pid, ()).await.unwrap(), pid);
+}
+
+#[tokio::test]
+async fn a_namespace_request_dropped_early_leaves_nothing_waiting() {
+    let sb = sandbox().await;
+    sb.remote(agentix_e2e::open_plugin, ()).await.unwrap();
+    assert_eq!(
+        sb.remote(agentix_e2e::abandon_requests, (200,))
+            .await
+            .unwrap(),
+        0
+    );
+}

@@ -461,3 +461,18 @@ pub async fn child_inherits_frame_pipes() -> Result<bool, std::io::Error> {
         .iter()
         .any(|p| theirs.lines().any(|l| l == p.to_string_lossy())))
 }
+
+/// Starts `n` requests to the host that nobody answers and drops each after
+/// a moment, long before its timeout; returns how many still wait.
+#[agentix::remote]
+pub async fn abandon_requests(n: u64) -> usize {
+    for _ in 0..n {
+        let request = plugin().request_with_timeout(
+            "silent",
+            serde_json::json!({}),
+            Duration::from_secs(300),
+        );
+        let _ = tokio::time::timeout(Duration::from_millis(1), request).await;
+    }
+    plugin().waiting_requests().await
+}
