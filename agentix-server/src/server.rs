@@ -30,6 +30,12 @@ use crate::upgrade_gate::UpgradeGate;
 /// Room for an event's JSON header beside its largest binary attachment.
 const HEADER_SLACK: usize = 64 << 10;
 
+/// Connections open at once; more wait in the listen queue.
+const MAX_CONNECTIONS: usize = 1024;
+
+/// How long a connection may take to send its request headers.
+const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// Bytes read from a host's websocket per read.
 const WS_READ_BUFFER: usize = 128 << 10;
 
@@ -138,8 +144,14 @@ async fn serve(config: ServerConfig) -> i32 {
     tracing::info!(%addr, "agentix-server listening");
 
     let gate_token = Token::new(config.token.clone());
+    // A peer may hold only so many connections, and must send its request
+    // headers in time (a slowloris would otherwise keep them all open).
+    let slots = std::sync::Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
     let accept = tokio::spawn(async move {
         loop {
+            let Ok(slot) = slots.clone().acquire_owned().await else {
+                return;
+            };
             let (stream, _) = match listener.accept().await {
                 Ok(conn) => conn,
                 Err(e) => {
@@ -151,11 +163,14 @@ async fn serve(config: ServerConfig) -> i32 {
             let service = UpgradeGate::new(service.clone(), gate_token.clone());
             tokio::spawn(async move {
                 let conn = hyper::server::conn::http1::Builder::new()
+                    .timer(hyper_util::rt::TokioTimer::new())
+                    .header_read_timeout(HEADER_READ_TIMEOUT)
                     .serve_connection(TokioIo::new(stream), service)
                     .with_upgrades();
                 if let Err(e) = conn.await {
                     tracing::debug!("connection ended: {e}");
                 }
+                drop(slot);
             });
         }
     });

@@ -643,3 +643,27 @@ async fn a_namespace_request_dropped_early_leaves_nothing_waiting() {
         0
     );
 }
+
+#[tokio::test]
+async fn a_request_whose_headers_never_end_is_closed() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let sb = sandbox().await;
+    let mut slow = tokio::net::TcpStream::connect(sb.addr()).await.unwrap();
+    slow.write_all(b"GET /health HTTP/1.1\r\nHost: x\r\nX-Slow: ")
+        .await
+        .unwrap();
+    // Meanwhile the server serves others.
+    assert_eq!(
+        support::raw_socket::http_status(sb.addr(), "/health", None).await,
+        200
+    );
+    let mut buf = [0u8; 256];
+    let closed = tokio::time::timeout(Duration::from_secs(30), slow.read(&mut buf))
+        .await
+        .expect("the server closes a connection whose headers never end");
+    // Closed: end of stream, a reset, or at most an error response first.
+    if let Ok(n) = closed {
+        let text = String::from_utf8_lossy(&buf[..n]);
+        assert!(n == 0 || text.starts_with("HTTP/1.1 408"), "{text}");
+    }
+}
