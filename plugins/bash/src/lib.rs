@@ -20,10 +20,16 @@
 //! ```
 //!
 //! Each command runs with `bash -c` in a process group of its own, with the
-//! runtime's own `AGENTIX_*` variables removed from its environment. A
-//! timeout, a cancelled call or a dropped stream kills the whole group. The
-//! crate is nothing but `#[remote]` functions and the types they exchange,
-//! which makes it the model of a plugin.
+//! runtime's own `AGENTIX_*` variables removed from its environment and a
+//! process tag of its own (`AGENTIX_PROCESS_TAG`) that everything it starts
+//! inherits. A timeout, a cancelled call or a dropped stream kills the
+//! group and every process under the tag, `setsid`ed or not. The crate is
+//! nothing but `#[remote]` functions and the types they exchange, which
+//! makes it the model of a plugin.
+//!
+//! Layout: `running` drives one command, `warm_shell` keeps shells started
+//! ahead, `command_env` is the environment both start shells with,
+//! `options` / `outcome` / `error` are the types callers see.
 
 mod command_env;
 mod error;
