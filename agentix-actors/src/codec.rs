@@ -32,8 +32,14 @@ pub enum FrameError {
         max: usize,
     },
     /// The body is not a valid frame; the stream stays usable.
-    #[error("malformed frame: {0}")]
-    Malformed(String),
+    #[error("malformed frame: {why}")]
+    Malformed {
+        /// What did not decode.
+        why: String,
+        /// The call id the frame names, if one could be read: its call
+        /// must end, since this may have been its last frame.
+        call: Option<u64>,
+    },
     /// The stream ended in the middle of a frame.
     #[error("stream ended inside a frame ({got} of {want} bytes)")]
     Truncated {
@@ -50,7 +56,7 @@ pub enum FrameError {
 impl FrameError {
     /// Whether the reader can go on to the next frame after this error.
     pub fn is_recoverable(&self) -> bool {
-        matches!(self, FrameError::Malformed(_))
+        matches!(self, FrameError::Malformed { .. })
     }
 }
 
@@ -83,7 +89,26 @@ pub fn decode(buf: &[u8], max: usize) -> Result<Option<(Frame, usize)>, FrameErr
 }
 
 fn decode_body(body: &[u8]) -> Result<Frame, FrameError> {
-    ciborium::from_reader(body).map_err(|e| FrameError::Malformed(e.to_string()))
+    ciborium::from_reader(body).map_err(|e| FrameError::Malformed {
+        why: e.to_string(),
+        call: call_id_of(body),
+    })
+}
+
+/// The `id` of a frame that did not decode as a [`Frame`], if its body is
+/// at least CBOR of the frames' shape: `{variant: {"id": N, ..}}`.
+fn call_id_of(body: &[u8]) -> Option<u64> {
+    use ciborium::Value;
+    let Ok(Value::Map(outer)) = ciborium::from_reader::<Value, _>(body) else {
+        return None;
+    };
+    let [(_, Value::Map(fields))] = outer.as_slice() else {
+        return None;
+    };
+    fields.iter().find_map(|(k, v)| match (k, v) {
+        (Value::Text(k), Value::Integer(id)) if k == "id" => u64::try_from(*id).ok(),
+        _ => None,
+    })
 }
 
 /// Reads frames from a pipe.
@@ -295,7 +320,32 @@ mod tests {
         let body = crate::cbor::to_vec(&"hello").unwrap();
         buf.extend_from_slice(&(body.len() as u32).to_be_bytes());
         buf.extend_from_slice(&body);
-        assert!(matches!(decode(&buf, 1024), Err(FrameError::Malformed(_))));
+        assert!(matches!(
+            decode(&buf, 1024),
+            Err(FrameError::Malformed { call: None, .. })
+        ));
+        // A reply whose value is not bytes still names its call.
+        buf.clear();
+        let bad = ciborium::Value::Map(vec![(
+            ciborium::Value::Text("result".into()),
+            ciborium::Value::Map(vec![
+                (
+                    ciborium::Value::Text("id".into()),
+                    ciborium::Value::Integer(7.into()),
+                ),
+                (
+                    ciborium::Value::Text("value".into()),
+                    ciborium::Value::Text("no".into()),
+                ),
+            ]),
+        )]);
+        let body = crate::cbor::to_vec(&bad).unwrap();
+        buf.extend_from_slice(&(body.len() as u32).to_be_bytes());
+        buf.extend_from_slice(&body);
+        assert!(matches!(
+            decode(&buf, 1024),
+            Err(FrameError::Malformed { call: Some(7), .. })
+        ));
     }
 
     #[tokio::test]

@@ -98,6 +98,15 @@ struct FrameArrived {
     frame: Frame,
 }
 
+/// Worker `generation` sent a frame for call `id` that did not decode.
+#[derive(Message)]
+#[rtype(result = "()")]
+struct UnreadableReply {
+    generation: u64,
+    id: u64,
+    why: String,
+}
+
 /// Worker `generation` exited.
 #[derive(Message)]
 #[rtype(result = "()")]
@@ -232,6 +241,24 @@ impl WorkerSupervisor {
                         }
                     }
                     Ok(None) => break,
+                    Err(codec::FrameError::Malformed {
+                        why,
+                        call: Some(id),
+                    }) => {
+                        tracing::warn!(
+                            generation,
+                            id,
+                            "a malformed frame from the worker for call {id}: {why}"
+                        );
+                        let unreadable = UnreadableReply {
+                            generation,
+                            id,
+                            why,
+                        };
+                        if me.send(unreadable).await.is_err() {
+                            break;
+                        }
+                    }
                     Err(e) if e.is_recoverable() => {
                         tracing::warn!(
                             generation,
@@ -674,6 +701,25 @@ impl Handler<AttachIo> for WorkerSupervisor {
         self.io = Some(io);
         for path in std::mem::take(&mut self.early_opens) {
             self.open_namespace(path);
+        }
+    }
+}
+
+impl Handler<UnreadableReply> for WorkerSupervisor {
+    type Result = ();
+
+    // The frame may have been the call's last: end the call rather than
+    // leave it waiting for a reply that was already sent.
+    fn handle(&mut self, msg: UnreadableReply, _: &mut Context<Self>) {
+        if msg.generation != self.generation {
+            return;
+        }
+        if let Some(reply) = self.calls.finish(msg.id) {
+            reply.fail(RemoteError::new(
+                ErrorKind::Protocol,
+                format!("the worker's reply could not be read: {}", msg.why),
+            ));
+            self.send_frame(Frame::Cancel { id: msg.id });
         }
     }
 }

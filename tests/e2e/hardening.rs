@@ -667,3 +667,20 @@ async fn a_request_whose_headers_never_end_is_closed() {
         assert!(n == 0 || text.starts_with("HTTP/1.1 408"), "{text}");
     }
 }
+
+#[tokio::test]
+async fn a_reply_the_server_cannot_read_ends_its_call_with_protocol() {
+    let sb = sandbox().await;
+    // Worker call ids count from 1 per server: this is call 1, the next 2.
+    let pid = sb.remote(agentix_e2e::worker_pid, ()).await.unwrap();
+    let err = tokio::time::timeout(
+        Duration::from_secs(8),
+        sb.remote(agentix_e2e::reply_garbage, (2,)).into_future(),
+    )
+    .await
+    .expect("the call ended at its unreadable reply, not at its real one")
+    .unwrap_err();
+    assert_eq!(err.kind, ErrorKind::Protocol, "{err}");
+    assert!(err.message.contains("could not be read"), "{err}");
+    assert_eq!(sb.remote(agentix_e2e::worker_pid, ()).await.unwrap(), pid);
+}

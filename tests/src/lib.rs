@@ -476,3 +476,30 @@ pub async fn abandon_requests(n: u64) -> usize {
     }
     plugin().waiting_requests().await
 }
+
+/// Writes, on the worker's frame pipe, a reply for worker call `id` whose
+/// value is text instead of bytes, then sleeps 10 s and returns 1.
+#[agentix::remote]
+pub async fn reply_garbage(id: u64) -> u32 {
+    use ciborium::Value;
+    use std::io::Write;
+    use std::os::fd::FromRawFd;
+    let bad = Value::Map(vec![(
+        Value::Text("result".into()),
+        Value::Map(vec![
+            (Value::Text("id".into()), Value::Integer(id.into())),
+            (Value::Text("value".into()), Value::Text("not bytes".into())),
+        ]),
+    )]);
+    let body = agentix_actors::cbor::to_vec(&bad).unwrap();
+    let mut frame = (body.len() as u32).to_be_bytes().to_vec();
+    frame.extend_from_slice(&body);
+    // SAFETY: fd 4 is the worker's frame pipe; ManuallyDrop leaves it open.
+    // The frame is far below PIPE_BUF, so its write is atomic.
+    let mut pipe = std::mem::ManuallyDrop::new(unsafe {
+        std::fs::File::from_raw_fd(agentix_actors::wire::WORKER_FRAME_OUT_FD)
+    });
+    let _ = pipe.write_all(&frame);
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    1
+}
