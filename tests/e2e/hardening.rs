@@ -684,3 +684,42 @@ async fn a_reply_the_server_cannot_read_ends_its_call_with_protocol() {
     assert!(err.message.contains("could not be read"), "{err}");
     assert_eq!(sb.remote(agentix_e2e::worker_pid, ()).await.unwrap(), pid);
 }
+
+#[tokio::test]
+async fn unauthenticated_clients_cannot_make_the_server_hold_their_messages() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let sb = sandbox().await;
+    assert_eq!(sb.remote(agentix_e2e::add, (1, 1)).await.unwrap(), 2);
+    let server = sb.server_pid().unwrap();
+    let before = support::rss_kib(server);
+    let junk = vec![b'A'; 15 << 20];
+    let clients = (0..64).map(|_| {
+        let (addr, junk) = (sb.addr().to_owned(), junk.clone());
+        tokio::spawn(async move {
+            let mut tcp = tokio::net::TcpStream::connect(&addr).await.unwrap();
+            let upgrade = format!(
+                "GET /socket.io/?EIO=4&transport=websocket HTTP/1.1\r\nHost: {addr}\r\n\
+                 Connection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\n\
+                 Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n"
+            );
+            tcp.write_all(upgrade.as_bytes()).await.unwrap();
+            let mut head = [0u8; 12];
+            let _ = tcp.read_exact(&mut head).await;
+            assert_eq!(
+                &head, b"HTTP/1.1 401",
+                "an unauthenticated upgrade is refused"
+            );
+            // Whatever it sends next is not a message the server keeps.
+            let _ = tokio::time::timeout(Duration::from_secs(5), tcp.write_all(&junk)).await;
+        })
+    });
+    for client in futures_util::future::join_all(clients).await {
+        client.unwrap();
+    }
+    let after = support::rss_kib(server);
+    assert!(
+        after < before + (32 << 10),
+        "the server grew from {before} to {after} KiB for 64 unauthenticated clients"
+    );
+    assert_eq!(sb.remote(agentix_e2e::add, (2, 2)).await.unwrap(), 4);
+}
