@@ -16,15 +16,13 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use agentix_actors::errors::{ErrorKind, RemoteError};
-use agentix_actors::trace::SpanContext;
 use agentix_actors::wire::{
-    AckEvent, Attachment, CancelEvent, EndEvent, ErrorEvent, ItemsEvent, ResultEvent, Window,
-    EVENT_ACK, EVENT_CALL, EVENT_CANCEL, EVENT_END, EVENT_ERROR, EVENT_HEARTBEAT, EVENT_ITEMS,
-    EVENT_RESULT, RPC_NAMESPACE,
+    AckEvent, Attachment, CallEvent, CancelEvent, EndEvent, ErrorEvent, ItemsEvent, ResultEvent,
+    Window, EVENT_ACK, EVENT_CALL, EVENT_CANCEL, EVENT_END, EVENT_ERROR, EVENT_HEARTBEAT,
+    EVENT_ITEMS, EVENT_RESULT, RPC_NAMESPACE,
 };
 use bytes::Bytes;
 use dashmap::DashMap;
-use serde::Serialize;
 use serde_json::json;
 use tokio::sync::{mpsc, oneshot};
 
@@ -100,18 +98,6 @@ impl ConnectionSettings {
             max_message_bytes: self.max_message_bytes,
         }
     }
-}
-
-/// The outgoing `call` event.
-#[derive(Serialize)]
-struct CallOut<'a> {
-    id: u64,
-    target: &'a str,
-    args: Attachment,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    stream: Option<Window>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    trace: Option<SpanContext>,
 }
 
 /// A live `/rpc` namespace on a sandbox's websocket.
@@ -260,9 +246,9 @@ impl RpcConnection {
             conn: Some(self.clone()),
             id,
         };
-        let event = CallOut {
+        let event = CallEvent {
             id,
-            target,
+            target: target.to_owned(),
             args: Attachment::new(args),
             stream,
             // Made inside a span: the sandbox's spans for this call nest under it.

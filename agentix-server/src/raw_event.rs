@@ -8,9 +8,7 @@
 use std::convert::Infallible;
 use std::sync::Arc;
 
-use agentix_actors::wire::{decode_event, WithAttachments};
 use bytes::Bytes;
-use serde::de::DeserializeOwned;
 use socketioxide::adapter::Adapter;
 use socketioxide::handler::{FromMessage, Value};
 use socketioxide::socket::Socket;
@@ -23,12 +21,6 @@ pub struct RawEvent {
 }
 
 impl RawEvent {
-    /// Decodes the payload as `T`, filling its attachments.
-    pub fn decode<T: DeserializeOwned + WithAttachments>(self) -> Result<T, String> {
-        let json = std::str::from_utf8(&self.json).map_err(|e| format!("not UTF-8: {e}"))?;
-        decode_event(json, self.frames)
-    }
-
     /// The payload as JSON (placeholders left as they are) and the frames,
     /// for decoding in two steps.
     pub fn into_parts(self) -> Result<(serde_json::Value, Vec<Bytes>), String> {

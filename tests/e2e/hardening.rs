@@ -144,35 +144,23 @@ async fn http_takes_the_token_only_as_a_bearer_header_and_health_says_little_wit
 async fn lying_server() -> String {
     use futures_util::{SinkExt, StreamExt};
     use tokio_tungstenite::tungstenite::Message;
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap().to_string();
-    tokio::spawn(async move {
-        while let Ok((tcp, _)) = listener.accept().await {
-            tokio::spawn(async move {
-                let mut ws = tokio_tungstenite::accept_async(tcp).await.unwrap();
-                let open = json!({"sid": "liarliarliarliar", "upgrades": [],
-                    "pingInterval": 300_000, "pingTimeout": 300_000, "maxPayload": 1_000_000});
-                ws.send(Message::text(format!("0{open}"))).await.unwrap();
-                while let Some(Ok(message)) = ws.next().await {
-                    let Message::Text(text) = message else {
-                        continue;
-                    };
-                    let text = text.as_str();
-                    if let Some(rest) = text.strip_prefix("40") {
-                        let ns = rest.split(',').next().unwrap_or("/");
-                        let _ = ws
-                            .send(Message::text(format!("40{ns},{{\"sid\":\"x\"}}")))
-                            .await;
-                    } else if text.contains("\"call\"") {
-                        let lie = r#"451-/rpc,["call:result",{"id":1,"value":{"_placeholder":true,"num":5}}]"#;
-                        let _ = ws.send(Message::text(lie)).await;
-                        let _ = ws.send(Message::binary(vec![1u8, 2, 3])).await;
-                    }
-                }
-            });
+    support::fake_server::start(|mut ws| async move {
+        while let Some(Ok(message)) = ws.next().await {
+            let Message::Text(text) = message else {
+                continue;
+            };
+            if support::fake_server::accept_join(&mut ws, text.as_str()).await {
+                continue;
+            }
+            if text.as_str().contains("\"call\"") {
+                let lie =
+                    r#"451-/rpc,["call:result",{"id":1,"value":{"_placeholder":true,"num":5}}]"#;
+                let _ = ws.send(Message::text(lie)).await;
+                let _ = ws.send(Message::binary(vec![1u8, 2, 3])).await;
+            }
         }
-    });
-    addr
+    })
+    .await
 }
 
 #[tokio::test]
@@ -413,9 +401,9 @@ async fn a_cancelled_or_timed_out_command_leaves_no_process_behind() {
     gone(&marker, "after a timeout").await;
 }
 
-#[tokio::test]
-async fn background_jobs_live_until_the_worker_or_the_sandbox_goes() {
-    let sb = sandbox().await;
+/// Runs a command that leaves scattered background jobs and ends; returns
+/// their marker once they are all seen running.
+async fn leave_background_jobs(sb: &agentix::Sandbox) -> String {
     let marker = unique_sleep();
     sb.remote(
         agentix_bash::run,
@@ -423,11 +411,18 @@ async fn background_jobs_live_until_the_worker_or_the_sandbox_goes() {
     )
     .await
     .unwrap();
-    // A command that ran to its end keeps its background jobs (`server &`).
     support::wait_until("the background jobs", Duration::from_secs(10), || {
         processes_with(&marker).len() >= 4
     })
     .await;
+    marker
+}
+
+#[tokio::test]
+async fn background_jobs_live_until_the_worker_or_the_sandbox_goes() {
+    let sb = sandbox().await;
+    // A command that ran to its end keeps its background jobs (`server &`).
+    let marker = leave_background_jobs(&sb).await;
     let err = sb
         .remote(agentix_e2e::crash, ("sigkill".to_owned(),))
         .await
@@ -435,17 +430,7 @@ async fn background_jobs_live_until_the_worker_or_the_sandbox_goes() {
     assert_eq!(err.kind, ErrorKind::WorkerExited, "{err}");
     gone(&marker, "after the worker died").await;
 
-    let marker = unique_sleep();
-    sb.remote(
-        agentix_bash::run,
-        (scattered(&marker), agentix_bash::BashOptions::new()),
-    )
-    .await
-    .unwrap();
-    support::wait_until("the background jobs", Duration::from_secs(10), || {
-        processes_with(&marker).len() >= 4
-    })
-    .await;
+    let marker = leave_background_jobs(&sb).await;
     sb.delete().await;
     gone(&marker, "after delete").await;
 }

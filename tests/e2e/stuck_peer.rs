@@ -6,43 +6,26 @@ mod support;
 use std::time::{Duration, Instant};
 
 use agentix::{Blob, ErrorKind, Sandbox, SandboxConfig};
-use futures_util::{SinkExt, StreamExt};
-use serde_json::json;
-use support::{bundle_path, rss_kib};
-use tokio::net::TcpListener;
+use futures_util::StreamExt;
+use support::{bundle_path, fake_server, rss_kib};
 use tokio_tungstenite::tungstenite::Message;
 
 /// A Socket.IO server that accepts the handshake and every namespace, then
 /// never reads again.
 async fn deaf_server() -> String {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap().to_string();
-    tokio::spawn(async move {
-        while let Ok((tcp, _)) = listener.accept().await {
-            tokio::spawn(async move {
-                let mut ws = tokio_tungstenite::accept_async(tcp).await.unwrap();
-                let open = json!({"sid": "deafdeafdeafdeaf", "upgrades": [],
-                    "pingInterval": 300_000, "pingTimeout": 300_000, "maxPayload": 1_000_000});
-                ws.send(Message::text(format!("0{open}"))).await.unwrap();
-                // Accept the namespaces the host joins at once, then stop.
-                let deadline = tokio::time::Instant::now() + Duration::from_millis(500);
-                while let Ok(Some(Ok(Message::Text(t)))) =
-                    tokio::time::timeout_at(deadline, ws.next()).await
-                {
-                    if let Some(rest) = t.as_str().strip_prefix("40") {
-                        let ns = rest.split(',').next().unwrap_or("/");
-                        let _ = ws
-                            .send(Message::text(format!("40{ns},{{\"sid\":\"x\"}}")))
-                            .await;
-                    }
-                }
-                // Hold the socket open, unread, until the test ends.
-                tokio::time::sleep(Duration::from_secs(120)).await;
-                drop(ws);
-            });
+    fake_server::start(|mut ws| async move {
+        // Accept the namespaces the host joins at once, then stop.
+        let deadline = tokio::time::Instant::now() + Duration::from_millis(500);
+        while let Ok(Some(Ok(Message::Text(t)))) =
+            tokio::time::timeout_at(deadline, ws.next()).await
+        {
+            fake_server::accept_join(&mut ws, t.as_str()).await;
         }
-    });
-    addr
+        // Hold the socket open, unread, until the test ends.
+        tokio::time::sleep(Duration::from_secs(120)).await;
+        drop(ws);
+    })
+    .await
 }
 
 #[tokio::test]

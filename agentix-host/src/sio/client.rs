@@ -307,10 +307,12 @@ impl SioClient {
         if self.is_closed() {
             return Err(self.closed_reason());
         }
+        let closed = self.closed();
+        tokio::pin!(closed);
         // Waiting for the lock sends nothing, so giving up there is clean.
         let guard = tokio::select! {
             guard = self.shared.writer.clone().lock_owned() => guard,
-            reason = self.closed() => return Err(reason),
+            reason = &mut closed => return Err(reason),
         };
         let mut out = Outgoing {
             guard: Some(guard),
@@ -319,7 +321,7 @@ impl SioClient {
         };
         let written = tokio::select! {
             written = out.write() => written,
-            reason = self.closed() => return Err(reason),
+            reason = &mut closed => return Err(reason),
         };
         match written {
             Ok(()) => Ok(()),

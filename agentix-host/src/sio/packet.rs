@@ -18,18 +18,11 @@ use socketioxide_core::packet::{Packet, PacketData};
 use socketioxide_core::parser::{Parse, ParseConfig, ParseError, ParserState};
 use socketioxide_core::Value;
 use socketioxide_parser_common::CommonParser;
-use tokio_tungstenite::tungstenite::protocol::frame::coding::{Data, OpCode};
-use tokio_tungstenite::tungstenite::protocol::frame::Frame;
 use tokio_tungstenite::tungstenite::Message;
 
 /// Binary attachments one event may carry beyond those its largest
 /// payload needs (one per [`PART_BYTES`]).
 const SPARE_ATTACHMENTS: usize = 64;
-
-/// Attachments larger than this go out as a fragmented websocket message
-/// of frames this large: the websocket's write buffer then holds one frame,
-/// not a whole 256 MiB payload, and keeps no such capacity afterwards.
-const FRAGMENT: usize = 1 << 20;
 
 /// What one incoming websocket message amounted to.
 #[derive(Debug)]
@@ -244,34 +237,10 @@ fn messages(packet: Packet) -> Vec<Message> {
     header.push('4');
     header.push_str(&text);
     out.push(Message::text(header));
-    for attachment in attachments {
-        fragment(attachment, &mut out);
-    }
+    // Each at most PART_BYTES: large payloads travel as parts (see
+    // agentix_actors::attachment), so no one message fills a write buffer.
+    out.extend(attachments.into_iter().map(Message::Binary));
     out
-}
-
-/// One binary message for `bytes`, split into frames past [`FRAGMENT`].
-fn fragment(bytes: Bytes, out: &mut Vec<Message>) {
-    if bytes.len() <= FRAGMENT {
-        out.push(Message::Binary(bytes));
-        return;
-    }
-    let mut start = 0;
-    while start < bytes.len() {
-        let end = (start + FRAGMENT).min(bytes.len());
-        let opcode = if start == 0 {
-            OpCode::Data(Data::Binary)
-        } else {
-            OpCode::Data(Data::Continue)
-        };
-        let is_final = end == bytes.len();
-        out.push(Message::Frame(Frame::message(
-            bytes.slice(start..end),
-            opcode,
-            is_final,
-        )));
-        start = end;
-    }
 }
 
 #[cfg(test)]
@@ -322,25 +291,6 @@ mod tests {
         assert_eq!(ns, "/rpc");
         assert_eq!(event.frames, vec![Bytes::from(bytes)]);
         assert!(event.json.as_str().starts_with(r#"["call","#));
-    }
-
-    #[test]
-    fn large_attachments_go_as_fragments_of_one_message() {
-        let bytes = Bytes::from((0..(FRAGMENT * 2 + 3)).map(|i| i as u8).collect::<Vec<_>>());
-        let mut out = Vec::new();
-        fragment(bytes.clone(), &mut out);
-        assert_eq!(out.len(), 3);
-        let mut joined = Vec::new();
-        for (i, message) in out.into_iter().enumerate() {
-            let Message::Frame(frame) = message else {
-                panic!("not a frame")
-            };
-            let want = if i == 0 { Data::Binary } else { Data::Continue };
-            assert_eq!(frame.header().opcode, OpCode::Data(want));
-            assert_eq!(frame.header().is_final, i == 2);
-            joined.extend_from_slice(frame.payload());
-        }
-        assert_eq!(joined, bytes);
     }
 
     #[test]

@@ -2,6 +2,7 @@
 
 #![allow(dead_code)]
 
+pub(crate) mod fake_server;
 pub(crate) mod raw_socket;
 
 use std::time::{Duration, Instant};
