@@ -136,9 +136,6 @@ impl RpcConnection {
         endpoint: &Endpoint,
         settings: ConnectionSettings,
     ) -> Result<Arc<Self>, RemoteError> {
-        let client = SioClient::connect(&endpoint.addr, &endpoint.token, settings.client())
-            .await
-            .map_err(|e| connect_error(endpoint, "cannot reach the sandbox server", e))?;
         let opened = Instant::now();
         let pending: Arc<Pending> = Arc::new(DashMap::new());
         let alive = Arc::new(AtomicBool::new(true));
@@ -165,10 +162,7 @@ impl RpcConnection {
                 }
             })
         };
-        if let Err(e) = client.join(RPC_NAMESPACE, &endpoint.auth(), handler).await {
-            client.disconnect_in_background(SioError::Lost("the join failed".into()));
-            return Err(connect_error(endpoint, "cannot open /rpc", e));
-        }
+        let client = open_rpc(endpoint, settings, handler).await?;
         let conn = Arc::new(RpcConnection {
             client,
             pending,
@@ -328,6 +322,55 @@ impl RpcConnection {
         self.fail(RemoteError::new(ErrorKind::ConnectionLost, why));
         self.client
             .disconnect_in_background(SioError::Lost(why.into()));
+    }
+}
+
+/// How many times a websocket whose `/rpc` join went unanswered is
+/// replaced by a new one within the connect timeout.
+const JOIN_ATTEMPTS: u32 = 4;
+
+/// Opens a websocket and joins `/rpc` on it with `handler`. A join that
+/// gets no answer at all (seen, rarely, on a loaded machine, with the
+/// server healthy) is tried again on a fresh websocket, each attempt
+/// getting its share of the connect timeout, rather than costing the whole
+/// timeout and the call.
+async fn open_rpc(
+    endpoint: &Endpoint,
+    settings: ConnectionSettings,
+    handler: crate::sio::Handler,
+) -> Result<SioClient, RemoteError> {
+    let attempt_limit = settings.connect_timeout / JOIN_ATTEMPTS;
+    let auth = endpoint.auth();
+    let mut attempt = 1;
+    loop {
+        let client = SioClient::connect(&endpoint.addr, &endpoint.token, settings.client())
+            .await
+            .map_err(|e| connect_error(endpoint, "cannot reach the sandbox server", e))?;
+        let join = client.join(RPC_NAMESPACE, &auth, handler.clone());
+        let outcome = match tokio::time::timeout(attempt_limit, join).await {
+            Ok(outcome) => outcome,
+            Err(_) if attempt < JOIN_ATTEMPTS => {
+                tracing::warn!(
+                    addr = endpoint.addr,
+                    attempt,
+                    "/rpc was not accepted within {attempt_limit:?}; trying a new connection"
+                );
+                client.disconnect_in_background(SioError::Lost("the join went unanswered".into()));
+                attempt += 1;
+                continue;
+            }
+            Err(_) => Err(SioError::Unreachable(format!(
+                "{RPC_NAMESPACE} was not accepted within {:?}",
+                settings.connect_timeout
+            ))),
+        };
+        return match outcome {
+            Ok(()) => Ok(client),
+            Err(e) => {
+                client.disconnect_in_background(SioError::Lost("the join failed".into()));
+                Err(connect_error(endpoint, "cannot open /rpc", e))
+            }
+        };
     }
 }
 
