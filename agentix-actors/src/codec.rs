@@ -7,9 +7,10 @@
 
 use std::io;
 
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader, BufWriter};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::sync::mpsc;
 
+use crate::bulk_lane::BulkLane;
 use crate::wire::Frame;
 
 /// Frames from this size on count as large buffers for the allocator's
@@ -234,35 +235,58 @@ impl FrameQueue for mpsc::UnboundedReceiver<Frame> {
 
 /// Writes every frame from `rx` to `writer`, batching while more are queued.
 ///
+/// Parts of large payloads wait in a [`BulkLane`] and go out one per write,
+/// after whatever small frames are queued: a large transfer never holds a
+/// small call's frames back by more than one part.
+///
 /// Ends when all senders are gone or the pipe fails; the error is returned.
 pub async fn write_frames<W: AsyncWrite + Unpin>(
-    writer: W,
+    mut writer: W,
     mut rx: impl FrameQueue,
 ) -> io::Result<()> {
-    let mut out = BufWriter::with_capacity(64 * 1024, writer);
+    let mut bulk = BulkLane::default();
     let mut buf = Vec::with_capacity(64 * 1024);
-    while let Some(frame) = rx.recv().await {
+    let mut open = true;
+    while open || !bulk.is_empty() {
         buf.clear();
-        encode_into(&frame, &mut buf);
+        if open && bulk.is_empty() {
+            match rx.recv().await {
+                Some(frame) => {
+                    if let Some(frame) = bulk.route(frame) {
+                        encode_into(&frame, &mut buf);
+                    }
+                }
+                None => open = false,
+            }
+        }
         // Batch whatever is already queued into one write.
-        while buf.len() < 1 << 20 {
+        while open && buf.len() < 1 << 20 {
             match rx.try_recv() {
-                Some(frame) => encode_into(&frame, &mut buf),
+                Some(frame) => {
+                    if let Some(frame) = bulk.route(frame) {
+                        encode_into(&frame, &mut buf);
+                    }
+                }
                 None => break,
             }
+        }
+        if buf.len() < 1 << 20 {
+            if let Some(frame) = bulk.pop() {
+                encode_into(&frame, &mut buf);
+            }
+        }
+        if buf.is_empty() {
+            continue;
         }
         if buf.len() >= LARGE_FRAME {
             crate::process::note_large_buffer();
         }
-        out.write_all(&buf).await?;
-        if rx.is_empty() {
-            out.flush().await?;
-        }
+        writer.write_all(&buf).await?;
         if buf.capacity() > 4 << 20 {
             buf = Vec::with_capacity(64 * 1024);
         }
     }
-    out.flush().await
+    writer.flush().await
 }
 
 #[cfg(test)]

@@ -4,7 +4,9 @@
 //! - [`wire`]: every frame between server and worker, and every `/rpc` event
 //!   between host and server, in one place.
 //! - [`attachment`]: bytes that travel beside an event as binary attachments.
-//! - [`codec`]: length-prefixed CBOR framing for the server <-> worker pipes.
+//! - [`part`]: large payloads cut into parts, so they never block a hop.
+//! - [`codec`]: length-prefixed CBOR framing for the server <-> worker pipes;
+//!   [`bulk_lane`] keeps large payloads' parts from blocking them.
 //! - [`cbor`]: CBOR helpers for values and byte blobs.
 //! - [`errors`]: the in-band error value every call can end with.
 //! - [`log_record`]: one line of what a sandbox logged or printed.
@@ -21,6 +23,7 @@
 //! - [`restart_policy`]: when a supervisor restarts a child, as a pure value.
 
 pub mod attachment;
+pub mod bulk_lane;
 pub mod cbor;
 pub mod codec;
 pub mod errors;
@@ -28,6 +31,7 @@ pub mod invoke;
 pub mod log_file;
 pub mod log_record;
 pub mod namespace;
+pub mod part;
 pub mod process;
 pub mod raised;
 pub mod registry;

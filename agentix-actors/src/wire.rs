@@ -21,6 +21,7 @@ use serde_bytes::ByteBuf;
 pub use crate::attachment::{decode_event, Attachment, WithAttachments};
 use crate::errors::RemoteError;
 use crate::log_record::LogRecord;
+use crate::part::PartBytes;
 use crate::trace::{SpanContext, TraceEvent};
 
 /// Socket.IO namespace of the remote-call protocol.
@@ -39,6 +40,14 @@ pub const EVENT_ITEMS: &str = "call:items";
 pub const EVENT_END: &str = "call:end";
 /// Host -> server: the host consumed items of a streaming call ([`AckEvent`]).
 pub const EVENT_ACK: &str = "call:ack";
+/// Either way: one part of a call's arguments (host -> server) or result
+/// (server -> host) past [`crate::part::SPLIT_ABOVE`] bytes ([`PartEvent`]);
+/// the `call` or `call:result` event that follows carries the last part.
+pub const EVENT_PART: &str = "call:part";
+/// Host -> server: the host received one `call:part` of a result
+/// ([`PartAckEvent`]); the server keeps only a few parts unacknowledged, so
+/// a large result never queues far ahead of other replies.
+pub const EVENT_PART_ACK: &str = "call:part:ack";
 /// Host -> server, echoed back unchanged: proves the server still answers.
 pub const EVENT_HEARTBEAT: &str = "heartbeat";
 
@@ -156,6 +165,18 @@ pub enum Frame {
         /// Call id.
         id: u64,
     },
+    /// Either way: a part of the arguments (server -> worker) or the result
+    /// (worker -> server) of call `id`; the `call` or `result` frame that
+    /// follows carries the last part ([`crate::part`]).
+    #[serde(rename = "part")]
+    Part {
+        /// Call id.
+        id: u64,
+        /// Size of the whole payload, parts and last piece together.
+        total: u64,
+        /// This part.
+        bytes: PartBytes,
+    },
     /// Worker -> server: open plugin namespace `path` (forward its events).
     #[serde(rename = "sio_open")]
     SioOpen {
@@ -235,6 +256,29 @@ pub struct CallEvent {
     /// The host's trace context, when the call was made inside a span.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trace: Option<SpanContext>,
+    /// The host takes a large result as `call:part` events and acknowledges
+    /// each with `call:part:ack`; without it, the result comes as one event.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub parts: bool,
+}
+
+/// Payload of the host's `call:part:ack` event.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct PartAckEvent {
+    /// The host's call id.
+    pub id: u64,
+}
+
+/// Payload of a `call:part` event: one part of call `id`'s arguments or
+/// result, sent before the event that carries the last part.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct PartEvent {
+    /// The host's call id.
+    pub id: u64,
+    /// Size of the whole payload, every part and the last piece together.
+    pub total: u64,
+    /// This part.
+    pub bytes: Attachment,
 }
 
 /// Payload of the host's `call:ack` event.
@@ -382,6 +426,7 @@ macro_rules! with_attachments {
 
 with_attachments! {
     CallEvent => args;
+    PartEvent => bytes;
     ResultEvent => value;
     ItemsEvent => items;
     LogsEvent => cbor;
@@ -400,6 +445,7 @@ macro_rules! without_attachments {
 
 without_attachments!(
     AckEvent,
+    PartAckEvent,
     CancelEvent,
     EndEvent,
     ErrorEvent,

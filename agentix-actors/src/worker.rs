@@ -12,6 +12,7 @@ use std::os::fd::{FromRawFd, OwnedFd};
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
+use bytes::Bytes;
 use futures_util::FutureExt;
 use serde_bytes::ByteBuf;
 use tokio::net::unix::pipe;
@@ -20,6 +21,7 @@ use tokio::task::AbortHandle;
 
 use crate::codec::{self, FrameReader};
 use crate::errors::{ErrorKind, RemoteError};
+use crate::part::{self, PartBytes, PartTable};
 use crate::registry::{self, Invoke};
 use crate::side_channel::SideChannel;
 use crate::stream_call::{self, Credit};
@@ -176,6 +178,8 @@ async fn serve(input: pipe::Receiver, output: pipe::Sender, setup: impl FnOnce()
     let mut reader = FrameReader::new(input, codec::DEFAULT_MAX_FRAME);
     let (done_tx, mut done_rx) = mpsc::unbounded_channel::<u64>();
     let mut running: HashMap<u64, RunningCall> = HashMap::new();
+    // The server cuts large arguments into parts (`crate::part`).
+    let mut parts = PartTable::new(codec::DEFAULT_MAX_FRAME);
     loop {
         tokio::select! {
             biased;
@@ -183,9 +187,25 @@ async fn serve(input: pipe::Receiver, output: pipe::Sender, setup: impl FnOnce()
                 running.remove(&id);
             }
             frame = reader.next() => match frame {
+                Ok(Some(Frame::Part { id, total, bytes })) => {
+                    if let Err(why) = parts.push(id, total, bytes.0) {
+                        eprintln!("agentix worker: arguments of call {id} dropped: {why}");
+                    }
+                }
                 Ok(Some(Frame::Call { id, target, args, stream, trace })) => {
-                    let call = start_call(id, target, args, stream, trace, out_tx.clone(), done_tx.clone());
-                    running.insert(id, call);
+                    match parts.finish(id, args.into_vec().into()) {
+                        Ok(pieces) => {
+                            let call = start_call(id, target, pieces, stream, trace, out_tx.clone(), done_tx.clone());
+                            running.insert(id, call);
+                        }
+                        Err(why) => {
+                            let error = RemoteError::new(
+                                ErrorKind::Protocol,
+                                format!("the arguments of `{target}` arrived incomplete: {why}"),
+                            );
+                            let _ = out_tx.send(Frame::Error { id, error }).await;
+                        }
+                    }
                 }
                 Ok(Some(Frame::SioEvent { path, event, data })) => {
                     crate::namespace::deliver(&path, event, data);
@@ -196,6 +216,7 @@ async fn serve(input: pipe::Receiver, output: pipe::Sender, setup: impl FnOnce()
                     }
                 }
                 Ok(Some(Frame::Cancel { id })) => {
+                    parts.discard(id);
                     if let Some(call) = running.remove(&id) {
                         if !call.task.is_finished() {
                             call.task.abort();
@@ -210,6 +231,10 @@ async fn serve(input: pipe::Receiver, output: pipe::Sender, setup: impl FnOnce()
                 Ok(None) => break,
                 Err(e) if e.is_recoverable() => {
                     eprintln!("agentix worker: dropped a malformed frame: {e}");
+                    if let codec::FrameError::Malformed { call: Some(id), .. } = e {
+                        // If it was a part, the call must not run on the rest.
+                        parts.refuse(id);
+                    }
                 }
                 Err(e) => {
                     eprintln!("agentix worker: frame pipe unusable: {e}");
@@ -229,7 +254,7 @@ async fn serve(input: pipe::Receiver, output: pipe::Sender, setup: impl FnOnce()
 fn start_call(
     id: u64,
     target: String,
-    args: ByteBuf,
+    args: Vec<Bytes>,
     stream: Option<Window>,
     trace: Option<SpanContext>,
     out: mpsc::Sender<Frame>,
@@ -239,11 +264,13 @@ fn start_call(
     let task_credit = credit.clone();
     // Spans the call creates are children of the host's span, if any.
     let task = tokio::spawn(InContext::new(trace, async move {
+        // Joined here, not in the frame loop, which must keep serving other calls.
+        let args = Vec::from(part::join(args));
         let frame = match (registry::lookup(&target), stream, task_credit) {
             (Err(error), _, _) => Frame::Error { id, error },
             (Ok(f), None, _) => match f.invoke {
                 Invoke::Unary(invoke) => {
-                    match AssertUnwindSafe(invoke(args.into_vec()))
+                    match AssertUnwindSafe(invoke(args))
                         .catch_unwind()
                         .await
                         .unwrap_or_else(|panic| Err(RemoteError::from_panic(&target, panic)))
@@ -252,9 +279,16 @@ fn start_call(
                             id,
                             error: result_too_large(&target, value.len()),
                         },
-                        Ok(value) => Frame::Result {
-                            id,
-                            value: ByteBuf::from(value),
+                        Ok(value) => match send_parts(id, value, &out).await {
+                            Some(last) => Frame::Result {
+                                id,
+                                value: ByteBuf::from(last),
+                            },
+                            None => {
+                                // The writer is gone: the worker is exiting.
+                                let _ = done.send(id);
+                                return;
+                            }
                         },
                         Err(error) => Frame::Error { id, error },
                     }
@@ -266,7 +300,7 @@ fn start_call(
             },
             (Ok(f), Some(window), Some(credit)) => match f.invoke {
                 Invoke::Stream(invoke) => {
-                    match std::panic::catch_unwind(AssertUnwindSafe(|| invoke(args.into_vec()))) {
+                    match std::panic::catch_unwind(AssertUnwindSafe(|| invoke(args))) {
                         Ok(items) => {
                             stream_call::drive(id, &target, items, window, &credit, &out).await
                         }
@@ -290,6 +324,27 @@ fn start_call(
         task: task.abort_handle(),
         credit,
     }
+}
+
+/// Sends all but the last part of `value`, the result of call `id`, as
+/// part frames, and returns the last, for the result frame. `None` when
+/// the writer is gone.
+async fn send_parts(id: u64, value: Vec<u8>, out: &mpsc::Sender<Frame>) -> Option<Vec<u8>> {
+    if value.len() <= part::SPLIT_ABOVE {
+        return Some(value);
+    }
+    let total = value.len() as u64;
+    let mut pieces = part::split(value.into());
+    let last = pieces.pop().expect("split gives at least one piece");
+    for bytes in pieces {
+        let frame = Frame::Part {
+            id,
+            total,
+            bytes: PartBytes(bytes),
+        };
+        out.send(frame).await.ok()?;
+    }
+    Some(last.to_vec())
 }
 
 /// The largest result a frame carries: the frame limit less room for its

@@ -16,10 +16,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use agentix_actors::errors::{ErrorKind, RemoteError};
+use agentix_actors::part::{self, PartTable};
 use agentix_actors::wire::{
-    AckEvent, Attachment, CallEvent, CancelEvent, EndEvent, ErrorEvent, ItemsEvent, ResultEvent,
-    Window, EVENT_ACK, EVENT_CALL, EVENT_CANCEL, EVENT_END, EVENT_ERROR, EVENT_HEARTBEAT,
-    EVENT_ITEMS, EVENT_RESULT, RPC_NAMESPACE,
+    AckEvent, Attachment, CallEvent, CancelEvent, EndEvent, ErrorEvent, ItemsEvent, PartAckEvent,
+    PartEvent, ResultEvent, Window, EVENT_ACK, EVENT_CALL, EVENT_CANCEL, EVENT_END, EVENT_ERROR,
+    EVENT_HEARTBEAT, EVENT_ITEMS, EVENT_PART, EVENT_PART_ACK, EVENT_RESULT, RPC_NAMESPACE,
 };
 use bytes::Bytes;
 use dashmap::DashMap;
@@ -29,6 +30,9 @@ use tokio::sync::{mpsc, oneshot};
 use crate::sio::{ClientSettings, Delivery, Incoming, SioClient, SioError};
 
 type Outcome = Result<Bytes, RemoteError>;
+/// A unary call's result as it arrived: its pieces, joined by the caller
+/// rather than on the connection's receive path.
+type Arrived = Result<Vec<Bytes>, RemoteError>;
 type Pending = DashMap<u64, Waiter>;
 
 /// What a streaming call receives, in order; `End` or `Error` comes last.
@@ -45,7 +49,7 @@ pub(crate) enum StreamEvent {
 
 /// Who waits for a call's events.
 enum Waiter {
-    Unary(oneshot::Sender<Outcome>),
+    Unary(oneshot::Sender<Arrived>),
     Stream(mpsc::UnboundedSender<StreamEvent>),
 }
 
@@ -112,6 +116,10 @@ pub struct RpcConnection {
     opened: Instant,
     /// Milliseconds after `opened` of the last heartbeat echo.
     last_heard_ms: Arc<AtomicU64>,
+    /// Held while one call's arguments go out in parts: the server keeps
+    /// parts of one payload at a time, and calls with small arguments go
+    /// out between the parts.
+    sending_parts: tokio::sync::Mutex<()>,
 }
 
 /// The error kind and message a failed connect or join becomes.
@@ -144,9 +152,16 @@ impl RpcConnection {
         let handler = {
             let (pending, alive, lost) = (pending.clone(), alive.clone(), lost.clone());
             let last_heard_ms = last_heard_ms.clone();
+            let parts = Mutex::new(PartTable::new(settings.max_message_bytes));
             Arc::new(move |delivery: Delivery| match delivery {
                 Delivery::Event(incoming) => {
-                    on_event(&pending, &last_heard_ms, opened, incoming);
+                    let route = Route {
+                        pending: &pending,
+                        parts: &parts,
+                        last_heard_ms: &last_heard_ms,
+                        opened,
+                    };
+                    route.event(incoming);
                 }
                 Delivery::Closed(e) => {
                     let kind = match e {
@@ -172,6 +187,7 @@ impl RpcConnection {
             max_message_bytes: settings.max_message_bytes,
             opened,
             last_heard_ms,
+            sending_parts: tokio::sync::Mutex::new(()),
         });
         conn.last_heard_ms
             .store(opened.elapsed().as_millis() as u64, Ordering::Release);
@@ -199,9 +215,9 @@ impl RpcConnection {
         self.check_size(target, &args)?;
         let (tx, rx) = oneshot::channel();
         let guard = self.start(target, args, None, Waiter::Unary(tx)).await?;
-        let outcome = rx.await.unwrap_or_else(|_| Err(self.lost_error()));
+        let arrived = rx.await.unwrap_or_else(|_| Err(self.lost_error()));
         guard.disarm();
-        outcome
+        arrived.map(part::join)
     }
 
     /// Starts the streaming call `target` with CBOR `args` under `window`;
@@ -240,15 +256,9 @@ impl RpcConnection {
             conn: Some(self.clone()),
             id,
         };
-        let event = CallEvent {
-            id,
-            target: target.to_owned(),
-            args: Attachment::new(args),
-            stream,
-            // Made inside a span: the sandbox's spans for this call nest under it.
-            trace: agentix_actors::trace::current(),
-        };
-        if let Err(e) = self.client.emit(RPC_NAMESPACE, EVENT_CALL, &event).await {
+        // Made inside a span: the sandbox's spans for this call nest under it.
+        let trace = agentix_actors::trace::current();
+        if let Err(e) = self.send_call(id, target, args, stream, trace).await {
             guard.disarm();
             self.pending.remove(&id);
             let err = RemoteError::new(
@@ -259,6 +269,38 @@ impl RpcConnection {
             return Err(err);
         }
         Ok(guard)
+    }
+
+    /// Sends the `call` event, after its arguments' parts if they are large.
+    async fn send_call(
+        &self,
+        id: u64,
+        target: &str,
+        args: Vec<u8>,
+        stream: Option<Window>,
+        trace: Option<agentix_actors::trace::SpanContext>,
+    ) -> Result<(), SioError> {
+        let total = args.len() as u64;
+        let mut pieces = part::split(args.into());
+        let last = pieces.pop().unwrap_or_default();
+        let _sending = match pieces.is_empty() {
+            true => None,
+            false => Some(self.sending_parts.lock().await),
+        };
+        for bytes in pieces {
+            let bytes = Attachment::new(bytes);
+            let event = PartEvent { id, total, bytes };
+            self.client.emit(RPC_NAMESPACE, EVENT_PART, &event).await?;
+        }
+        let event = CallEvent {
+            id,
+            target: target.to_owned(),
+            args: Attachment::new(last),
+            stream,
+            trace,
+            parts: true,
+        };
+        self.client.emit(RPC_NAMESPACE, EVENT_CALL, &event).await
     }
 
     /// Tells the server the host consumed `items` items (`bytes` bytes) of
@@ -374,17 +416,101 @@ async fn open_rpc(
     }
 }
 
-/// Routes one `/rpc` event to the call it belongs to.
-fn on_event(pending: &Pending, last_heard_ms: &AtomicU64, opened: Instant, incoming: Incoming) {
+/// What the receive path of `/rpc` routes events with.
+struct Route<'a> {
+    pending: &'a Pending,
+    /// Parts of results that came ahead of their `call:result`.
+    parts: &'a Mutex<PartTable>,
+    last_heard_ms: &'a AtomicU64,
+    opened: Instant,
+}
+
+impl Route<'_> {
+    /// Routes one `/rpc` event to the call it belongs to.
+    fn event(&self, incoming: Incoming) {
+        let pending = self.pending;
+        match incoming.name() {
+            EVENT_PART => {
+                let client = incoming.client().clone();
+                match decode::<PartEvent>(incoming) {
+                    Ok(ev) => {
+                        // Acknowledged whatever becomes of it: the server
+                        // waits for the ack before it sends more parts.
+                        ack_part(&client, ev.id);
+                        self.part(ev);
+                    }
+                    Err(e) => {
+                        if let Some(id) = e.id {
+                            ack_part(&client, id);
+                        }
+                        malformed(pending, e)
+                    }
+                }
+            }
+            EVENT_RESULT => match decode::<ResultEvent>(incoming) {
+                Ok(ev) => {
+                    let pieces = self.parts().finish(ev.id, ev.value.into_bytes());
+                    let outcome = pieces.map_err(|why| {
+                        RemoteError::new(
+                            ErrorKind::Protocol,
+                            format!("the result arrived incomplete: {why}"),
+                        )
+                    });
+                    complete(pending, ev.id, outcome)
+                }
+                Err(e) => malformed(pending, e),
+            },
+            EVENT_ERROR => match decode::<ErrorEvent>(incoming) {
+                Ok(ev) => {
+                    self.parts().discard(ev.id);
+                    complete(pending, ev.id, Err(ev.error))
+                }
+                Err(e) => malformed(pending, e),
+            },
+            _ => on_stream_event(pending, self.last_heard_ms, self.opened, incoming),
+        }
+    }
+
+    fn parts(&self) -> std::sync::MutexGuard<'_, PartTable> {
+        self.parts.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Keeps a part of a result; a part past the message limit ends its call.
+    fn part(&self, ev: PartEvent) {
+        if !self.pending.contains_key(&ev.id) {
+            // Its caller gave up: the rest of the result is not wanted either.
+            return;
+        }
+        if let Err(why) = self.parts().push(ev.id, ev.total, ev.bytes.into_bytes()) {
+            let error = RemoteError::new(
+                ErrorKind::PayloadTooLarge,
+                format!("the result could not be received: {why}"),
+            );
+            complete(self.pending, ev.id, Err(error));
+        }
+    }
+}
+
+/// Tells the server a part of call `id`'s result arrived, so that it sends
+/// the next.
+fn ack_part(client: &SioClient, id: u64) {
+    let client = client.clone();
+    tokio::spawn(async move {
+        let ack = PartAckEvent { id };
+        if let Err(e) = client.emit(RPC_NAMESPACE, EVENT_PART_ACK, &ack).await {
+            tracing::debug!(id, "part ack not sent: {e}");
+        }
+    });
+}
+
+/// Routes the other `/rpc` events: stream items and ends, heartbeats.
+fn on_stream_event(
+    pending: &Pending,
+    last_heard_ms: &AtomicU64,
+    opened: Instant,
+    incoming: Incoming,
+) {
     match incoming.name() {
-        EVENT_RESULT => match decode::<ResultEvent>(incoming) {
-            Ok(ev) => complete(pending, ev.id, Ok(ev.value.into_bytes())),
-            Err(e) => malformed(pending, e),
-        },
-        EVENT_ERROR => match decode::<ErrorEvent>(incoming) {
-            Ok(ev) => complete(pending, ev.id, Err(ev.error)),
-            Err(e) => malformed(pending, e),
-        },
         EVENT_ITEMS => match decode::<ItemsEvent>(incoming) {
             Ok(ev) => on_items(pending, ev),
             Err(e) => malformed(pending, e),
@@ -474,7 +600,7 @@ where
     })
 }
 
-fn complete(pending: &Pending, id: u64, outcome: Outcome) {
+fn complete(pending: &Pending, id: u64, outcome: Arrived) {
     match (pending.remove(&id), outcome) {
         (Some((_, Waiter::Unary(tx))), outcome) => {
             let _ = tx.send(outcome);

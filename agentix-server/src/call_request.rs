@@ -28,6 +28,8 @@ pub struct CallRequest {
     pub stream: Option<Window>,
     /// The host's trace context.
     pub trace: Option<SpanContext>,
+    /// The host takes a large result in acknowledged parts.
+    pub parts: bool,
 }
 
 impl CallRequest {
@@ -97,6 +99,7 @@ impl CallRequest {
             args: event.args.into_bytes(),
             stream: event.stream,
             trace: event.trace,
+            parts: event.parts,
         })
     }
 }
@@ -167,7 +170,7 @@ mod tests {
             if let Some(window) = stream {
                 data["stream"] = json!(window);
             }
-            let want = CallRequest { id, target, args: Bytes::from(args.clone()), stream, trace: None };
+            let want = CallRequest { id, target, args: Bytes::from(args.clone()), stream, trace: None, parts: false };
             prop_assert_eq!(CallRequest::parse(data, vec![Bytes::from(args)]), Ok(want));
         }
     }

@@ -12,14 +12,17 @@ use std::collections::{HashMap, VecDeque};
 
 use agentix_actors::codec::DEFAULT_MAX_FRAME;
 use agentix_actors::errors::{ErrorKind, RemoteError};
+use agentix_actors::part::{PartBytes, Partial};
 use agentix_actors::trace::SpanContext;
 use agentix_actors::wire::{Frame, Window};
+use bytes::Bytes;
 use serde_bytes::ByteBuf;
 use socketioxide::socket::Sid;
 use tokio::sync::{mpsc, oneshot};
 
-/// How a unary call ends: its CBOR value or an error.
-pub type Outcome = Result<Vec<u8>, RemoteError>;
+/// How a unary call ends: its CBOR value, in the pieces it arrived in
+/// (`agentix_actors::part`), or an error.
+pub type Outcome = Result<Vec<Bytes>, RemoteError>;
 
 /// What a streaming call delivers, in order; `End` or `Error` comes last.
 #[derive(Debug)]
@@ -59,11 +62,18 @@ impl Reply {
         }
     }
 
-    /// Ends the call with a worker's terminal frame for it.
-    pub fn finish_with(self, frame: Frame) {
+    /// Ends the call with a worker's terminal frame for it, and the parts
+    /// of its result that came before the frame.
+    pub fn finish_with(self, frame: Frame, parts: Partial) {
         match (self, frame) {
             (Reply::Unary(tx), Frame::Result { value, .. }) => {
-                let _ = tx.send(Ok(value.into_vec()));
+                let value = parts.finish(value.into_vec().into()).map_err(|why| {
+                    RemoteError::new(
+                        ErrorKind::Protocol,
+                        format!("the worker's result arrived incomplete: {why}"),
+                    )
+                });
+                let _ = tx.send(value);
             }
             (Reply::Stream { events, .. }, Frame::End { .. }) => {
                 let _ = events.send(StreamEvent::End);
@@ -100,6 +110,7 @@ fn frame_name(frame: &Frame) -> &'static str {
         Frame::SioOpen { .. } => "sio_open",
         Frame::SioEvent { .. } => "sio_event",
         Frame::Result { .. } => "result",
+        Frame::Part { .. } => "part",
         Frame::Error { .. } => "error",
     }
 }
@@ -113,6 +124,19 @@ pub enum Delivery {
     Unknown,
     /// The call is not a stream, or the worker overran its window: the
     /// call must end with a protocol error.
+    Violation(String),
+}
+
+/// What receiving a part of a result found.
+#[derive(Debug)]
+pub enum PartDelivery {
+    /// Kept until the result's last piece.
+    Kept,
+    /// No such call (it ended or was cancelled); the part is dropped.
+    Unknown,
+    /// The whole result would be past the message limit: the call fails.
+    TooLarge(RemoteError),
+    /// The parts do not fit the call or each other: a protocol error.
     Violation(String),
 }
 
@@ -131,8 +155,8 @@ pub struct NewCall {
     pub origin: Origin,
     /// Remote function name.
     pub target: String,
-    /// CBOR arguments.
-    pub args: Vec<u8>,
+    /// CBOR arguments, in the pieces they arrived in.
+    pub args: Vec<Bytes>,
     /// The host's trace context, passed on to the worker.
     pub trace: Option<SpanContext>,
     /// Where the outcome goes.
@@ -144,6 +168,10 @@ struct InFlight {
     reply: Reply,
     /// Stream items (and their bytes) produced but not yet acknowledged.
     outstanding: (u64, u64),
+    /// Parts of the result received so far.
+    parts: Partial,
+    /// The remote function, for the errors its result can cause.
+    target: String,
 }
 
 /// What cancelling a call found.
@@ -191,8 +219,9 @@ impl CallTable {
         self.queued.drain(..).collect()
     }
 
-    /// Records `call` as in flight and returns the frame that starts it.
-    pub fn start(&mut self, call: NewCall) -> Frame {
+    /// Records `call` as in flight and returns the frames that start it:
+    /// the parts of its arguments, if they came in parts, then the call.
+    pub fn start(&mut self, call: NewCall) -> Vec<Frame> {
         self.next_id += 1;
         let id = self.next_id;
         self.by_origin.insert(call.origin, id);
@@ -203,14 +232,58 @@ impl CallTable {
                 origin: call.origin,
                 reply: call.reply,
                 outstanding: (0, 0),
+                parts: Partial::default(),
+                target: call.target.clone(),
             },
         );
-        Frame::Call {
+        let mut pieces = call.args;
+        let last = pieces.pop().unwrap_or_default();
+        let total = (pieces.iter().map(Bytes::len).sum::<usize>() + last.len()) as u64;
+        let mut frames: Vec<Frame> = pieces
+            .into_iter()
+            .map(|bytes| Frame::Part {
+                id,
+                total,
+                bytes: PartBytes(bytes),
+            })
+            .collect();
+        frames.push(Frame::Call {
             id,
             target: call.target,
-            args: ByteBuf::from(call.args),
+            args: ByteBuf::from(Vec::from(last)),
             stream,
             trace: call.trace,
+        });
+        frames
+    }
+
+    /// Keeps a part of worker call `id`'s result, of `total` bytes in all,
+    /// if that is within `max`.
+    pub fn deliver_part(&mut self, id: u64, total: u64, bytes: Bytes, max: usize) -> PartDelivery {
+        let Some(call) = self.inflight.get_mut(&id) else {
+            return PartDelivery::Unknown;
+        };
+        if total > max as u64 {
+            return PartDelivery::TooLarge(
+                RemoteError::new(
+                    ErrorKind::PayloadTooLarge,
+                    format!(
+                        "the result of `{}` is {total} bytes, past the {max}-byte message limit",
+                        call.target
+                    ),
+                )
+                .with_details(
+                    "return large data in pieces (a stream, or several calls), or raise \
+                     the limit (`max_message_bytes` in SandboxConfig)",
+                ),
+            );
+        }
+        if !matches!(call.reply, Reply::Unary(_)) {
+            return PartDelivery::Violation("the worker sent a result part for a stream".into());
+        }
+        match call.parts.push(total as usize, bytes) {
+            Ok(()) => PartDelivery::Kept,
+            Err(why) => PartDelivery::Violation(format!("the worker's result parts: {why}")),
         }
     }
 
@@ -257,9 +330,25 @@ impl CallTable {
 
     /// Removes the call with worker id `id`; `None` if it already ended.
     pub fn finish(&mut self, id: u64) -> Option<Reply> {
+        self.end(id).map(|(reply, _)| reply)
+    }
+
+    /// Ends worker call `id` with its terminal `frame`; false if it
+    /// already ended.
+    pub fn finish_with(&mut self, id: u64, frame: Frame) -> bool {
+        match self.end(id) {
+            Some((reply, parts)) => {
+                reply.finish_with(frame, parts);
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn end(&mut self, id: u64) -> Option<(Reply, Partial)> {
         let call = self.inflight.remove(&id)?;
         self.by_origin.remove(&call.origin);
-        Some(call.reply)
+        Some((call.reply, call.parts))
     }
 
     /// Removes the call `origin` asked for.
@@ -295,16 +384,13 @@ impl CallTable {
 mod tests {
     use super::*;
 
-    fn call(
-        socket: Sid,
-        host_id: u64,
-    ) -> (NewCall, oneshot::Receiver<Result<Vec<u8>, RemoteError>>) {
+    fn call(socket: Sid, host_id: u64) -> (NewCall, oneshot::Receiver<Outcome>) {
         let (reply, rx) = oneshot::channel();
         let origin = Origin { socket, host_id };
         let call = NewCall {
             origin,
             target: "t".into(),
-            args: vec![1],
+            args: vec![Bytes::from_static(&[1])],
             trace: None,
             reply: Reply::Unary(reply),
         };
@@ -331,7 +417,7 @@ mod tests {
             trace: None,
             reply: Reply::Stream { events, window },
         });
-        let Frame::Call { id, stream, .. } = frame else {
+        let Some(Frame::Call { id, stream, .. }) = frame.into_iter().last() else {
             panic!("not a call frame")
         };
         assert_eq!(stream, Some(window));
@@ -356,7 +442,7 @@ mod tests {
             got.extend(batch.into_iter().map(|b| b[0]));
         }
         assert_eq!(got, [1, 2, 3, 4, 5]);
-        table.finish(id).unwrap().finish_with(Frame::End { id });
+        assert!(table.finish_with(id, Frame::End { id }));
         assert!(matches!(rx.try_recv(), Ok(StreamEvent::End)));
     }
 
@@ -364,11 +450,11 @@ mod tests {
     fn a_terminal_frame_of_the_wrong_shape_is_a_protocol_error() {
         let (c, mut rx) = call(Sid::new(), 1);
         let mut table = CallTable::default();
-        let Frame::Call { id, .. } = table.start(c) else {
+        let Some(Frame::Call { id, .. }) = table.start(c).pop() else {
             panic!("not a call frame")
         };
         assert!(matches!(table.deliver(id, vec![]), Delivery::Violation(_)));
-        table.finish(id).unwrap().finish_with(Frame::End { id });
+        assert!(table.finish_with(id, Frame::End { id }));
         let err = rx.try_recv().unwrap().unwrap_err();
         assert_eq!(err.kind, ErrorKind::Protocol);
     }
@@ -378,7 +464,7 @@ mod tests {
         let sid = Sid::new();
         let mut table = CallTable::default();
         let (c, _rx) = call(sid, 7);
-        let Frame::Call { id, .. } = table.start(c) else {
+        let Some(Frame::Call { id, .. }) = table.start(c).pop() else {
             panic!("not a call frame")
         };
         assert!(table.contains(Origin {
@@ -395,6 +481,71 @@ mod tests {
             Cancelled::Unknown
         ));
         assert!(table.is_empty());
+    }
+
+    #[test]
+    fn large_payloads_go_out_in_parts_and_results_come_back_in_parts() {
+        let (mut c, mut rx) = call(Sid::new(), 1);
+        c.args = vec![Bytes::from_static(b"ab"), Bytes::from_static(b"c")];
+        let mut table = CallTable::default();
+        let frames = table.start(c);
+        assert_eq!(frames.len(), 2);
+        let Frame::Part { id, total: 3, .. } = frames[0] else {
+            panic!("not a part: {:?}", frames[0])
+        };
+        let Frame::Call { args, .. } = &frames[1] else {
+            panic!("not a call")
+        };
+        assert_eq!(args.as_slice(), b"c");
+        let part = |b: &'static [u8]| Bytes::from_static(b);
+        assert!(matches!(
+            table.deliver_part(id, 5, part(b"xyz"), 5),
+            PartDelivery::Kept
+        ));
+        let last = Frame::Result {
+            id,
+            value: ByteBuf::from(b"w!".to_vec()),
+        };
+        assert!(table.finish_with(id, last));
+        let value = rx.try_recv().unwrap().unwrap();
+        assert_eq!(value.concat(), b"xyzw!");
+
+        // Parts past their total end the call; so does a part for a stream.
+        let (c, _rx) = call(Sid::new(), 2);
+        let Some(Frame::Call { id, .. }) = table.start(c).pop() else {
+            panic!("not a call frame")
+        };
+        assert!(matches!(
+            table.deliver_part(id, 2, part(b"abc"), 5),
+            PartDelivery::Violation(_)
+        ));
+        match table.deliver_part(id, 6, part(b"abc"), 5) {
+            PartDelivery::TooLarge(e) => assert!(e.message.contains("`t`"), "{e}"),
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(
+            table.deliver_part(id + 9, 1, part(b"a"), 5),
+            PartDelivery::Unknown
+        ));
+        let (events, _items) = mpsc::unbounded_channel();
+        let window = Window::DEFAULT;
+        let stream = NewCall {
+            origin: Origin {
+                socket: Sid::new(),
+                host_id: 3,
+            },
+            target: "t".into(),
+            args: vec![],
+            trace: None,
+            reply: Reply::Stream { events, window },
+        };
+        let Some(Frame::Call { id, .. }) = table.start(stream).pop() else {
+            panic!("not a call frame")
+        };
+        assert!(matches!(
+            table.deliver_part(id, 1, part(b"a"), 5),
+            PartDelivery::Violation(_)
+        ));
     }
 
     #[test]

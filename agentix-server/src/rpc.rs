@@ -6,7 +6,10 @@
 //! with a `stream` window) receives `call:items {id, items}` events instead,
 //! ended by `call:end {id}` or `call:error`, and the host sends `call:ack {id,
 //! items, bytes}` as it consumes them. Arguments, results and item batches
-//! are CBOR in binary attachments. Each event is handed to the
+//! are CBOR in binary attachments; past 1.25 MiB they travel as `call:part`
+//! events before the event that carries their last part
+//! (`agentix_actors::part`), so they never hold other replies back. Each
+//! event is handed to the
 //! `WorkerSupervisor` mailbox as soon as it is parsed, so calls, acks and
 //! cancels from one socket reach it in the order they were sent. A
 //! `heartbeat` event is echoed back at once, so hosts can tell a hung or
@@ -19,17 +22,20 @@
 
 use actix::Addr;
 use agentix_actors::errors::{ErrorKind, RemoteError};
+use agentix_actors::part::{split, PartTable, SPLIT_ABOVE};
 use agentix_actors::trace::SpanContext;
 use agentix_actors::wire::{
-    AckEvent, Attachment, CancelEvent, EndEvent, ErrorEvent, ItemsEvent, ResultEvent, EVENT_ACK,
-    EVENT_CALL, EVENT_CANCEL, EVENT_END, EVENT_ERROR, EVENT_HEARTBEAT, EVENT_ITEMS, EVENT_RESULT,
-    RPC_NAMESPACE,
+    AckEvent, Attachment, CancelEvent, EndEvent, ErrorEvent, ItemsEvent, PartEvent, ResultEvent,
+    EVENT_ACK, EVENT_CALL, EVENT_CANCEL, EVENT_END, EVENT_ERROR, EVENT_HEARTBEAT, EVENT_ITEMS,
+    EVENT_PART, EVENT_PART_ACK, EVENT_RESULT, RPC_NAMESPACE,
 };
+use bytes::Bytes;
 use serde_json::Value;
 use socketioxide::extract::{Event, SocketRef, TryData};
 use socketioxide::handler::ConnectHandler;
 use socketioxide::SocketIo;
-use tokio::sync::{mpsc, oneshot};
+use std::sync::{Arc, Mutex};
+use tokio::sync::{mpsc, oneshot, Semaphore};
 
 use crate::auth::{auth_middleware, Token};
 use crate::call_request::CallRequest;
@@ -60,26 +66,55 @@ pub fn register(
     );
 }
 
+/// Parts of large arguments this socket sent ahead of their calls; what a
+/// host can make the server hold this way is bounded by the message limit.
+type SocketParts = Arc<Mutex<PartTable>>;
+
+/// Parts of results sent to this socket and not yet acknowledged, at most.
+const PART_WINDOW: usize = 2;
+
 fn attach(s: SocketRef, supervisor: Addr<WorkerSupervisor>, max_event_bytes: usize) {
+    let parts: SocketParts = Arc::new(Mutex::new(PartTable::new(max_event_bytes)));
+    // Shared by every call of the socket: what queues ahead of a small
+    // reply is PART_WINDOW parts, however many large results are underway.
+    let window = Arc::new(Semaphore::new(PART_WINDOW));
+    let acked = window.clone();
+    s.on(EVENT_PART_ACK, move |_: SocketRef| {
+        if acked.available_permits() < PART_WINDOW {
+            acked.add_permits(1);
+        }
+        std::future::ready(())
+    });
+    let mine = parts.clone();
+    // Not async: a part must be kept before the next event's handler runs.
+    s.on(EVENT_PART, move |s: SocketRef, raw: RawEvent| {
+        on_part(&s, &mine, raw);
+        std::future::ready(())
+    });
     let sup = supervisor.clone();
+    let mine = parts.clone();
+    let sending = window.clone();
     s.on(EVENT_CALL, move |s: SocketRef, raw: RawEvent| {
         let sup = sup.clone();
-        async move { on_call(s, sup, raw, max_event_bytes).await }
+        let parts = mine.clone();
+        let window = sending.clone();
+        async move { on_call(s, sup, &parts, window, raw, max_event_bytes).await }
     });
     let sup = supervisor.clone();
     s.on(
         EVENT_CANCEL,
         move |s: SocketRef, TryData(data): TryData<Value>| {
-            let sup = sup.clone();
-            async move {
-                match data.map(serde_json::from_value::<CancelEvent>) {
-                    Ok(Ok(CancelEvent { id })) => sup.do_send(CancelCall(Origin {
+            match data.map(serde_json::from_value::<CancelEvent>) {
+                Ok(Ok(CancelEvent { id })) => {
+                    lock(&parts).discard(id);
+                    sup.do_send(CancelCall(Origin {
                         socket: s.id,
                         host_id: id,
-                    })),
-                    _ => tracing::warn!(socket = %s.id, "malformed cancel event dropped"),
+                    }))
                 }
+                _ => tracing::warn!(socket = %s.id, "malformed cancel event dropped"),
             }
+            std::future::ready(())
         },
     );
     let sup = supervisor.clone();
@@ -113,12 +148,45 @@ fn attach(s: SocketRef, supervisor: Addr<WorkerSupervisor>, max_event_bytes: usi
         std::future::ready(())
     });
     s.on_disconnect(move |s: SocketRef| {
+        // Results waiting to send their next part give up.
+        window.close();
         supervisor.do_send(HostDisconnected(s.id));
         std::future::ready(())
     });
 }
 
-async fn on_call(s: SocketRef, supervisor: Addr<WorkerSupervisor>, raw: RawEvent, max: usize) {
+fn lock(parts: &SocketParts) -> std::sync::MutexGuard<'_, PartTable> {
+    parts.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Keeps a part of a call's arguments until the call event arrives; a part
+/// that does not decode or does not fit is logged, and its call then fails
+/// with the reason when it arrives.
+fn on_part(s: &SocketRef, parts: &SocketParts, raw: RawEvent) {
+    let decoded = raw.into_parts().and_then(|(data, frames)| {
+        let mut event = serde_json::from_value::<PartEvent>(data)
+            .map_err(|e| format!("malformed call:part event: {e}"))?;
+        agentix_actors::attachment::resolve(&mut event, frames)?;
+        Ok(event)
+    });
+    match decoded {
+        Ok(PartEvent { id, total, bytes }) => {
+            if let Err(why) = lock(parts).push(id, total, bytes.into_bytes()) {
+                tracing::warn!(socket = %s.id, id, "arguments dropped: {why}");
+            }
+        }
+        Err(why) => tracing::warn!(socket = %s.id, "{why}; dropped"),
+    }
+}
+
+async fn on_call(
+    s: SocketRef,
+    supervisor: Addr<WorkerSupervisor>,
+    parts: &SocketParts,
+    window: Arc<Semaphore>,
+    raw: RawEvent,
+    max: usize,
+) {
     let parsed = raw
         .into_parts()
         .map_err(|e| ErrorEvent {
@@ -132,6 +200,7 @@ async fn on_call(s: SocketRef, supervisor: Addr<WorkerSupervisor>, raw: RawEvent
         args,
         stream,
         trace,
+        parts: in_parts,
     } = match parsed {
         Ok(request) => request,
         Err(rejected) => {
@@ -144,9 +213,28 @@ async fn on_call(s: SocketRef, supervisor: Addr<WorkerSupervisor>, raw: RawEvent
         socket: s.id,
         host_id: id,
     };
-    let args = Vec::from(args);
+    let finished = lock(parts).finish(id, args);
+    let args = match finished {
+        Ok(pieces) => pieces,
+        Err(why) => {
+            let error = RemoteError::new(
+                ErrorKind::PayloadTooLarge,
+                format!("the arguments of `{target}` did not arrive whole: {why}"),
+            );
+            return emit(&s, EVENT_ERROR, &ErrorEvent { id, error }).await;
+        }
+    };
     match stream {
-        None => unary_call(&s, &supervisor, origin, target, args, trace, max).await,
+        None => {
+            let window = in_parts.then_some(window);
+            let call = UnaryCall {
+                origin,
+                target,
+                args,
+                trace,
+            };
+            unary_call(&s, &supervisor, call, window, max).await
+        }
         Some(window) => {
             let (events, rx) = mpsc::unbounded_channel();
             let reply = Reply::Stream { events, window };
@@ -163,15 +251,29 @@ async fn on_call(s: SocketRef, supervisor: Addr<WorkerSupervisor>, raw: RawEvent
     }
 }
 
+/// A unary call on its way to the worker.
+struct UnaryCall {
+    origin: Origin,
+    target: String,
+    args: Vec<Bytes>,
+    trace: Option<SpanContext>,
+}
+
+/// Runs a unary call and sends its reply; a large result goes out as parts,
+/// paced by `window`, when the host asked for parts.
 async fn unary_call(
     s: &SocketRef,
     supervisor: &Addr<WorkerSupervisor>,
-    origin: Origin,
-    target: String,
-    args: Vec<u8>,
-    trace: Option<SpanContext>,
+    call: UnaryCall,
+    window: Option<Arc<Semaphore>>,
     max: usize,
 ) {
+    let UnaryCall {
+        origin,
+        target,
+        args,
+        trace,
+    } = call;
     let (reply, rx) = oneshot::channel();
     supervisor.do_send(StartCall(NewCall {
         origin,
@@ -182,11 +284,31 @@ async fn unary_call(
     }));
     let id = origin.host_id;
     match rx.await.unwrap_or_else(|_| Err(shutting_down())) {
-        Ok(value) => {
-            if let Some(error) = too_large("the result", &target, value.len(), max) {
+        Ok(mut pieces) => {
+            let total: usize = pieces.iter().map(Bytes::len).sum();
+            if let Some(error) = too_large("the result", &target, total, max) {
                 return emit(s, EVENT_ERROR, &ErrorEvent { id, error }).await;
             }
-            let value = Attachment::new(value);
+            let Some(window) = window else {
+                // One event; Socket.IO attachments carry it in 1 MiB frames.
+                let value = Attachment::new(agentix_actors::part::join(pieces));
+                return emit(s, EVENT_RESULT, &ResultEvent { id, value }).await;
+            };
+            if pieces.len() == 1 && total > SPLIT_ABOVE {
+                pieces = split(pieces.pop().expect("one piece"));
+            }
+            let value = Attachment::new(pieces.pop().unwrap_or_default());
+            // One event per part: replies to other calls go out between them.
+            for bytes in pieces {
+                match window.acquire().await {
+                    // Given back by the host's ack.
+                    Ok(permit) => permit.forget(),
+                    Err(_) => return, // the host is gone
+                }
+                let bytes = Attachment::new(bytes);
+                let total = total as u64;
+                emit(s, EVENT_PART, &PartEvent { id, total, bytes }).await;
+            }
             emit(s, EVENT_RESULT, &ResultEvent { id, value }).await
         }
         Err(error) => emit(s, EVENT_ERROR, &ErrorEvent { id, error }).await,

@@ -23,7 +23,7 @@ use serde::Serialize;
 use socketioxide::socket::Sid;
 use tokio::sync::mpsc;
 
-use crate::calls::{CallTable, Cancelled, Delivery, NewCall, Origin};
+use crate::calls::{CallTable, Cancelled, Delivery, NewCall, Origin, PartDelivery};
 use crate::config::ServerConfig;
 use crate::forwarder::{NamespaceForwarder, ToHosts};
 use crate::side_relay::SideRelay;
@@ -457,15 +457,15 @@ impl WorkerSupervisor {
     }
 
     fn send_to_worker(&mut self, call: NewCall) {
-        let frame = self.calls.start(call);
-        let Frame::Call { id, .. } = &frame else {
-            unreachable!("CallTable::start returns call frames")
+        let frames = self.calls.start(call);
+        let Some(Frame::Call { id, .. }) = frames.last() else {
+            unreachable!("CallTable::start ends with the call frame")
         };
         let id = *id;
         let sent = self
             .worker
             .as_ref()
-            .is_some_and(|w| w.frames.send(frame).is_ok());
+            .is_some_and(|w| frames.into_iter().all(|f| w.frames.send(f).is_ok()));
         if !sent {
             // The pipe writer is gone: the exit notification follows and
             // fails the call; nothing to do here.
@@ -627,11 +627,25 @@ impl Handler<FrameArrived> for WorkerSupervisor {
                     Frame::Result { id, .. } | Frame::End { id } | Frame::Error { id, .. } => *id,
                     _ => unreachable!("matched above"),
                 };
-                match self.calls.finish(id) {
-                    Some(reply) => reply.finish_with(frame),
+                if !self.calls.finish_with(id, frame) {
                     // Normal after a cancel raced the result; otherwise a worker bug.
-                    None => {
-                        tracing::debug!(id, "the worker ended a call that is not running; dropped")
+                    tracing::debug!(id, "the worker ended a call that is not running; dropped")
+                }
+            }
+            Frame::Part { id, total, bytes } => {
+                let max = self.config.max_message_bytes;
+                let error = match self.calls.deliver_part(id, total, bytes.0, max) {
+                    PartDelivery::Kept | PartDelivery::Unknown => None,
+                    PartDelivery::TooLarge(error) => Some(error),
+                    PartDelivery::Violation(why) => {
+                        Some(RemoteError::new(ErrorKind::Protocol, why))
+                    }
+                };
+                if let Some(error) = error {
+                    tracing::warn!(id, "{}; ending the call", error.message);
+                    if let Some(reply) = self.calls.finish(id) {
+                        reply.fail(error);
+                        self.send_frame(Frame::Cancel { id });
                     }
                 }
             }

@@ -17,6 +17,7 @@ use serde_json::json;
 use support::raw_socket::RawSocket;
 use support::{bundle_path, sandbox, sandbox_with, wait_until, HandStartedServer};
 use tokio::net::{TcpListener, TcpStream};
+use tokio_tungstenite::tungstenite::Message;
 
 /// `len` bytes in which every byte value occurs (0x1e, Engine.IO's old
 /// record separator, among them), varying with `seed`.
@@ -54,6 +55,205 @@ async fn bytes_of_every_value_cross_unchanged_at_every_size() {
         .unwrap();
     assert_eq!(made.len(), 64 << 20);
     assert!(made.iter().all(|&b| b == 0x5a));
+}
+
+#[tokio::test]
+async fn a_small_call_goes_out_between_the_parts_of_a_large_one() {
+    // A server that, once the first part of a large call arrives, reads
+    // nothing for a moment (so the host is mid-send when the test makes a
+    // small call), then reports the order in which the calls arrived.
+    let (part_seen, mut on_part) = tokio::sync::mpsc::channel::<()>(1);
+    let (order_tx, mut order) = tokio::sync::mpsc::unbounded_channel::<String>();
+    let addr = support::fake_server::start(move |mut ws| {
+        let (part_seen, order_tx) = (part_seen.clone(), order_tx.clone());
+        async move {
+            let mut paused = false;
+            while let Some(Ok(message)) = ws.next().await {
+                let Message::Text(text) = message else {
+                    continue;
+                };
+                let text = text.as_str();
+                if support::fake_server::accept_join(&mut ws, text).await {
+                    continue;
+                }
+                if text.contains("\"call:part\"") && !paused {
+                    paused = true;
+                    let _ = part_seen.send(()).await;
+                    tokio::time::sleep(Duration::from_millis(300)).await;
+                }
+                if text.contains("[\"call\"") {
+                    let _ = order_tx.send(text.to_owned());
+                }
+            }
+        }
+    })
+    .await;
+    let sb = Arc::new(Sandbox::attach(addr, "token"));
+    let large = tokio::spawn({
+        let sb = sb.clone();
+        async move {
+            let blob = Blob::from(vec![7u8; 64 << 20]);
+            sb.remote(agentix_e2e::echo_blob, (blob,)).await
+        }
+    });
+    tokio::time::timeout(Duration::from_secs(20), on_part.recv())
+        .await
+        .expect("the large call's arguments go out as call:part events")
+        .unwrap();
+    let small = tokio::spawn({
+        let sb = sb.clone();
+        async move { sb.remote(agentix_e2e::add, (1, 2)).await }
+    });
+    let first = tokio::time::timeout(Duration::from_secs(60), order.recv())
+        .await
+        .expect("a call event arrives")
+        .unwrap();
+    assert!(
+        first.contains("agentix_e2e::add"),
+        "the small call waited for the large one's parts: {}",
+        &first[..first.len().min(200)]
+    );
+    let second = tokio::time::timeout(Duration::from_secs(60), order.recv())
+        .await
+        .expect("the large call's last part arrives")
+        .unwrap();
+    assert!(second.contains("agentix_e2e::echo_blob"), "{second:.200}");
+    large.abort();
+    small.abort();
+}
+
+#[tokio::test]
+async fn a_large_result_waits_for_part_acks_and_never_queues_ahead_of_other_replies() {
+    use support::raw_socket::placeholder;
+    let sb = sandbox().await;
+    let mut raw = RawSocket::connect(sb.addr(), sb.token()).await;
+    let size: usize = 16 << 20;
+    raw.emit_binary(
+        "call",
+        json!({"id": 1, "target": "agentix_e2e::make_blob", "args": placeholder(0), "parts": true}),
+        vec![agentix_actors::cbor::to_vec(&(size,)).unwrap()],
+    )
+    .await;
+    // Unacknowledged, the server sends two parts and no more.
+    let mut parts: Vec<Vec<u8>> = Vec::new();
+    for _ in 0..2 {
+        let ev = raw.recv_binary_event().await.expect("a part");
+        assert_eq!(ev.name, "call:part", "{}", ev.payload);
+        assert_eq!(ev.payload["id"], 1);
+        parts.extend(ev.attachments);
+    }
+    // A small call meanwhile is answered next, ahead of the third part.
+    raw.emit_binary(
+        "call",
+        json!({"id": 2, "target": "agentix_e2e::add", "args": placeholder(0)}),
+        vec![agentix_actors::cbor::to_vec(&(20i64, 22i64)).unwrap()],
+    )
+    .await;
+    let ev = tokio::time::timeout(Duration::from_secs(20), raw.recv_binary_event())
+        .await
+        .expect("the small call is answered while the parts wait for acks")
+        .unwrap();
+    assert_eq!(
+        (ev.name.as_str(), &ev.payload["id"]),
+        ("call:result", &json!(2))
+    );
+    let sum: i64 = ciborium::from_reader(ev.attachments[0].as_slice()).unwrap();
+    assert_eq!(sum, 42);
+    // Each ack lets one more part out, until the result ends it.
+    raw.emit("call:part:ack", json!({"id": 1})).await;
+    raw.emit("call:part:ack", json!({"id": 1})).await;
+    loop {
+        let ev = raw
+            .recv_binary_event()
+            .await
+            .expect("the rest of the result");
+        assert_eq!(ev.payload["id"], 1);
+        match ev.name.as_str() {
+            "call:part" => {
+                assert_eq!(ev.payload["total"], json!(size + 5));
+                parts.extend(ev.attachments);
+                raw.emit("call:part:ack", json!({"id": 1})).await;
+            }
+            "call:result" => {
+                parts.extend(ev.attachments);
+                break;
+            }
+            other => panic!("unexpected {other}: {}", ev.payload),
+        }
+    }
+    let value: serde_bytes::ByteBuf = ciborium::from_reader(parts.concat().as_slice()).unwrap();
+    assert_eq!(value.len(), size);
+    assert!(value.iter().all(|&b| b == 0x5a));
+
+    // A client that did not ask for parts gets one event, as before.
+    raw.emit_binary(
+        "call",
+        json!({"id": 3, "target": "agentix_e2e::make_blob", "args": placeholder(0)}),
+        vec![agentix_actors::cbor::to_vec(&(size,)).unwrap()],
+    )
+    .await;
+    let ev = raw.recv_binary_event().await.expect("the result");
+    assert_eq!(ev.name, "call:result");
+    let value: serde_bytes::ByteBuf =
+        ciborium::from_reader(ev.attachments.concat().as_slice()).unwrap();
+    assert_eq!(value.len(), size);
+}
+
+#[tokio::test]
+async fn arguments_sent_in_parts_by_any_client_arrive_whole_or_fail_their_call() {
+    use support::raw_socket::placeholder;
+    let sb = sandbox().await;
+    let mut raw = RawSocket::connect(sb.addr(), sb.token()).await;
+    let blob = serde_bytes::ByteBuf::from(pattern(3 << 20, 9));
+    let args = agentix_actors::cbor::to_vec(&(blob.clone(),)).unwrap();
+    let total = args.len();
+    let (first, rest) = args.split_at(1 << 20);
+    let (second, last) = rest.split_at(1 << 20);
+    for piece in [first, second] {
+        let part = json!({"id": 1, "total": total, "bytes": placeholder(0)});
+        raw.emit_binary("call:part", part, vec![piece.to_vec()])
+            .await;
+    }
+    raw.emit_binary(
+        "call",
+        json!({"id": 1, "target": "agentix_e2e::echo_blob", "args": placeholder(0)}),
+        vec![last.to_vec()],
+    )
+    .await;
+    let ev = raw.recv_binary_event().await.expect("the result");
+    assert_eq!(ev.name, "call:result", "{}", ev.payload);
+    let back: serde_bytes::ByteBuf =
+        ciborium::from_reader(ev.attachments.concat().as_slice()).unwrap();
+    assert!(back == blob, "the bytes came back changed");
+
+    // Parts that do not add up fail their call, and only it.
+    let part = json!({"id": 2, "total": total, "bytes": placeholder(0)});
+    raw.emit_binary("call:part", part, vec![first.to_vec()])
+        .await;
+    raw.emit_binary(
+        "call",
+        json!({"id": 2, "target": "agentix_e2e::echo_blob", "args": placeholder(0)}),
+        vec![last.to_vec()],
+    )
+    .await;
+    let (name, payload) = raw.recv_event().await.expect("a reply");
+    assert_eq!(name, "call:error", "{payload}");
+    assert_eq!(payload["id"], 2);
+    assert_eq!(payload["error"]["kind"], "PayloadTooLarge", "{payload}");
+    // Parts past the message limit are refused, not held.
+    let part = json!({"id": 3, "total": 1u64 << 40, "bytes": placeholder(0)});
+    raw.emit_binary("call:part", part, vec![first.to_vec()])
+        .await;
+    raw.emit_binary(
+        "call",
+        json!({"id": 3, "target": "agentix_e2e::echo_blob", "args": placeholder(0)}),
+        vec![last.to_vec()],
+    )
+    .await;
+    let (name, payload) = raw.recv_event().await.expect("a reply");
+    assert_eq!(name, "call:error", "{payload}");
+    assert_eq!(payload["error"]["kind"], "PayloadTooLarge", "{payload}");
+    assert_eq!(sb.remote(agentix_e2e::add, (1, 1)).await.unwrap(), 2);
 }
 
 #[tokio::test]

@@ -1,0 +1,322 @@
+//! Payloads past [`SPLIT_ABOVE`] cross every hop as parts.
+//!
+//! A call's arguments or result of 64 MiB, sent as one message, holds every
+//! message behind it on the same websocket or pipe until its last byte is
+//! through: a small call's reply waited hundreds of milliseconds behind a
+//! large transfer. So the sender cuts such a payload into [`PART_BYTES`]
+//! pieces and sends each as a message of its own (`call:part` events on
+//! the websocket, [`Frame::Part`](crate::wire::Frame::Part) frames on the
+//! pipes), then the call or result itself with the last piece. Other
+//! messages go out between the pieces, so nothing waits for more than one
+//! piece.
+//!
+//! A receiver keeps the parts per call in a [`PartTable`], within a byte
+//! budget, and hands the pieces on as they came: the server never joins
+//! them, the worker and the host join them once, into the buffer the
+//! payload is decoded from.
+
+use std::collections::HashMap;
+use std::fmt;
+
+use bytes::Bytes;
+use serde::de::{self, Visitor};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+pub use crate::attachment::PART_BYTES;
+
+/// Payloads up to this size travel whole: a file chunk of exactly 1 MiB
+/// plus its CBOR envelope is one message, not a part and a crumb.
+pub const SPLIT_ABOVE: usize = PART_BYTES + PART_BYTES / 4;
+
+/// The pieces `payload` travels in: itself when it is at most
+/// [`SPLIT_ABOVE`] bytes, else [`PART_BYTES`] slices of it (no copy).
+pub fn split(payload: Bytes) -> Vec<Bytes> {
+    if payload.len() <= SPLIT_ABOVE {
+        return vec![payload];
+    }
+    let mut pieces = Vec::with_capacity(payload.len().div_ceil(PART_BYTES));
+    let mut rest = payload;
+    while rest.len() > PART_BYTES {
+        pieces.push(rest.split_to(PART_BYTES));
+    }
+    pieces.push(rest);
+    pieces
+}
+
+/// Bytes of one part inside a frame, kept as [`Bytes`] so that a piece
+/// sliced from a larger payload is encoded without copying it first.
+#[derive(Clone, PartialEq, Eq)]
+pub struct PartBytes(pub Bytes);
+
+impl fmt::Debug for PartBytes {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "PartBytes({} bytes)", self.0.len())
+    }
+}
+
+impl Serialize for PartBytes {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_bytes(&self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for PartBytes {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct BytesVisitor;
+        impl<'de> Visitor<'de> for BytesVisitor {
+            type Value = PartBytes;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a byte string")
+            }
+            fn visit_bytes<E: de::Error>(self, v: &[u8]) -> Result<PartBytes, E> {
+                Ok(PartBytes(Bytes::copy_from_slice(v)))
+            }
+            fn visit_byte_buf<E: de::Error>(self, v: Vec<u8>) -> Result<PartBytes, E> {
+                Ok(PartBytes(Bytes::from(v)))
+            }
+        }
+        // `deserialize_bytes` in ciborium takes only what fits its scratch buffer.
+        deserializer.deserialize_byte_buf(BytesVisitor)
+    }
+}
+
+/// The parts of one payload received so far, in order, kept as they came.
+#[derive(Debug, Default)]
+pub struct Partial {
+    total: usize,
+    pieces: Vec<Bytes>,
+    len: usize,
+}
+
+impl Partial {
+    /// Adds a part of a payload announced as `total` bytes; errors when the
+    /// announcement changes or the parts would exceed it.
+    pub fn push(&mut self, total: usize, bytes: Bytes) -> Result<(), String> {
+        if self.pieces.is_empty() {
+            self.total = total;
+        } else if total != self.total {
+            return Err(format!(
+                "a part announced {total} bytes in all, an earlier one {}",
+                self.total
+            ));
+        }
+        if self.len + bytes.len() > self.total {
+            return Err(format!(
+                "the parts exceed the {} bytes they announced",
+                self.total
+            ));
+        }
+        self.len += bytes.len();
+        self.pieces.push(bytes);
+        Ok(())
+    }
+
+    /// Bytes received so far.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether no part arrived yet.
+    pub fn is_empty(&self) -> bool {
+        self.pieces.is_empty()
+    }
+
+    /// Every piece, `last` included, once they add up to the announced total.
+    pub fn finish(mut self, last: Bytes) -> Result<Vec<Bytes>, String> {
+        if !self.pieces.is_empty() && self.len + last.len() != self.total {
+            return Err(format!(
+                "the payload announced {} bytes but its parts hold {}",
+                self.total,
+                self.len + last.len()
+            ));
+        }
+        self.pieces.push(last);
+        Ok(self.pieces)
+    }
+}
+
+/// The payloads being received in parts, by call id, within a byte budget.
+///
+/// Where parts arrive from a peer (the server from a host, the host from
+/// the server, the worker from the server) this is what bounds what the
+/// peer can make the receiver hold: `max_bytes` over all payloads at once.
+#[derive(Debug)]
+pub struct PartTable {
+    max_bytes: usize,
+    held: usize,
+    calls: HashMap<u64, Partial>,
+}
+
+impl PartTable {
+    /// A table that holds at most `max_bytes` of parts at a time.
+    pub fn new(max_bytes: usize) -> Self {
+        PartTable {
+            max_bytes,
+            held: 0,
+            calls: HashMap::new(),
+        }
+    }
+
+    /// Adds a part of call `id`'s payload of `total` bytes. On an error the
+    /// call's parts are dropped; its last piece then fails with
+    /// [`PartTable::finish`]'s error too, since it arrives without them.
+    pub fn push(&mut self, id: u64, total: u64, bytes: Bytes) -> Result<(), String> {
+        let total = usize::try_from(total).unwrap_or(usize::MAX);
+        let refused = if total > self.max_bytes {
+            Some(format!(
+                "a payload of {total} bytes is past the {}-byte limit",
+                self.max_bytes
+            ))
+        } else if self.held + bytes.len() > self.max_bytes {
+            Some(format!(
+                "parts of payloads in flight would pass the {}-byte limit",
+                self.max_bytes
+            ))
+        } else {
+            None
+        };
+        let len = bytes.len();
+        let pushed = match refused {
+            Some(why) => Err(why),
+            None => self.calls.entry(id).or_default().push(total, bytes),
+        };
+        match pushed {
+            Ok(()) => {
+                self.held += len;
+                Ok(())
+            }
+            Err(why) => {
+                self.refuse(id);
+                Err(why)
+            }
+        }
+    }
+
+    /// Drops call `id`'s parts and fails its last piece when it arrives: a
+    /// part of it was lost (refused, or unreadable).
+    pub fn refuse(&mut self, id: u64) {
+        self.discard(id);
+        // A marker that no last piece completes.
+        let marker = Partial {
+            total: usize::MAX,
+            pieces: vec![Bytes::new()],
+            len: 0,
+        };
+        self.calls.insert(id, marker);
+    }
+
+    /// Call `id`'s whole payload: its parts, then `last`.
+    pub fn finish(&mut self, id: u64, last: Bytes) -> Result<Vec<Bytes>, String> {
+        match self.calls.remove(&id) {
+            None => Ok(vec![last]),
+            Some(partial) => {
+                self.held -= partial.len();
+                partial.finish(last)
+            }
+        }
+    }
+
+    /// Drops whatever arrived for `id` (its call ended).
+    pub fn discard(&mut self, id: u64) {
+        if let Some(partial) = self.calls.remove(&id) {
+            self.held -= partial.len();
+        }
+    }
+
+    /// Bytes held over all payloads.
+    pub fn held(&self) -> usize {
+        self.held
+    }
+}
+
+/// `pieces` as one buffer (no copy when there is one piece).
+pub fn join(mut pieces: Vec<Bytes>) -> Bytes {
+    if pieces.len() == 1 {
+        return pieces.pop().expect("one piece");
+    }
+    let mut joined = bytes::BytesMut::with_capacity(pieces.iter().map(Bytes::len).sum());
+    for piece in pieces {
+        joined.extend_from_slice(&piece);
+    }
+    joined.freeze()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn small_payloads_travel_whole_and_large_ones_in_parts() {
+        assert_eq!(split(Bytes::new()).len(), 1);
+        assert_eq!(split(Bytes::from(vec![1; SPLIT_ABOVE])).len(), 1);
+        let payload: Bytes = (0..(PART_BYTES * 3 + 7))
+            .map(|i| (i % 253) as u8)
+            .collect::<Vec<_>>()
+            .into();
+        let pieces = split(payload.clone());
+        assert_eq!(
+            pieces.iter().map(Bytes::len).collect::<Vec<_>>(),
+            [PART_BYTES, PART_BYTES, PART_BYTES, 7]
+        );
+        assert_eq!(pieces.concat(), payload);
+    }
+
+    #[test]
+    fn the_table_joins_parts_and_refuses_what_does_not_add_up() {
+        let payload: Vec<u8> = (0..(PART_BYTES * 2 + 3)).map(|i| i as u8).collect();
+        let total = payload.len() as u64;
+        let mut pieces = split(Bytes::from(payload.clone()));
+        let last = pieces.pop().unwrap();
+        let mut t = PartTable::new(usize::MAX);
+        for p in pieces {
+            t.push(9, total, p).unwrap();
+        }
+        assert_eq!(join(t.finish(9, last).unwrap()), payload);
+        assert_eq!(t.held(), 0);
+        // Nothing left over: a call without parts is its last piece.
+        assert_eq!(join(t.finish(9, Bytes::from_static(b"x")).unwrap()), "x");
+
+        // Parts past their announced total, or a total that changes.
+        assert!(t.push(1, 4, Bytes::from_static(b"12345")).is_err());
+        assert!(t.finish(1, Bytes::from_static(b"")).is_err());
+        t.push(2, 10, Bytes::from_static(b"12")).unwrap();
+        assert!(t.push(2, 11, Bytes::from_static(b"34")).is_err());
+        assert!(t.finish(2, Bytes::new()).is_err());
+        // Parts that do not add up to the total.
+        t.push(3, 10, Bytes::from_static(b"1234")).unwrap();
+        assert!(t.finish(3, Bytes::from_static(b"5")).is_err());
+        // A cancelled call's parts are dropped.
+        t.push(4, 4, Bytes::from_static(b"ab")).unwrap();
+        t.discard(4);
+        assert_eq!(t.held(), 0);
+        assert_eq!(join(t.finish(4, Bytes::from_static(b"cd")).unwrap()), "cd");
+    }
+
+    #[test]
+    fn a_part_frame_of_a_whole_part_round_trips() {
+        let frame = crate::wire::Frame::Part {
+            id: 1,
+            total: PART_BYTES as u64 + 1,
+            bytes: PartBytes(Bytes::from(vec![0x1e; PART_BYTES])),
+        };
+        let mut buf = Vec::new();
+        crate::codec::encode_into(&frame, &mut buf);
+        let (back, used) = crate::codec::decode(&buf, usize::MAX).unwrap().unwrap();
+        assert_eq!((back, used), (frame, buf.len()));
+    }
+
+    #[test]
+    fn the_table_holds_no_more_than_its_budget() {
+        let mut t = PartTable::new(10);
+        assert!(t.push(1, 11, Bytes::from_static(b"1")).is_err());
+        t.push(2, 8, Bytes::from_static(b"123456")).unwrap();
+        t.push(3, 8, Bytes::from_static(b"12345")).unwrap_err();
+        assert_eq!(t.held(), 6);
+        assert!(t.finish(3, Bytes::from_static(b"5678")).is_err());
+        assert_eq!(
+            join(t.finish(2, Bytes::from_static(b"78")).unwrap()),
+            "12345678"
+        );
+        assert_eq!(t.held(), 0);
+    }
+}
