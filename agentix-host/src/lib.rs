@@ -3,6 +3,8 @@
 //! Layout:
 //! - [`config`]: [`SandboxConfig`], what a sandbox is made of.
 //! - [`provider`]: the [`Provider`] trait and [`ProviderError`].
+//! - [`sandbox_resources`]: [`SandboxResources`], how a provider deletes a sandbox.
+//! - [`sandbox_registry`]: [`SandboxRegistry`], a provider's live sandboxes.
 //! - [`local`]: [`LocalProvider`], the embedded default (local child processes).
 //! - [`keeper`]: the thread that starts, watches and reaps local server processes.
 //! - [`sandbox`]: [`Sandbox`], the handle user code calls through.
@@ -30,6 +32,8 @@ pub mod logging;
 pub mod namespace;
 pub mod provider;
 pub mod sandbox;
+pub mod sandbox_registry;
+pub mod sandbox_resources;
 mod side_listener;
 pub mod sio;
 pub mod stream;
@@ -43,4 +47,6 @@ pub use logging::configure_logging;
 pub use namespace::{ClientNamespace, HostNamespace};
 pub use provider::{Provider, ProviderError};
 pub use sandbox::Sandbox;
+pub use sandbox_registry::{SandboxInfo, SandboxRegistry};
+pub use sandbox_resources::SandboxResources;
 pub use stream::{CallStream, StreamCall};

@@ -14,11 +14,17 @@ use std::time::Duration;
 
 use serde_json::Value;
 
+use std::sync::Arc;
+
+use agentix_actors::errors::{ErrorKind, RemoteError};
+use futures_util::future::BoxFuture;
+
 use crate::config::SandboxConfig;
-use crate::connection::Endpoint;
 use crate::keeper::{self, KeptProcess};
 use crate::provider::{Provider, ProviderError};
 use crate::sandbox::Sandbox;
+use crate::sandbox_registry::{SandboxInfo, SandboxRegistry};
+use crate::sandbox_resources::SandboxResources;
 
 /// How long a stopping server may take before its process group is killed:
 /// the server's default shutdown grace plus time to stop the worker.
@@ -28,6 +34,7 @@ const STOP_GRACE: Duration = Duration::from_secs(7);
 #[derive(Debug, Clone, Default)]
 pub struct LocalProvider {
     base_dir: Option<PathBuf>,
+    sandboxes: SandboxRegistry,
 }
 
 impl LocalProvider {
@@ -40,12 +47,40 @@ impl LocalProvider {
     pub fn with_base_dir(dir: impl Into<PathBuf>) -> Self {
         LocalProvider {
             base_dir: Some(dir.into()),
+            sandboxes: SandboxRegistry::new(),
         }
     }
 }
 
 impl Provider for LocalProvider {
-    async fn create(&self, config: SandboxConfig) -> Result<Sandbox, ProviderError> {
+    fn create(&self, config: SandboxConfig) -> BoxFuture<'_, Result<Sandbox, ProviderError>> {
+        Box::pin(async move {
+            let sandbox = self.start(config).await?;
+            self.sandboxes.add(&sandbox);
+            Ok(sandbox)
+        })
+    }
+
+    fn list(&self) -> Vec<SandboxInfo> {
+        self.sandboxes.list()
+    }
+
+    fn get(&self, id: &str) -> Option<Sandbox> {
+        self.sandboxes.get(id, SandboxConfig::new(""))
+    }
+
+    fn delete<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<(), ProviderError>> {
+        Box::pin(async move {
+            match self.sandboxes.delete(id).await {
+                true => Ok(()),
+                false => Err(ProviderError::NotFound { id: id.to_owned() }),
+            }
+        })
+    }
+}
+
+impl LocalProvider {
+    async fn start(&self, config: SandboxConfig) -> Result<Sandbox, ProviderError> {
         let bundle = &config.bundle;
         match std::fs::metadata(bundle) {
             Ok(m) if m.is_file() => {}
@@ -103,12 +138,12 @@ impl Provider for LocalProvider {
             line = ready => line.ok(),
             status = resources.server.wait() => {
                 let err = failed(format!("it exited before listening ({status})"), &resources);
-                resources.shutdown().await;
+                resources.stop().await;
                 return Err(err);
             }
             _ = tokio::time::sleep(config.ready_timeout) => {
                 let err = failed(format!("it did not listen within {:?}", config.ready_timeout), &resources);
-                resources.shutdown().await;
+                resources.stop().await;
                 return Err(err);
             }
         };
@@ -129,51 +164,83 @@ impl Provider for LocalProvider {
                 ),
                 &resources,
             );
-            resources.shutdown().await;
+            resources.stop().await;
             return Err(err);
         };
-        Ok(Sandbox::new(
+        Ok(Sandbox::from_parts(
             format!("local-{id}"),
-            Endpoint { addr, token },
+            addr,
+            token,
             config,
-            Some(resources),
+            Arc::new(resources),
         ))
     }
 }
 
 /// What a local sandbox owns: its server process and private directory.
-pub(crate) struct LocalResources {
-    pub(crate) server: KeptProcess,
+struct LocalResources {
+    server: KeptProcess,
     dir: PathBuf,
 }
 
 impl LocalResources {
-    pub(crate) fn dir(&self) -> &Path {
-        &self.dir
-    }
-
     /// The server's log file (its stderr), for error reports.
-    pub(crate) fn log_path(&self) -> PathBuf {
+    fn log_path(&self) -> PathBuf {
         self.dir.join("server.log")
     }
 
     /// Stops the server (it stops the worker) and removes the directory; waits.
-    pub(crate) async fn shutdown(self) {
+    async fn stop(&self) {
+        SandboxResources::shutdown(self).await;
+    }
+
+    fn exited(&self, status: &str) -> RemoteError {
+        RemoteError::new(
+            ErrorKind::ServerExited,
+            format!("the sandbox server exited ({status})"),
+        )
+        .with_details(tail_of(&self.log_path()))
+    }
+}
+
+impl SandboxResources for LocalResources {
+    fn shutdown(&self) -> BoxFuture<'static, ()> {
         let (done_tx, done_rx) = tokio::sync::oneshot::channel();
         let dir = self.dir.clone();
+        // Started now; a second call signals a process that is already
+        // stopping and waits for the same exit.
         self.server.terminate(STOP_GRACE, move || {
             let _ = std::fs::remove_dir_all(&dir);
             let _ = done_tx.send(());
         });
-        let _ = done_rx.await;
+        Box::pin(async move {
+            let _ = done_rx.await;
+        })
     }
 
-    /// Like [`LocalResources::shutdown`], without waiting (for `Drop`).
-    pub(crate) fn shutdown_in_background(self) {
-        let dir = self.dir;
-        self.server.terminate(STOP_GRACE, move || {
-            let _ = std::fs::remove_dir_all(&dir);
-        });
+    fn ended(&self) -> BoxFuture<'static, RemoteError> {
+        let server = self.server.clone();
+        let log = self.log_path();
+        Box::pin(async move {
+            let status = server.wait().await;
+            RemoteError::new(
+                ErrorKind::ServerExited,
+                format!("the sandbox server exited ({status})"),
+            )
+            .with_details(tail_of(&log))
+        })
+    }
+
+    fn ended_now(&self) -> Option<RemoteError> {
+        Some(self.exited(&self.server.exit_status()?))
+    }
+
+    fn server_pid(&self) -> Option<u32> {
+        Some(self.server.pid)
+    }
+
+    fn local_dir(&self) -> Option<&Path> {
+        Some(&self.dir)
     }
 }
 

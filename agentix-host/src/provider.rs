@@ -1,9 +1,16 @@
 //! The [`Provider`] trait: where sandboxes come from.
+//!
+//! Object-safe, so a harness can pick a provider at run time
+//! (`Box<dyn Provider>`). A provider outside this crate builds its handles
+//! with [`Sandbox::from_parts`] and keeps them in a
+//! [`SandboxRegistry`](crate::SandboxRegistry) for `list`, `get` and
+//! `delete`.
 
-use std::future::Future;
+use futures_util::future::BoxFuture;
 
 use crate::config::SandboxConfig;
 use crate::sandbox::Sandbox;
+use crate::sandbox_registry::SandboxInfo;
 
 /// Why a provider could not create or delete a sandbox.
 #[derive(Debug, thiserror::Error)]
@@ -24,6 +31,20 @@ pub enum ProviderError {
         /// The last lines the server printed.
         output: String,
     },
+    /// The provider has no live sandbox of that id.
+    #[error("no sandbox `{id}` is running here")]
+    NotFound {
+        /// The id asked for.
+        id: String,
+    },
+    /// Something the provider relies on failed (an engine, an API).
+    #[error("{what}: {reason}")]
+    Backend {
+        /// What was being done.
+        what: String,
+        /// What went wrong.
+        reason: String,
+    },
     /// An operating-system call failed.
     #[error("{what}: {source}")]
     Io {
@@ -43,20 +64,25 @@ fn tail_suffix(output: &str) -> String {
     }
 }
 
-/// Creates and deletes sandboxes.
+/// Creates, finds and deletes sandboxes.
 pub trait Provider: Send + Sync {
-    /// Starts a sandbox for `config`; it lives until deleted or dropped.
-    fn create(
-        &self,
-        config: SandboxConfig,
-    ) -> impl Future<Output = Result<Sandbox, ProviderError>> + Send;
+    /// Starts a sandbox for `config`; it lives until its handle is deleted
+    /// or dropped, or until [`Provider::delete`] is called with its id.
+    fn create(&self, config: SandboxConfig) -> BoxFuture<'_, Result<Sandbox, ProviderError>>;
 
     /// Starts a sandbox that is deleted when the returned handle is dropped,
     /// on every path out of the caller's scope (return, `?`, panic).
-    fn session(
-        &self,
-        config: SandboxConfig,
-    ) -> impl Future<Output = Result<Sandbox, ProviderError>> + Send {
+    fn session(&self, config: SandboxConfig) -> BoxFuture<'_, Result<Sandbox, ProviderError>> {
         self.create(config)
     }
+
+    /// The sandboxes this provider started that still live.
+    fn list(&self) -> Vec<SandboxInfo>;
+
+    /// A second handle on live sandbox `id`; dropping it leaves the sandbox
+    /// running (its first handle still owns it).
+    fn get(&self, id: &str) -> Option<Sandbox>;
+
+    /// Deletes live sandbox `id` and waits until it is gone.
+    fn delete<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<(), ProviderError>>;
 }

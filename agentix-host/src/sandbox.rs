@@ -18,9 +18,9 @@ use serde::Serialize;
 use crate::call::Call;
 use crate::config::SandboxConfig;
 use crate::connection::{ConnectionSettings, Endpoint, RpcConnection};
-use crate::local::LocalResources;
 use crate::log_replay::{self, LogTap};
 use crate::namespace::{self, ClientNamespace, HostNamespace};
+use crate::sandbox_resources::SandboxResources;
 use crate::sio::SioClient;
 use crate::stream::StreamCall;
 use crate::trace_replay;
@@ -41,15 +41,34 @@ pub struct Sandbox {
     connected_once: std::sync::atomic::AtomicBool,
     /// The joined plugin namespaces of the current connection, by path.
     joined: Mutex<std::collections::HashMap<String, HostNamespace>>,
-    local: Option<LocalResources>,
+    /// What deletes the sandbox; `None` for a handle that does not own it.
+    resources: Option<Arc<dyn SandboxResources>>,
 }
 
 impl Sandbox {
-    pub(crate) fn new(
+    /// The handle a provider gives out for a sandbox it started: its server
+    /// listens at `addr` (`host:port`) and wants `token`; `resources`
+    /// deletes it when the handle is deleted or dropped. Connection settings
+    /// come from `config`.
+    pub fn from_parts(
+        id: impl Into<String>,
+        addr: impl Into<String>,
+        token: impl Into<String>,
+        config: SandboxConfig,
+        resources: Arc<dyn SandboxResources>,
+    ) -> Self {
+        let endpoint = Endpoint {
+            addr: addr.into(),
+            token: token.into(),
+        };
+        Sandbox::new(id.into(), endpoint, config, Some(resources))
+    }
+
+    fn new(
         id: String,
         endpoint: Endpoint,
         config: SandboxConfig,
-        local: Option<LocalResources>,
+        resources: Option<Arc<dyn SandboxResources>>,
     ) -> Self {
         Sandbox {
             id,
@@ -66,8 +85,18 @@ impl Sandbox {
             namespaces: Mutex::new(Vec::new()),
             connected_once: std::sync::atomic::AtomicBool::new(false),
             joined: Mutex::new(std::collections::HashMap::new()),
-            local,
+            resources,
         }
+    }
+
+    /// What deletes the sandbox, if this handle owns it.
+    pub(crate) fn resources(&self) -> Option<&Arc<dyn SandboxResources>> {
+        self.resources.as_ref()
+    }
+
+    /// Gives the handle the id its provider knows the sandbox by.
+    pub(crate) fn set_id(&mut self, id: &str) {
+        id.clone_into(&mut self.id);
     }
 
     /// A handle on a server someone else started, at `addr` (`host:port`)
@@ -108,12 +137,12 @@ impl Sandbox {
 
     /// The local server's process id, for a sandbox of the local provider.
     pub fn server_pid(&self) -> Option<u32> {
-        self.local.as_ref().map(|l| l.server.pid)
+        self.resources.as_ref().and_then(|r| r.server_pid())
     }
 
     /// The private working directory, for a sandbox of the local provider.
     pub fn local_dir(&self) -> Option<&std::path::Path> {
-        self.local.as_ref().map(|l| l.dir())
+        self.resources.as_ref().and_then(|r| r.local_dir())
     }
 
     /// Calls the remote function `f` with the argument tuple `args`.
@@ -211,14 +240,13 @@ impl Sandbox {
             Ok(conn) => conn,
             Err(e) => return Err(self.explain_unreachable(e).await),
         };
-        if let Some(local) = &self.local {
-            let server = local.server.clone();
+        if let Some(resources) = &self.resources {
+            let ended = resources.ended();
             let weak = Arc::downgrade(&conn);
-            let log = local.log_path();
             tokio::spawn(async move {
-                let status = server.wait().await;
+                let error = ended.await;
                 if let Some(conn) = weak.upgrade() {
-                    conn.fail(server_exited(&status, &log));
+                    conn.fail(error);
                 }
             });
         }
@@ -317,26 +345,24 @@ impl Sandbox {
         conn.as_ref().filter(|c| c.is_alive()).cloned()
     }
 
-    /// A local server that refuses connections has usually just died: wait
-    /// a moment for its exit to be seen, and say that, not "unreachable".
+    /// A server that refuses connections has usually just died: wait a
+    /// moment for its provider to see the end, and say that, not
+    /// "unreachable".
     async fn explain_unreachable(&self, error: RemoteError) -> RemoteError {
-        let Some(local) = self.local.as_ref() else {
+        let Some(resources) = self.resources.as_ref() else {
             return error;
         };
         if error.kind != ErrorKind::ServerUnreachable {
             return error;
         }
-        let server = local.server.clone();
-        match tokio::time::timeout(std::time::Duration::from_secs(1), server.wait()).await {
-            Ok(status) => server_exited(&status, &local.log_path()),
-            Err(_) => error,
-        }
+        let ended = resources.ended();
+        tokio::time::timeout(std::time::Duration::from_secs(1), ended)
+            .await
+            .unwrap_or(error)
     }
 
     fn server_exited_error(&self) -> Option<RemoteError> {
-        let local = self.local.as_ref()?;
-        let status = local.server.exit_status()?;
-        Some(server_exited(&status, &local.log_path()))
+        self.resources.as_ref()?.ended_now()
     }
 
     /// Deletes the sandbox now and waits until its processes are gone.
@@ -345,18 +371,10 @@ impl Sandbox {
         if let Some(conn) = conn {
             conn.close().await;
         }
-        if let Some(local) = self.local.take() {
-            local.shutdown().await;
+        if let Some(resources) = self.resources.take() {
+            resources.shutdown().await;
         }
     }
-}
-
-fn server_exited(status: &str, log: &std::path::Path) -> RemoteError {
-    RemoteError::new(
-        ErrorKind::ServerExited,
-        format!("the sandbox server exited ({status})"),
-    )
-    .with_details(crate::local::tail_of(log))
 }
 
 impl Drop for Sandbox {
@@ -364,8 +382,9 @@ impl Drop for Sandbox {
         if let Some(conn) = self.conn.lock().unwrap_or_else(|p| p.into_inner()).take() {
             conn.close_in_background("the sandbox was dropped");
         }
-        if let Some(local) = self.local.take() {
-            local.shutdown_in_background();
+        if let Some(resources) = self.resources.take() {
+            // The deletion starts with the call; nobody waits for it here.
+            drop(resources.shutdown());
         }
     }
 }

@@ -32,7 +32,8 @@ pub use agentix_actors::trace;
 pub use agentix_actors::wire::Window;
 pub use agentix_host::{
     configure_logging, Call, CallStream, ClientNamespace, HostNamespace, LocalProvider, LogTap,
-    Provider, ProviderError, Sandbox, SandboxConfig, StreamCall, BASE_ENV,
+    Provider, ProviderError, Sandbox, SandboxConfig, SandboxInfo, SandboxRegistry,
+    SandboxResources, StreamCall, BASE_ENV,
 };
 pub use agentix_macros::remote;
 pub use futures_util::{stream, Stream, StreamExt};

@@ -1,0 +1,104 @@
+//! [`SandboxRegistry`]: the sandboxes a provider started and that still
+//! live, for its `list`, `get` and `delete`.
+//!
+//! It holds no sandbox alive: an entry refers to the handle's resources
+//! weakly, so a dropped or deleted handle leaves the list by itself.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, Weak};
+
+use crate::config::SandboxConfig;
+use crate::sandbox::Sandbox;
+use crate::sandbox_resources::SandboxResources;
+
+/// A sandbox as a provider lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SandboxInfo {
+    /// Its id, as [`Sandbox::id`] gives it.
+    pub id: String,
+    /// `host:port` of its server.
+    pub addr: String,
+}
+
+/// The live sandboxes of one provider; clones share it.
+#[derive(Clone, Default)]
+pub struct SandboxRegistry {
+    entries: Arc<Mutex<HashMap<String, Entry>>>,
+}
+
+struct Entry {
+    addr: String,
+    token: String,
+    resources: Weak<dyn SandboxResources>,
+}
+
+impl SandboxRegistry {
+    /// An empty registry.
+    pub fn new() -> Self {
+        SandboxRegistry::default()
+    }
+
+    /// Records `sandbox`, which a provider just built with
+    /// [`Sandbox::from_parts`]; a handle without resources is not recorded.
+    pub fn add(&self, sandbox: &Sandbox) {
+        let Some(resources) = sandbox.resources() else {
+            return;
+        };
+        let entry = Entry {
+            addr: sandbox.addr().to_owned(),
+            token: sandbox.token().to_owned(),
+            resources: Arc::downgrade(resources),
+        };
+        self.lock().insert(sandbox.id().to_owned(), entry);
+    }
+
+    /// The sandboxes whose owning handle still lives, by id.
+    pub fn list(&self) -> Vec<SandboxInfo> {
+        let mut entries = self.lock();
+        entries.retain(|_, e| e.resources.strong_count() > 0);
+        let mut list: Vec<SandboxInfo> = entries
+            .iter()
+            .map(|(id, e)| SandboxInfo {
+                id: id.clone(),
+                addr: e.addr.clone(),
+            })
+            .collect();
+        list.sort_by(|a, b| a.id.cmp(&b.id));
+        list
+    }
+
+    /// A second handle on live sandbox `id`, with the connection settings
+    /// of `config`; dropping it leaves the sandbox running.
+    pub fn get(&self, id: &str, config: SandboxConfig) -> Option<Sandbox> {
+        let entries = self.lock();
+        let entry = entries.get(id).filter(|e| e.resources.strong_count() > 0)?;
+        let mut sandbox = Sandbox::attach_with(entry.addr.clone(), entry.token.clone(), config);
+        sandbox.set_id(id);
+        Some(sandbox)
+    }
+
+    /// Deletes live sandbox `id` and waits until it is gone; false if no
+    /// such sandbox lives. Its owning handle's calls then fail.
+    pub async fn delete(&self, id: &str) -> bool {
+        let resources = self.lock().remove(id).and_then(|e| e.resources.upgrade());
+        match resources {
+            Some(resources) => {
+                resources.shutdown().await;
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Entry>> {
+        self.entries.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl std::fmt::Debug for SandboxRegistry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SandboxRegistry")
+            .field("sandboxes", &self.list())
+            .finish()
+    }
+}
