@@ -19,6 +19,7 @@
 //! - [`trace`]: traces, spans, processors, and their context across `.await`.
 //! - [`worker`]: the worker runtime that serves calls over the frame pipes;
 //!   `stream_call` drives one streaming call under its window.
+//! - [`worker_start`]: plugin code every worker runs before its first call.
 //! - [`process`]: small Unix process helpers shared by every spawner.
 //! - [`restart_policy`]: when a supervisor restarts a child, as a pure value.
 
@@ -42,6 +43,7 @@ mod stream_call;
 pub mod trace;
 pub mod wire;
 pub mod worker;
+pub mod worker_start;
 
 pub use errors::{ErrorKind, RemoteError};
 pub use remote::{Remote, RemoteStream};

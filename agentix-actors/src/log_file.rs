@@ -33,6 +33,19 @@ pub fn dir_from_env() -> Option<PathBuf> {
     }
 }
 
+/// The sandbox's log directory, made if missing, if it is set and trusted:
+/// the place for other state of the sandbox that must outlive a worker.
+pub fn private_dir() -> Option<PathBuf> {
+    let dir = dir_from_env()?;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(&dir)
+        .ok()?;
+    check_private_dir(&dir).ok()?;
+    Some(dir)
+}
+
 /// Refuses `dir` unless it is a directory of this user that nobody else may
 /// write (planting a symlink in it takes writing it).
 fn check_private_dir(dir: &std::path::Path) -> std::io::Result<()> {

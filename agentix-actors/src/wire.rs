@@ -177,6 +177,19 @@ pub enum Frame {
         /// This part.
         bytes: PartBytes,
     },
+    /// Server -> worker: answer with `pong` at once (a frozen worker does
+    /// not, which `/health` reports).
+    #[serde(rename = "ping")]
+    Ping {
+        /// Echoed in the pong.
+        seq: u64,
+    },
+    /// Worker -> server: the answer to `ping` `seq`.
+    #[serde(rename = "pong")]
+    Pong {
+        /// The ping's sequence number.
+        seq: u64,
+    },
     /// Worker -> server: open plugin namespace `path` (forward its events).
     #[serde(rename = "sio_open")]
     SioOpen {

@@ -163,6 +163,7 @@ fn frame_pipes(
 async fn serve(input: pipe::Receiver, output: pipe::Sender, setup: impl FnOnce()) -> i32 {
     let (out_tx, out_rx) = mpsc::channel::<Frame>(1024);
     crate::namespace::attach_worker(out_tx.clone());
+    crate::worker_start::run_all();
     setup();
     let writer = tokio::spawn(codec::write_frames(output, out_rx));
     let ready = Frame::Ready {
@@ -206,6 +207,9 @@ async fn serve(input: pipe::Receiver, output: pipe::Sender, setup: impl FnOnce()
                             let _ = out_tx.send(Frame::Error { id, error }).await;
                         }
                     }
+                }
+                Ok(Some(Frame::Ping { seq })) => {
+                    let _ = out_tx.send(Frame::Pong { seq }).await;
                 }
                 Ok(Some(Frame::SioEvent { path, event, data })) => {
                     crate::namespace::deliver(&path, event, data);

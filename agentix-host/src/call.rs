@@ -35,13 +35,14 @@ impl<'a, O> Call<'a, O> {
             sandbox,
             target,
             args,
-            timeout: None,
+            timeout: sandbox.call_timeout(),
             _out: PhantomData,
         }
     }
 
     /// Ends the call with `Timeout` (and cancels it in the worker) if it has
-    /// not finished within `limit`.
+    /// not finished within `limit` (instead of the sandbox's
+    /// [`call_timeout`](crate::SandboxConfig::call_timeout), if it has one).
     pub fn timeout(mut self, limit: Duration) -> Self {
         self.timeout = Some(limit);
         self

@@ -43,6 +43,10 @@ pub struct SandboxConfig {
     /// Sees every record the sandbox logs or prints, besides the replay
     /// into the host's logging.
     pub log_tap: Option<LogTap>,
+    /// The deadline of every unary call that sets none itself (`None`, the
+    /// default: calls wait as long as they take). A frozen sandbox then
+    /// costs a caller this long, not forever.
+    pub call_timeout: Option<Duration>,
 }
 
 impl std::fmt::Debug for SandboxConfig {
@@ -72,7 +76,14 @@ impl SandboxConfig {
             server_args: Vec::new(),
             log_tap: None,
             pass_env: Vec::new(),
+            call_timeout: None,
         }
+    }
+
+    /// Gives every unary call that sets no `.timeout` of its own this one.
+    pub fn call_timeout(mut self, limit: Duration) -> Self {
+        self.call_timeout = Some(limit);
+        self
     }
 
     /// A sandbox whose bundle is the running program itself (see

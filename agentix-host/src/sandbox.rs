@@ -43,6 +43,8 @@ pub struct Sandbox {
     joined: Mutex<std::collections::HashMap<String, HostNamespace>>,
     /// What deletes the sandbox; `None` for a handle that does not own it.
     resources: Option<Arc<dyn SandboxResources>>,
+    /// The deadline of unary calls that set none.
+    call_timeout: Option<std::time::Duration>,
 }
 
 impl Sandbox {
@@ -86,7 +88,13 @@ impl Sandbox {
             connected_once: std::sync::atomic::AtomicBool::new(false),
             joined: Mutex::new(std::collections::HashMap::new()),
             resources,
+            call_timeout: config.call_timeout,
         }
+    }
+
+    /// The deadline of unary calls that set none ([`SandboxConfig::call_timeout`]).
+    pub(crate) fn call_timeout(&self) -> Option<std::time::Duration> {
+        self.call_timeout
     }
 
     /// What deletes the sandbox, if this handle owns it.

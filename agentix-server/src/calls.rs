@@ -111,6 +111,8 @@ fn frame_name(frame: &Frame) -> &'static str {
         Frame::SioEvent { .. } => "sio_event",
         Frame::Result { .. } => "result",
         Frame::Part { .. } => "part",
+        Frame::Ping { .. } => "ping",
+        Frame::Pong { .. } => "pong",
         Frame::Error { .. } => "error",
     }
 }

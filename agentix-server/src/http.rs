@@ -73,6 +73,7 @@ impl HttpRoutes {
                         "id": h.worker_id,
                         "restarts": h.restarts,
                         "last_exit": h.last_exit,
+                        "silent_ms": h.worker_silent_ms,
                         "restart_budget": {
                             "restarts": h.restart_budget.0,
                             "window_s": h.restart_budget.1,

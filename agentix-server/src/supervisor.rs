@@ -120,9 +120,10 @@ struct WorkerExited {
 /// What `/health` shows.
 #[derive(Debug, Clone, Serialize)]
 pub struct Health {
-    /// `ok`, `starting` or `degraded`.
+    /// `ok`, `starting`, `unresponsive` (the worker does not answer pings
+    /// within [`UNRESPONSIVE_AFTER`]), `degraded` or `stopping`.
     pub status: &'static str,
-    /// `starting`, `ready`, `restarting`, `degraded` or `stopped`.
+    /// `starting`, `ready`, `unresponsive`, `restarting`, `degraded` or `stopped`.
     pub worker: &'static str,
     /// The current worker's pid, if one runs.
     pub pid: Option<u32>,
@@ -140,6 +141,8 @@ pub struct Health {
     pub recent_restarts: u32,
     /// While degraded: seconds until the worker is tried again.
     pub retry_in_s: Option<f64>,
+    /// Milliseconds the worker has left a ping unanswered, if it has.
+    pub worker_silent_ms: Option<u64>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -171,6 +174,9 @@ pub struct WorkerSupervisor {
     policy: RestartPolicy,
     /// While degraded: when the worker is tried again.
     retry_at: Option<Instant>,
+    /// The ping the current worker has not answered yet, and since when.
+    unanswered: Option<(u64, Instant)>,
+    pings: u64,
     io: Option<socketioxide::SocketIo>,
     /// One forwarder per plugin namespace a worker opened; they outlive
     /// worker restarts (the new worker opens its namespaces again).
@@ -195,6 +201,8 @@ impl WorkerSupervisor {
             generation: 0,
             restarts: 0,
             retry_at: None,
+            unanswered: None,
+            pings: 0,
             io: None,
             forwarders: std::collections::HashMap::new(),
             early_opens: Vec::new(),
@@ -205,6 +213,7 @@ impl WorkerSupervisor {
 
     fn spawn_worker(&mut self, ctx: &mut Context<Self>) {
         self.generation += 1;
+        self.unanswered = None;
         let generation = self.generation;
         let worker_id = format!("{}-{}", std::process::id(), generation);
         self.phase = Phase::Starting;
@@ -503,6 +512,31 @@ impl Actor for WorkerSupervisor {
 
     fn started(&mut self, ctx: &mut Context<Self>) {
         self.spawn_worker(ctx);
+        ctx.run_interval(PING_EVERY, |act, _| act.ping());
+    }
+}
+
+/// How often the worker's frame loop is asked to answer.
+const PING_EVERY: Duration = Duration::from_secs(1);
+
+/// Silence after which `/health` calls the worker unresponsive: a frozen
+/// (stopped, or wedged) worker, which no exit ever reports.
+pub const UNRESPONSIVE_AFTER: Duration = Duration::from_secs(3);
+
+impl WorkerSupervisor {
+    /// Pings a ready worker, unless the last ping is still unanswered.
+    fn ping(&mut self) {
+        if self.phase != Phase::Ready || self.unanswered.is_some() {
+            return;
+        }
+        self.pings += 1;
+        self.unanswered = Some((self.pings, Instant::now()));
+        self.send_frame(Frame::Ping { seq: self.pings });
+    }
+
+    /// How long the worker has left a ping unanswered, if it has.
+    fn silent_for(&self) -> Option<Duration> {
+        self.unanswered.map(|(_, since)| since.elapsed())
     }
 }
 
@@ -649,6 +683,11 @@ impl Handler<FrameArrived> for WorkerSupervisor {
                     }
                 }
             }
+            Frame::Pong { seq } => {
+                if self.unanswered.is_some_and(|(s, _)| s == seq) {
+                    self.unanswered = None;
+                }
+            }
             Frame::SioOpen { path } => self.open_namespace(path),
             Frame::SioEvent { path, event, data } => match self.forwarders.get(&path) {
                 Some(forwarder) => forwarder.do_send(ToHosts { event, data }),
@@ -659,6 +698,7 @@ impl Handler<FrameArrived> for WorkerSupervisor {
                 ),
             },
             Frame::Call { .. }
+            | Frame::Ping { .. }
             | Frame::Cancel { .. }
             | Frame::Ack { .. }
             | Frame::Logs { .. }
@@ -753,8 +793,11 @@ impl Handler<ReportHealth> for WorkerSupervisor {
     type Result = MessageResult<ReportHealth>;
 
     fn handle(&mut self, _: ReportHealth, _: &mut Context<Self>) -> Self::Result {
+        let silent = self.silent_for();
+        let frozen = silent.is_some_and(|d| d >= UNRESPONSIVE_AFTER);
         let (status, worker) = match self.phase {
             Phase::Starting => ("starting", "starting"),
+            Phase::Ready if frozen => ("unresponsive", "unresponsive"),
             Phase::Ready => ("ok", "ready"),
             Phase::Restarting => ("starting", "restarting"),
             Phase::Degraded => ("degraded", "degraded"),
@@ -774,6 +817,7 @@ impl Handler<ReportHealth> for WorkerSupervisor {
             retry_in_s: self
                 .retry_at
                 .map(|t| t.saturating_duration_since(Instant::now()).as_secs_f64()),
+            worker_silent_ms: silent.map(|d| d.as_millis() as u64),
         })
     }
 }

@@ -46,7 +46,26 @@ pub mod __private {
     pub use agentix_actors::raised::{RaisePlain, RaiseWithData, Raised};
     pub use agentix_actors::registry::{Invoke, RemoteFn};
     pub use agentix_actors::remote::Fallible;
+    pub use agentix_actors::worker_start::WorkerStart;
     pub use inventory;
+}
+
+/// Inside a sandbox: its private directory for state that must outlive a
+/// worker (the durable log directory), if it is set and nobody else may
+/// write it.
+pub fn state_dir() -> Option<std::path::PathBuf> {
+    agentix_actors::log_file::private_dir()
+}
+
+/// Runs `f` (a `fn()`) in every worker before it takes calls: the place for
+/// a plugin to clean up what a killed worker left behind.
+#[macro_export]
+macro_rules! on_worker_start {
+    ($f:path) => {
+        $crate::__private::inventory::submit! {
+            $crate::__private::WorkerStart { run: $f }
+        }
+    };
 }
 
 /// Marks the root module of a crate of `#[remote]` functions (a plugin) so

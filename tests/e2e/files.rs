@@ -449,3 +449,34 @@ async fn an_uploaded_file_keeps_its_local_mode() {
     assert_eq!(std::fs::read(&remote_big).unwrap(), big);
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[tokio::test]
+async fn a_killed_workers_temporary_uploads_are_removed_by_the_next_worker() {
+    let sb = sandbox().await;
+    let dir = scratch_dir("leftover-uploads");
+    let target = dir.join("big.bin");
+    open_with_first_chunk(&sb, &target, 1000).await;
+    let hidden = || {
+        std::fs::read_dir(&dir)
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .filter(|e| e.file_name().to_string_lossy().contains(".agentix-upload-"))
+            .count()
+    };
+    assert_eq!(hidden(), 1, "the upload in progress has its temporary file");
+    let pid = worker_pid_from_health(&sb).await;
+    agentix_actors::process::signal_pid(pid, libc::SIGKILL);
+    support::wait_until("a new worker", Duration::from_secs(20), || {
+        !std::path::Path::new(&format!("/proc/{pid}")).exists()
+    })
+    .await;
+    // The next worker cleans up before it takes this call.
+    sb.remote(agentix_files::stat, (p(&dir),)).await.unwrap();
+    assert_eq!(
+        hidden(),
+        0,
+        "the killed worker's temporary file is still there"
+    );
+    assert!(!target.exists());
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -708,3 +708,47 @@ async fn unauthenticated_clients_cannot_make_the_server_hold_their_messages() {
     );
     assert_eq!(sb.remote(agentix_e2e::add, (2, 2)).await.unwrap(), 4);
 }
+
+#[tokio::test]
+async fn a_frozen_worker_shows_in_health_and_the_default_timeout_ends_calls() {
+    let config = agentix::SandboxConfig::new(support::bundle_path())
+        .call_timeout(Duration::from_millis(1500));
+    let sb = support::sandbox_with(config).await;
+    let pid = sb.remote(agentix_e2e::worker_pid, ()).await.unwrap();
+    assert_eq!(sb.health().await.unwrap()["status"], "ok");
+    agentix_actors::process::signal_pid(pid, libc::SIGSTOP);
+    let err = sb.remote(agentix_e2e::add, (1, 2)).await.unwrap_err();
+    assert_eq!(err.kind, ErrorKind::Timeout, "{err}");
+    let started = std::time::Instant::now();
+    let health = loop {
+        let health = sb.health().await.unwrap();
+        if health["status"] == "unresponsive" || started.elapsed() > Duration::from_secs(15) {
+            break health;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    agentix_actors::process::signal_pid(pid, libc::SIGCONT);
+    assert_eq!(health["status"], "unresponsive", "{health}");
+    assert_eq!(health["worker"]["state"], "unresponsive", "{health}");
+    assert!(
+        health["worker"]["silent_ms"].as_u64().unwrap() >= 3000,
+        "{health}"
+    );
+    // Woken up, it answers again, and so does /health.
+    assert_eq!(sb.remote(agentix_e2e::add, (2, 2)).await.unwrap(), 4);
+    let started = std::time::Instant::now();
+    while sb.health().await.unwrap()["status"] != "ok" {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "still unresponsive"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // A call's own timeout wins over the sandbox's default.
+    let slept = sb
+        .remote(agentix_e2e::sleep_ms, (2000,))
+        .timeout(Duration::from_secs(20))
+        .await
+        .unwrap();
+    assert_eq!(slept, 2000);
+}

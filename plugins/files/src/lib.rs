@@ -19,7 +19,12 @@
 mod entry;
 mod error;
 pub mod transfer;
+mod upload_journal;
 mod uploads;
+
+// In the root module, which `link_plugins!` links: temporary files a killed
+// worker left are removed before the next one takes calls.
+agentix::on_worker_start!(upload_journal::clean_left_over);
 
 use std::path::Path;
 

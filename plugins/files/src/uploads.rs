@@ -19,6 +19,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use crate::error::{FileError, FileErrorKind};
+use crate::upload_journal::{self, TEMP_MARK};
 
 /// How long an upload may go without a chunk before it is abandoned.
 pub const IDLE_LIMIT: Duration = Duration::from_secs(600);
@@ -128,10 +129,14 @@ pub(crate) fn open(target: &str, mode: Option<u32>) -> Result<u64, FileError> {
     static NEXT: AtomicU64 = AtomicU64::new(1);
     let id = NEXT.fetch_add(1, Ordering::Relaxed);
     let temp = path.with_file_name(format!(
-        ".{}.agentix-upload-{}-{id}",
+        ".{}{TEMP_MARK}{}-{id}",
         name.to_string_lossy(),
         std::process::id()
     ));
+    // Recorded and created under the table's lock, so that the journal is
+    // never emptied between the two (see `forget_finished`).
+    let mut table = lock();
+    upload_journal::record(&temp);
     let file = OpenOptions::new()
         .write(true)
         .create_new(true)
@@ -142,7 +147,7 @@ pub(crate) fn open(target: &str, mode: Option<u32>) -> Result<u64, FileError> {
             let dir = dir.filter(|d| !d.is_empty()).unwrap_or_else(|| ".".into());
             FileError::os("create a file in", &dir, &e)
         })?;
-    lock().insert(
+    table.insert(
         id,
         Upload {
             file: Arc::new(file),
@@ -211,9 +216,11 @@ pub(crate) async fn commit(id: u64, size: u64) -> Result<String, FileError> {
         ));
     }
     let target = upload.target.clone();
-    tokio::task::spawn_blocking(move || finish(upload))
+    let finished = tokio::task::spawn_blocking(move || finish(upload))
         .await
-        .map_err(|e| FileError::new(FileErrorKind::Other, &target, e.to_string()))?
+        .map_err(|e| FileError::new(FileErrorKind::Other, &target, e.to_string()));
+    forget_finished();
+    finished?
 }
 
 fn finish(upload: Upload) -> Result<String, FileError> {
@@ -240,8 +247,19 @@ fn finish(upload: Upload) -> Result<String, FileError> {
 
 /// Drops upload `id` and its temporary file; an unknown id is fine.
 pub(crate) fn abort(id: u64) {
-    if let Some(upload) = lock().remove(&id) {
+    let removed = lock().remove(&id);
+    if let Some(upload) = removed {
         let _ = std::fs::remove_file(&upload.temp);
+        forget_finished();
+    }
+}
+
+/// Empties the journal of temporary files once no upload is in progress.
+fn forget_finished() {
+    let table = lock();
+    if table.is_empty() {
+        // Under the lock: an upload starting now records itself after this.
+        upload_journal::clear();
     }
 }
 
@@ -256,8 +274,11 @@ fn reap_idle() {
             .collect();
         ids.iter().filter_map(|id| table.remove(id)).collect()
     };
-    for upload in stale {
-        let _ = std::fs::remove_file(&upload.temp);
+    if !stale.is_empty() {
+        for upload in stale {
+            let _ = std::fs::remove_file(&upload.temp);
+        }
+        forget_finished();
     }
 }
 
