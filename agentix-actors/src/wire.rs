@@ -89,6 +89,9 @@ pub const WORKER_FRAME_OUT_FD: i32 = 4;
 /// File descriptor on which the worker writes side-channel frames (logs):
 /// a pipe of its own, so a flood of logs never delays a call's result.
 pub const WORKER_SIDE_OUT_FD: i32 = 5;
+/// Environment variable naming the directory the files plugin keeps every
+/// path beneath (the sandbox's own directory, for the local provider).
+pub const ENV_FILES_ROOT: &str = "AGENTIX_FILES_ROOT";
 /// Environment variable carrying the worker id the server assigned.
 pub const ENV_WORKER_ID: &str = "AGENTIX_WORKER_ID";
 

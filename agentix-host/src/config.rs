@@ -43,6 +43,10 @@ pub struct SandboxConfig {
     /// Sees every record the sandbox logs or prints, besides the replay
     /// into the host's logging.
     pub log_tap: Option<LogTap>,
+    /// The directory the files plugin keeps every path beneath; `None`
+    /// (the default) is the sandbox's own directory. `Some("/")` opens the
+    /// whole filesystem to it.
+    pub files_root: Option<PathBuf>,
     /// The deadline of every unary call that sets none itself (`None`, the
     /// default: calls wait as long as they take). A frozen sandbox then
     /// costs a caller this long, not forever.
@@ -77,7 +81,15 @@ impl SandboxConfig {
             log_tap: None,
             pass_env: Vec::new(),
             call_timeout: None,
+            files_root: None,
         }
+    }
+
+    /// Keeps the files plugin's paths beneath `dir` instead of the
+    /// sandbox's own directory.
+    pub fn files_root(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.files_root = Some(dir.into());
+        self
     }
 
     /// Gives every unary call that sets no `.timeout` of its own this one.

@@ -118,6 +118,11 @@ impl LocalProvider {
             // The durable log lives in the sandbox's own private directory
             // (and goes with it) unless the config says where.
             .env(agentix_actors::log_file::ENV_LOG_DIR, dir.join("logs"))
+            // The files plugin stays inside the sandbox unless told otherwise.
+            .env(
+                agentix_actors::wire::ENV_FILES_ROOT,
+                config.files_root.as_deref().unwrap_or(&dir),
+            )
             .envs(config.env.iter().map(|(k, v)| (k, v)))
             .current_dir(&dir)
             .stderr(log);

@@ -30,6 +30,7 @@ pub use agentix_actors::process;
 pub use agentix_actors::remote::{Remote, RemoteStream};
 pub use agentix_actors::trace;
 pub use agentix_actors::wire::Window;
+pub use agentix_actors::wire::ENV_FILES_ROOT;
 pub use agentix_host::{
     configure_logging, Call, CallStream, ClientNamespace, HostNamespace, LocalProvider, LogTap,
     Provider, ProviderError, Sandbox, SandboxConfig, SandboxInfo, SandboxRegistry,

@@ -77,7 +77,8 @@ pub(crate) async fn files_transfer(sb: &Sandbox, report: &mut Report) {
     let dir = std::env::temp_dir().join(format!("agentix-bench-files-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("scratch dir");
     let local = dir.join("up.bin");
-    let remote = dir.join("in-sandbox.bin");
+    // Relative: inside the sandbox's own directory, the files root.
+    let remote = std::path::PathBuf::from("in-sandbox.bin");
     let back = dir.join("down.bin");
     let content: Vec<u8> = (0..SIZE)
         .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)

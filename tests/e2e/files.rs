@@ -10,10 +10,17 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use agentix::{Blob, ErrorKind, RemoteError, Sandbox};
+use agentix::{Blob, ErrorKind, RemoteError, Sandbox, SandboxConfig};
 use agentix_files::transfer::{self, TransferError};
 use agentix_files::{EntryType, FileError, FileErrorKind};
-use support::{rss_kib, sandbox, scratch_dir, worker_pid_from_health};
+use support::{bundle_path, rss_kib, sandbox_with, scratch_dir, worker_pid_from_health};
+
+/// A sandbox whose files root is the temp dir, where the tests' scratch
+/// directories are.
+async fn sandbox() -> Sandbox {
+    let config = SandboxConfig::new(bundle_path()).files_root(std::env::temp_dir());
+    sandbox_with(config).await
+}
 
 fn p(path: &Path) -> String {
     path.to_string_lossy().into_owned()
@@ -479,4 +486,95 @@ async fn a_killed_workers_temporary_uploads_are_removed_by_the_next_worker() {
     );
     assert!(!target.exists());
     let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test]
+async fn the_files_root_keeps_every_path_inside_the_sandbox() {
+    // The default root: the sandbox's own directory.
+    let sb = sandbox_with(SandboxConfig::new(bundle_path())).await;
+    let home = sb.local_dir().unwrap().to_path_buf();
+    let outside = scratch_dir("outside-root");
+    std::fs::write(outside.join("secret"), b"host data").unwrap();
+    std::os::unix::fs::symlink(&outside, home.join("escape")).unwrap();
+    std::os::unix::fs::symlink("/etc/hostname", home.join("hostname")).unwrap();
+    let denied = |err: RemoteError| {
+        let e = file_error(err);
+        assert_eq!(e.kind, FileErrorKind::PermissionDenied, "{e:?}");
+    };
+    // Absolute paths outside, `..`, and symlinks that lead out are refused.
+    denied(
+        sb.remote(agentix_files::stat, ("/etc/passwd".into(),))
+            .await
+            .unwrap_err(),
+    );
+    denied(
+        sb.remote(agentix_files::list, ("/".into(),))
+            .await
+            .unwrap_err(),
+    );
+    let up = format!(
+        "../{}/secret",
+        outside.file_name().unwrap().to_string_lossy()
+    );
+    denied(sb.remote(agentix_files::stat, (up,)).await.unwrap_err());
+    denied(
+        sb.remote(agentix_files::stat, ("escape/secret".into(),))
+            .await
+            .unwrap_err(),
+    );
+    let read = transfer::download_bytes(&sb, "escape/secret").await;
+    assert!(
+        matches!(read, Err(TransferError::File(ref e)) if e.kind == FileErrorKind::PermissionDenied),
+        "{read:?}"
+    );
+    let read = transfer::download_bytes(&sb, "hostname").await;
+    assert!(read.is_err(), "a symlink to /etc/hostname was followed");
+    denied(
+        sb.remote(
+            agentix_files::upload,
+            ("escape/planted".into(), Blob::from(b"x".to_vec())),
+        )
+        .await
+        .unwrap_err(),
+    );
+    denied(
+        sb.remote(agentix_files::remove, ("escape/secret".into(), false))
+            .await
+            .unwrap_err(),
+    );
+    denied(
+        sb.remote(agentix_files::mkdir, ("/tmp/made-outside".into(), false))
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(std::fs::read(outside.join("secret")).unwrap(), b"host data");
+    assert!(!outside.join("planted").exists());
+    // The root itself is not removed.
+    denied(
+        sb.remote(agentix_files::remove, (".".into(), true))
+            .await
+            .unwrap_err(),
+    );
+    assert!(home.is_dir());
+
+    // Inside it, relative and absolute paths name the same files, and the
+    // symlink itself is listed (not followed).
+    let stat = sb
+        .remote(
+            agentix_files::upload,
+            ("note.txt".into(), Blob::from(b"hi".to_vec())),
+        )
+        .await
+        .unwrap();
+    assert_eq!(stat.size, 2);
+    assert_eq!(std::fs::read(home.join("note.txt")).unwrap(), b"hi");
+    let absolute = p(&home.join("note.txt"));
+    assert_eq!(
+        transfer::download_bytes(&sb, &absolute).await.unwrap(),
+        b"hi"
+    );
+    let listed = sb.remote(agentix_files::list, (".".into(),)).await.unwrap();
+    let escape = listed.iter().find(|e| e.name == "escape").expect("listed");
+    assert_eq!(escape.entry_type, EntryType::Symlink);
+    let _ = std::fs::remove_dir_all(outside);
 }

@@ -53,7 +53,9 @@ async fn host() -> Result<(), Box<dyn std::error::Error>> {
     std::fs::create_dir_all(&local_dir)?;
     let scores = local_dir.join("scores.txt");
     std::fs::write(&scores, "alice 71\nbob 93\ncarol 88\ndave 64\nerin 93\n")?;
-    let work = format!("{}/work", local_dir.display());
+    // Relative paths are inside the sandbox's own directory, for the files
+    // plugin and for bash alike; the files plugin reaches nothing outside it.
+    let work = "work".to_owned();
     sandbox
         .remote(agentix_files::mkdir, (work.clone(), true))
         .await?;

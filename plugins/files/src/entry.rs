@@ -1,7 +1,6 @@
 //! What the files plugin says about a path: its type, size, mode and time.
 
-use std::fs::Metadata;
-use std::os::unix::fs::MetadataExt as _;
+use cap_std::fs::{Metadata, MetadataExt as _};
 
 use serde::{Deserialize, Serialize};
 

@@ -18,6 +18,7 @@
 
 mod entry;
 mod error;
+pub mod root;
 pub mod transfer;
 mod upload_journal;
 mod uploads;
@@ -52,7 +53,10 @@ pub async fn stat(path: String) -> Result<FileStat, FileError> {
 #[agentix::remote]
 pub async fn list(dir: String) -> Result<Vec<FileStat>, FileError> {
     blocking(move || {
-        let read = std::fs::read_dir(&dir).map_err(|e| FileError::os("list", &dir, &e))?;
+        let (root, rel) = root::beneath(&dir)?;
+        let read = root
+            .read_dir(&rel)
+            .map_err(|e| FileError::os("list", &dir, &e))?;
         let mut entries = Vec::new();
         for entry in read {
             let entry = entry.map_err(|e| FileError::os("list", &dir, &e))?;
@@ -73,10 +77,11 @@ pub async fn list(dir: String) -> Result<Vec<FileStat>, FileError> {
 #[agentix::remote]
 pub async fn mkdir(path: String, parents: bool) -> Result<(), FileError> {
     blocking(move || {
+        let (root, rel) = root::beneath(&path)?;
         let made = if parents {
-            std::fs::create_dir_all(&path)
+            root.create_dir_all(&rel)
         } else {
-            std::fs::create_dir(&path)
+            root.create_dir(&rel)
         };
         made.map_err(|e| FileError::os("create the directory", &path, &e))
     })
@@ -88,12 +93,21 @@ pub async fn mkdir(path: String, parents: bool) -> Result<(), FileError> {
 #[agentix::remote]
 pub async fn remove(path: String, recursive: bool) -> Result<(), FileError> {
     blocking(move || {
-        let meta =
-            std::fs::symlink_metadata(&path).map_err(|e| FileError::os("remove", &path, &e))?;
+        let (root, rel) = root::beneath(&path)?;
+        if rel == Path::new(".") {
+            return Err(FileError::new(
+                FileErrorKind::PermissionDenied,
+                &path,
+                format!("`{path}` is the files root itself, which is not removed"),
+            ));
+        }
+        let meta = root
+            .symlink_metadata(&rel)
+            .map_err(|e| FileError::os("remove", &path, &e))?;
         let removed = match (meta.is_dir(), recursive) {
-            (true, true) => std::fs::remove_dir_all(&path),
-            (true, false) => std::fs::remove_dir(&path),
-            (false, _) => std::fs::remove_file(&path),
+            (true, true) => root.remove_dir_all(&rel),
+            (true, false) => root.remove_dir(&rel),
+            (false, _) => root.remove_file(&rel),
         };
         removed.map_err(|e| FileError::os("remove", &path, &e))
     })
@@ -163,9 +177,15 @@ enum Download {
 }
 
 async fn open_for_download(path: &str) -> Result<tokio::fs::File, FileError> {
-    let file = tokio::fs::File::open(path)
-        .await
-        .map_err(|e| FileError::os("open", path, &e))?;
+    let owned = path.to_owned();
+    let file = blocking(move || {
+        let (root, rel) = root::beneath(&owned)?;
+        root.open(&rel)
+            .map(|f| f.into_std())
+            .map_err(|e| FileError::os("open", &owned, &e))
+    })
+    .await?;
+    let file = tokio::fs::File::from_std(file);
     let meta = file
         .metadata()
         .await
@@ -202,7 +222,10 @@ async fn read_chunk(
 
 async fn stat_of(path: String) -> Result<FileStat, FileError> {
     blocking(move || {
-        let meta = std::fs::metadata(&path).map_err(|e| FileError::os("stat", &path, &e))?;
+        let (root, rel) = root::beneath(&path)?;
+        let meta = root
+            .metadata(&rel)
+            .map_err(|e| FileError::os("stat", &path, &e))?;
         Ok(FileStat::new(file_name(&path), &meta))
     })
     .await

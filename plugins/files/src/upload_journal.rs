@@ -57,8 +57,7 @@ pub(crate) fn clean_left_over() {
             .file_name()
             .is_some_and(|n| n.to_string_lossy().contains(TEMP_MARK));
         if ours {
-            // Unlinking never follows a symlink.
-            let _ = std::fs::remove_file(temp);
+            crate::root::remove_beneath(temp);
         }
     }
     clear();

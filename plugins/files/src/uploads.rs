@@ -11,14 +11,17 @@
 //! [`MAX_UPLOAD_BYTES`], are refused, and a gap fails the commit.
 
 use std::collections::HashMap;
-use std::fs::{File, OpenOptions};
-use std::os::unix::fs::{FileExt as _, OpenOptionsExt as _, PermissionsExt as _};
-use std::path::{Path, PathBuf};
+use std::fs::File;
+use std::os::unix::fs::{FileExt as _, PermissionsExt as _};
+use std::path::PathBuf;
+
+use cap_std::fs::{Dir, MetadataExt as _, OpenOptions, OpenOptionsExt as _};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use crate::error::{FileError, FileErrorKind};
+use crate::root;
 use crate::upload_journal::{self, TEMP_MARK};
 
 /// How long an upload may go without a chunk before it is abandoned.
@@ -29,8 +32,12 @@ pub const MAX_UPLOAD_BYTES: u64 = 1 << 40;
 
 struct Upload {
     file: Arc<File>,
+    /// The files root both paths are relative to.
+    root: &'static Dir,
     temp: PathBuf,
+    /// The target as the caller named it (for errors) and beneath the root.
     target: String,
+    target_rel: PathBuf,
     mode: Option<u32>,
     coverage: Coverage,
     touched: Instant,
@@ -111,7 +118,7 @@ fn lock() -> std::sync::MutexGuard<'static, HashMap<u64, Upload>> {
 /// Starts an upload to `target`; returns its id.
 pub(crate) fn open(target: &str, mode: Option<u32>) -> Result<u64, FileError> {
     reap_idle();
-    let path = Path::new(target);
+    let (root, path) = root::beneath(target)?;
     let Some(name) = path.file_name() else {
         return Err(FileError::new(
             FileErrorKind::InvalidInput,
@@ -119,7 +126,7 @@ pub(crate) fn open(target: &str, mode: Option<u32>) -> Result<u64, FileError> {
             format!("cannot upload to `{target}`: it names no file"),
         ));
     };
-    if path.is_dir() {
+    if root.metadata(&path).is_ok_and(|m| m.is_dir()) {
         return Err(FileError::new(
             FileErrorKind::IsADirectory,
             target,
@@ -136,14 +143,19 @@ pub(crate) fn open(target: &str, mode: Option<u32>) -> Result<u64, FileError> {
     // Recorded and created under the table's lock, so that the journal is
     // never emptied between the two (see `forget_finished`).
     let mut table = lock();
-    upload_journal::record(&temp);
-    let file = OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&temp)
+    if let Some(absolute) = root::absolute(&temp) {
+        upload_journal::record(&absolute);
+    }
+    let file = root
+        .open_with(
+            &temp,
+            OpenOptions::new().write(true).create_new(true).mode(0o600),
+        )
+        .map(|f| f.into_std())
         .map_err(|e| {
-            let dir = path.parent().map(|p| p.to_string_lossy().into_owned());
+            // Named as the caller named the target.
+            let named = std::path::Path::new(target);
+            let dir = named.parent().map(|p| p.to_string_lossy().into_owned());
             let dir = dir.filter(|d| !d.is_empty()).unwrap_or_else(|| ".".into());
             FileError::os("create a file in", &dir, &e)
         })?;
@@ -151,8 +163,10 @@ pub(crate) fn open(target: &str, mode: Option<u32>) -> Result<u64, FileError> {
         id,
         Upload {
             file: Arc::new(file),
+            root,
             temp,
             target: target.to_owned(),
+            target_rel: path,
             mode,
             coverage: Coverage::default(),
             touched: Instant::now(),
@@ -202,7 +216,7 @@ pub(crate) async fn write(id: u64, offset: u64, bytes: Vec<u8>) -> Result<(), Fi
 pub(crate) async fn commit(id: u64, size: u64) -> Result<String, FileError> {
     let upload = lock().remove(&id).ok_or_else(|| unknown(id))?;
     if !upload.coverage.covers(size) {
-        let _ = std::fs::remove_file(&upload.temp);
+        upload.remove_temp();
         return Err(FileError::new(
             FileErrorKind::InvalidInput,
             &upload.target,
@@ -225,15 +239,15 @@ pub(crate) async fn commit(id: u64, size: u64) -> Result<String, FileError> {
 
 fn finish(upload: Upload) -> Result<String, FileError> {
     let fail = |op: &str, e: std::io::Error| {
-        let _ = std::fs::remove_file(&upload.temp);
+        upload.remove_temp();
         FileError::os(op, &upload.target, &e)
     };
     let mode = match upload.mode {
         Some(mode) => mode,
         // A new file gets what `creat(0o666)` would give under the umask; a
         // replaced one keeps its permissions.
-        None => match std::fs::metadata(&upload.target) {
-            Ok(meta) => meta.permissions().mode() & 0o7777,
+        None => match upload.root.metadata(&upload.target_rel) {
+            Ok(meta) => meta.mode() & 0o7777,
             Err(_) => 0o666 & !umask(),
         },
     };
@@ -241,7 +255,10 @@ fn finish(upload: Upload) -> Result<String, FileError> {
         .file
         .set_permissions(std::fs::Permissions::from_mode(mode))
         .map_err(|e| fail("set the mode of", e))?;
-    std::fs::rename(&upload.temp, &upload.target).map_err(|e| fail("replace", e))?;
+    upload
+        .root
+        .rename(&upload.temp, upload.root, &upload.target_rel)
+        .map_err(|e| fail("replace", e))?;
     Ok(upload.target)
 }
 
@@ -249,7 +266,7 @@ fn finish(upload: Upload) -> Result<String, FileError> {
 pub(crate) fn abort(id: u64) {
     let removed = lock().remove(&id);
     if let Some(upload) = removed {
-        let _ = std::fs::remove_file(&upload.temp);
+        upload.remove_temp();
         forget_finished();
     }
 }
@@ -276,9 +293,15 @@ fn reap_idle() {
     };
     if !stale.is_empty() {
         for upload in stale {
-            let _ = std::fs::remove_file(&upload.temp);
+            upload.remove_temp();
         }
         forget_finished();
+    }
+}
+
+impl Upload {
+    fn remove_temp(&self) {
+        let _ = self.root.remove_file(&self.temp);
     }
 }
 
