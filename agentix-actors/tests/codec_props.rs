@@ -69,6 +69,13 @@ fn frame() -> impl Strategy<Value = Frame> {
             id,
             error: RemoteError::new(ErrorKind::Raised, message),
         }),
+        (any::<u64>(), any::<u64>(), bytes()).prop_map(|(id, total, b)| Frame::Part {
+            id,
+            total,
+            bytes: agentix_actors::part::PartBytes(b.into_vec().into()),
+        }),
+        any::<u64>().prop_map(|seq| Frame::Ping { seq }),
+        any::<u64>().prop_map(|seq| Frame::Pong { seq }),
     ]
 }
 

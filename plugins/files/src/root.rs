@@ -97,6 +97,28 @@ fn relative_to(root: &Path, path: &str) -> Result<PathBuf, FileError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn any_path_is_inside_the_root_or_refused(path in "(/|\\.\\./|[a-z]{1,3}/|/srv/box/?){0,6}[a-z.]{0,4}") {
+            let root = Path::new("/srv/box");
+            match relative_to(root, &path) {
+                Ok(rel) => {
+                    prop_assert!(rel.is_relative(), "{rel:?}");
+                    if Path::new(&path).is_absolute() {
+                        prop_assert!(Path::new(&path).starts_with(root));
+                        prop_assert_eq!(root.join(&rel).components().filter(|c| *c != std::path::Component::CurDir).collect::<PathBuf>(),
+                            Path::new(&path).components().collect::<PathBuf>());
+                    }
+                }
+                Err(e) => {
+                    prop_assert_eq!(e.kind, FileErrorKind::PermissionDenied);
+                    prop_assert!(!Path::new(&path).starts_with(root));
+                }
+            }
+        }
+    }
 
     #[test]
     fn paths_inside_the_root_become_relative_and_others_are_refused() {
