@@ -1,7 +1,7 @@
 //! `cargo run --release -p agentix-bench [-- --json] [--only SECTION,..]`:
 //! measures Agentix on this machine with the embedded local provider.
 //! Sections: boot, echo, inflight, blob, blob64, loaded, stream, cancel, bash, files,
-//! rss, kill, side, ns.
+//! rss, kill, side, ns, faults.
 //!
 //! The binary is its own bundle (it calls `agentix::bundle::dispatch` first),
 //! so the sandbox runs exactly the code measured here. It prints a table; with
@@ -9,6 +9,7 @@
 //! medians or totals over many calls; nothing here asserts a target.
 
 mod bench_fns;
+mod faults;
 mod plugins;
 mod report;
 
@@ -105,6 +106,9 @@ async fn run(sections: Sections) -> Report {
     }
     if sections.wants("ns") {
         namespace_requests(&provider, &mut report).await;
+    }
+    if sections.wants("faults") {
+        faults::faults(&provider, &mut report).await;
     }
     report.add(
         "host_rss_kib",
@@ -435,7 +439,7 @@ fn median(times: &mut [Duration]) -> Duration {
     times[times.len() / 2]
 }
 
-fn ms(d: Duration) -> f64 {
+pub(crate) fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
 }
 
@@ -443,7 +447,7 @@ fn us(d: Duration) -> f64 {
     d.as_secs_f64() * 1e6
 }
 
-fn rss_kib(pid: u32) -> f64 {
+pub(crate) fn rss_kib(pid: u32) -> f64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
     status
         .lines()
