@@ -147,12 +147,42 @@ impl RemoteError {
         self
     }
 
-    /// The raised error as its own type `T`, if it carried its fields and they
-    /// decode as `T`: `err.data_as::<FileError>()` gives back the sandbox's
-    /// `FileError` with its kind and path.
-    pub fn data_as<T: serde::de::DeserializeOwned>(&self) -> Option<T> {
-        serde_json::from_value(self.data.clone()?).ok()
+    /// The raised error as its own type `T`: `err.data_as::<FileError>()`
+    /// gives back the sandbox's `FileError` with its kind and path. Fails
+    /// saying why when the error carried no fields (its type is not
+    /// `Serialize`, or it is not a raised error) or they are not a `T`.
+    pub fn data_as<T: serde::de::DeserializeOwned>(&self) -> Result<T, DataError> {
+        let data = self.data.clone().ok_or_else(|| DataError::NoData {
+            type_name: self.type_name.clone(),
+        })?;
+        serde_json::from_value(data).map_err(|e| DataError::Mismatch {
+            type_name: self.type_name.clone(),
+            wanted: std::any::type_name::<T>(),
+            why: e.to_string(),
+        })
     }
+}
+
+/// Why [`RemoteError::data_as`] could not give the error's fields as a type.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DataError {
+    /// The error carried no fields: its type is not `Serialize`, or it is
+    /// not an error the remote function returned.
+    #[error("the error `{type_name}` carried no fields (is its type Serialize?)")]
+    NoData {
+        /// The error's type, as the sandbox named it.
+        type_name: String,
+    },
+    /// The fields are not those of the type asked for.
+    #[error("the fields of the error `{type_name}` are not a `{wanted}`: {why}")]
+    Mismatch {
+        /// The error's type, as the sandbox named it.
+        type_name: String,
+        /// The type asked for.
+        wanted: &'static str,
+        /// What did not decode.
+        why: String,
+    },
 }
 
 impl fmt::Display for RemoteError {

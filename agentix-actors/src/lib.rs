@@ -12,7 +12,8 @@
 //! - [`log_record`]: one line of what a sandbox logged or printed.
 //! - [`log_file`]: the sandbox log file the worker and the server append to.
 //! - [`namespace`]: plugin namespaces, sandbox half: handlers, emit, requests.
-//! - [`remote`]: the typed handle `#[remote]` generates for each function.
+//! - [`remote`]: the typed handle `#[remote]` generates for each function;
+//!   [`call_args`] lets a one-argument call pass the bare value.
 //! - [`registry`]: the link-time registry of remote functions in a worker.
 //! - [`invoke`]: argument decoding and outcome encoding around one call.
 //! - [`side_channel`]: the worker's side pipe: log records and trace events to the server.
@@ -25,6 +26,7 @@
 
 pub mod attachment;
 pub mod bulk_lane;
+pub mod call_args;
 pub mod cbor;
 pub mod codec;
 pub mod errors;
@@ -45,6 +47,7 @@ pub mod wire;
 pub mod worker;
 pub mod worker_start;
 
+pub use call_args::CallArgs;
 pub use errors::{ErrorKind, RemoteError};
 pub use remote::{Remote, RemoteStream};
 

@@ -76,7 +76,13 @@ mod tests {
         assert_eq!(err.kind, ErrorKind::Raised);
         assert_eq!(err.message, "/x is missing");
         assert!(err.type_name.ends_with("NotFound"), "{}", err.type_name);
-        assert_eq!(err.data_as::<NotFound>(), Some(e));
+        assert_eq!(err.data_as::<NotFound>(), Ok(e));
+        // Fields of another shape say so.
+        let wrong = err.data_as::<u32>().unwrap_err();
+        assert!(
+            matches!(wrong, crate::errors::DataError::Mismatch { .. }),
+            "{wrong}"
+        );
     }
 
     #[test]
@@ -85,6 +91,10 @@ mod tests {
         let err = (&&Raised(&Opaque)).into_remote_error();
         assert_eq!(err.message, "opaque");
         assert_eq!(err.data, None);
-        assert_eq!(err.data_as::<NotFound>(), None);
+        let none = err.data_as::<NotFound>().unwrap_err();
+        assert!(
+            matches!(none, crate::errors::DataError::NoData { .. }),
+            "{none}"
+        );
     }
 }

@@ -9,6 +9,7 @@
 
 use std::sync::{Arc, Mutex};
 
+use agentix_actors::call_args::CallArgs;
 use agentix_actors::cbor;
 use agentix_actors::errors::{ErrorKind, RemoteError};
 use agentix_actors::remote::{Remote, RemoteStream};
@@ -153,32 +154,35 @@ impl Sandbox {
         self.resources.as_ref().and_then(|r| r.local_dir())
     }
 
-    /// Calls the remote function `f` with the argument tuple `args`.
+    /// Calls the remote function `f` with `args`: the argument tuple, or
+    /// for a function of one argument the bare value ([`CallArgs`]).
     ///
     /// ```ignore
-    /// let out = sandbox.remote(hello_app::run, ("hello".to_string(),)).await?;
+    /// let out = sandbox.remote(hello_app::run, "hello".to_string()).await?;
+    /// let sum = sandbox.remote(app::add, (2, 3)).await?;
     /// let out = sandbox.remote(app::slow, ()).timeout(Duration::from_secs(5)).await?;
     /// ```
     pub fn remote<A: Serialize, O: DeserializeOwned>(
         &self,
         f: Remote<A, O>,
-        args: A,
+        args: impl CallArgs<A>,
     ) -> Call<'_, O> {
-        Call::new(self, f.name(), cbor::to_vec(&args))
+        Call::new(self, f.name(), cbor::to_vec(&args.into_args()))
     }
 
-    /// Starts the streaming remote function `f` with the argument tuple `args`.
+    /// Starts the streaming remote function `f` with `args` (the argument
+    /// tuple, or the bare value of a single argument).
     ///
     /// ```ignore
-    /// let mut items = sandbox.stream(app::count, (100u64,)).await?;
+    /// let mut items = sandbox.stream(app::count, 100u64).await?;
     /// while let Some(n) = items.next().await { let n: u64 = n?; }
     /// ```
     pub fn stream<A: Serialize, T: DeserializeOwned>(
         &self,
         f: RemoteStream<A, T>,
-        args: A,
+        args: impl CallArgs<A>,
     ) -> StreamCall<'_, T> {
-        StreamCall::new(self, f.name().to_owned(), cbor::to_vec(&args))
+        StreamCall::new(self, f.name().to_owned(), cbor::to_vec(&args.into_args()))
     }
 
     /// Starts the streaming function `target` by name with JSON arguments

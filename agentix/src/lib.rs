@@ -9,19 +9,24 @@
 //!   setup, such as [`register_namespace`], in every worker);
 //! - anywhere: [`trace`] for traces and spans.
 //!
+//! `use agentix::prelude::*;` brings the traits and types a host needs.
+//!
 //! ```ignore
+//! use agentix::prelude::*;
+//!
 //! #[agentix::remote]
 //! pub async fn shout(input: String) -> String { input.to_uppercase() }
 //!
-//! let provider = agentix::LocalProvider::new();
-//! let sandbox = provider.session(agentix::SandboxConfig::new(bundle)).await?;
-//! assert_eq!(sandbox.remote(shout, ("hi".into(),)).await?, "HI");
+//! let provider = LocalProvider::new();
+//! let sandbox = provider.session(SandboxConfig::new(bundle)).await?;
+//! assert_eq!(sandbox.remote(shout, "hi".to_string()).await?, "HI");
 //! ```
 
 pub mod bundle;
 
+pub use agentix_actors::call_args::CallArgs;
 pub use agentix_actors::cbor::Blob;
-pub use agentix_actors::errors::{ErrorKind, RemoteError};
+pub use agentix_actors::errors::{DataError, ErrorKind, RemoteError};
 pub use agentix_actors::log_record::LogRecord;
 pub use agentix_actors::namespace::{
     register_namespace, Namespace, NamespaceHandle, RegisterError, RemoteSioError,
@@ -39,6 +44,15 @@ pub use agentix_host::{
 pub use agentix_macros::remote;
 pub use futures_util::{stream, Stream, StreamExt};
 pub use serde_json::Value as JsonValue;
+
+/// What host code needs in scope, in one line: `use agentix::prelude::*;`
+/// (the [`Provider`] trait for `create`/`session`, [`StreamExt`] for
+/// reading streams, and the types every call site names).
+pub mod prelude {
+    pub use crate::{
+        Blob, ErrorKind, LocalProvider, Provider, RemoteError, Sandbox, SandboxConfig, StreamExt,
+    };
+}
 
 /// Items the `#[remote]` expansion refers to; not part of the public API.
 #[doc(hidden)]

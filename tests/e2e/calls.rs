@@ -4,7 +4,7 @@ mod support;
 
 use std::time::Duration;
 
-use agentix::{Blob, ErrorKind, JsonValue};
+use agentix::{Blob, ErrorKind, JsonValue, StreamExt};
 use agentix_e2e::Person;
 use futures_util::future::join_all;
 use serde_json::json;
@@ -150,4 +150,30 @@ async fn a_panicking_call_is_an_error_and_the_worker_keeps_serving() {
         pid_before, pid_after,
         "the worker was restarted instead of surviving"
     );
+}
+
+#[tokio::test]
+async fn one_argument_calls_take_the_bare_value() {
+    let sb = sandbox().await;
+    // The bare value and the 1-tuple are the same call.
+    assert_eq!(
+        sb.remote(agentix_e2e::echo, "bare".to_string())
+            .await
+            .unwrap(),
+        "bare"
+    );
+    assert_eq!(
+        sb.remote(agentix_e2e::echo, ("tuple".to_string(),))
+            .await
+            .unwrap(),
+        "tuple"
+    );
+    let items: Vec<u64> = sb
+        .stream(agentix_e2e::count, 3u64)
+        .await
+        .unwrap()
+        .map(|item| item.unwrap())
+        .collect()
+        .await;
+    assert_eq!(items, [0, 1, 2]);
 }

@@ -89,7 +89,7 @@ async fn an_err_return_keeps_its_type_name_and_message() {
     // A `Serialize` error type comes back whole, fields and all.
     assert_eq!(
         err.data_as::<agentix_e2e::MathError>(),
-        Some(agentix_e2e::MathError::DivideByZero { dividend: 7 })
+        Ok(agentix_e2e::MathError::DivideByZero { dividend: 7 })
     );
 }
 

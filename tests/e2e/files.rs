@@ -29,7 +29,7 @@ fn p(path: &Path) -> String {
 fn file_error(err: RemoteError) -> FileError {
     assert_eq!(err.kind, ErrorKind::Raised, "{err}");
     err.data_as()
-        .unwrap_or_else(|| panic!("no FileError in {err:?}"))
+        .unwrap_or_else(|e| panic!("no FileError in {err:?}: {e}"))
 }
 
 #[tokio::test]

@@ -546,7 +546,7 @@ async fn an_upload_commits_only_when_every_byte_came_exactly_once() {
     let sb = sandbox().await;
     let target = sb.local_dir().unwrap().join("covered.bin");
     let target = target.to_str().unwrap().to_owned();
-    let kind = |e: agentix::RemoteError| e.data_as::<FileError>().map(|f| f.kind);
+    let kind = |e: agentix::RemoteError| e.data_as::<FileError>().ok().map(|f| f.kind);
 
     // Two 8-byte chunks at offset 0 do not make 16 bytes.
     let id = sb

@@ -108,7 +108,7 @@ async fn an_error_item_ends_the_stream_after_the_items_before_it() {
     assert_eq!(err.message, "cannot divide 1000 by zero");
     assert_eq!(
         err.data_as::<agentix_e2e::MathError>(),
-        Some(agentix_e2e::MathError::DivideByZero { dividend: 1000 })
+        Ok(agentix_e2e::MathError::DivideByZero { dividend: 1000 })
     );
     assert!(items.next().await.is_none(), "nothing follows the error");
 }

@@ -18,9 +18,7 @@ async fn host() -> Result<(), Box<dyn std::error::Error>> {
     let provider = LocalProvider::new();
     let sandbox = provider.session(SandboxConfig::current_exe()?).await?;
 
-    let out = sandbox
-        .remote(hello_app::run, ("hello".to_string(),))
-        .await?;
+    let out = sandbox.remote(hello_app::run, "hello".to_string()).await?;
     println!(
         "{} (computed by worker pid {}, host pid {})",
         out.output,

@@ -82,7 +82,7 @@ async fn host() -> Result<(), Box<dyn std::error::Error>> {
     );
 
     // 4. The result back to the host.
-    for entry in sandbox.remote(agentix_files::list, (work.clone(),)).await? {
+    for entry in sandbox.remote(agentix_files::list, work.clone()).await? {
         println!(
             "  {:<12} {:>4} bytes  {:?}",
             entry.name, entry.size, entry.entry_type

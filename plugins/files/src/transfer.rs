@@ -52,7 +52,7 @@ impl TransferError {
 impl From<RemoteError> for TransferError {
     fn from(e: RemoteError) -> Self {
         match e.data_as::<FileError>() {
-            Some(file) if e.type_name.ends_with("FileError") => TransferError::File(file),
+            Ok(file) if e.type_name.ends_with("FileError") => TransferError::File(file),
             _ => TransferError::Remote(e),
         }
     }
