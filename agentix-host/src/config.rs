@@ -104,6 +104,27 @@ impl SandboxConfig {
         Ok(SandboxConfig::new(std::env::current_exe()?))
     }
 
+    /// A sandbox running the bundle binary `name` that sits beside the
+    /// running program: cargo puts every binary of a workspace in the same
+    /// target directory, so a host binary finds the workspace's bundle
+    /// binary this way once both are built (`cargo build -p my-bundle`).
+    /// Fails, naming the path it looked at, when there is no such file.
+    pub fn beside_current_exe(name: &str) -> std::io::Result<Self> {
+        let exe = std::env::current_exe()?;
+        let bundle = exe.with_file_name(name);
+        if !bundle.is_file() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::NotFound,
+                format!(
+                    "no bundle binary at {}: build it into the same target directory first \
+                     (`cargo build -p <its package>`)",
+                    bundle.display()
+                ),
+            ));
+        }
+        Ok(SandboxConfig::new(bundle))
+    }
+
     /// Adds a flag and its value for the sandbox's server.
     pub fn server_arg(mut self, flag: impl Into<String>, value: impl Into<String>) -> Self {
         self.server_args.push(flag.into());
