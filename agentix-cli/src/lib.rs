@@ -1,0 +1,30 @@
+//! Building bundles: everything a sandbox needs besides its base image, in
+//! one directory that runs in any base image of its architecture, an empty
+//! one included.
+//!
+//! A bundle holds the bundle binary and the system tools its plugins
+//! declare (`bin/`), the closure of shared libraries they need with the
+//! dynamic loader (`lib/`), and a manifest (`bundle.json`). Each program's
+//! interpreter and library path are rewritten to point at
+//! [`MOUNT`]`/lib`, where a provider mounts the bundle, so nothing is looked
+//! up in the base image.
+//!
+//! Layout: [`cargo_package`] builds the binary and reads the tools plugin
+//! crates declare; [`library_closure`] finds what each program loads;
+//! [`elf_patch`] rewrites programs and reads back what they need;
+//! [`manifest`] describes and digests the result; [`assemble`] puts it
+//! together and verifies it.
+
+pub mod assemble;
+pub mod build_error;
+pub mod cargo_package;
+pub mod elf_patch;
+pub mod library_closure;
+pub mod manifest;
+
+pub use assemble::{assemble, Bundle, BundleSpec};
+pub use build_error::BuildError;
+
+/// Where a bundle is mounted inside a sandbox: programs look for their
+/// loader and libraries under it.
+pub const MOUNT: &str = "/agentix";

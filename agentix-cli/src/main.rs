@@ -1,0 +1,120 @@
+//! `agentix`: the command line. `agentix build` makes a self-contained
+//! bundle from a cargo package (`agentix build --help` says everything).
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use agentix_cli::cargo_package::{self, PackageRef};
+use agentix_cli::{assemble, BuildError, BundleSpec};
+use clap::{Parser, Subcommand};
+
+/// Agentix's command line.
+#[derive(Parser)]
+#[command(name = "agentix", version, about = "Agentix's command line")]
+struct Cli {
+    #[command(subcommand)]
+    command: Commands,
+}
+
+#[derive(Subcommand)]
+enum Commands {
+    /// Builds a cargo package's bundle binary in release and assembles a
+    /// self-contained bundle directory from it.
+    ///
+    /// The bundle holds the binary and the system tools its dependencies
+    /// declare (`[package.metadata.agentix] tools = [..]`, as agentix-bash
+    /// declares bash) in bin/, every shared library they load with the
+    /// dynamic loader in lib/, and bundle.json (name, version, target,
+    /// entry, tools, SHA-256 of every file). Programs are rewritten to load
+    /// from /agentix/lib, where providers mount the bundle, so the bundle
+    /// runs in any base image of this architecture, an empty one included.
+    /// Needs `ldd` and `patchelf` on this machine.
+    Build(BuildArgs),
+}
+
+#[derive(clap::Args)]
+struct BuildArgs {
+    /// The package whose binary to bundle (default: the current directory's).
+    #[arg(short, long)]
+    package: Option<String>,
+    /// The binary to bundle (default: the package's only one).
+    #[arg(long)]
+    bin: Option<String>,
+    /// Cargo.toml of the package or workspace (default: the current directory's).
+    #[arg(long)]
+    manifest_path: Option<PathBuf>,
+    /// Where to write the bundle (default: agentix-bundle/<bin>); an earlier
+    /// bundle there is replaced.
+    #[arg(short, long)]
+    out: Option<PathBuf>,
+    /// An extra system tool to carry, found on PATH (repeatable).
+    #[arg(long = "tool")]
+    tools: Vec<String>,
+}
+
+fn main() -> ExitCode {
+    let Commands::Build(args) = Cli::parse().command;
+    match build(args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("agentix build: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn build(args: BuildArgs) -> Result<(), BuildError> {
+    let package = PackageRef {
+        manifest_path: args.manifest_path,
+        package: args.package,
+    };
+    let facts = cargo_package::facts(&package)?;
+    let bin = match (args.bin, facts.binaries.as_slice()) {
+        (Some(bin), _) => bin,
+        (None, [only]) => only.clone(),
+        (None, many) => {
+            return Err(BuildError::Command {
+                command: "agentix build".into(),
+                why: format!(
+                    "`{}` has {} binaries ({}); pick one with --bin",
+                    facts.name,
+                    many.len(),
+                    many.join(", ")
+                ),
+            })
+        }
+    };
+    eprintln!("building {} (bin {bin}) in release", facts.name);
+    let binary = cargo_package::build_release(&package, &facts.name, &bin)?;
+    let mut tools = BTreeMap::new();
+    let declared = facts.tools.into_iter();
+    let extra = args.tools.into_iter().map(|t| (t, "--tool".to_owned()));
+    for (tool, declared_by) in declared.chain(extra) {
+        let path = cargo_package::find_on_path(&tool).ok_or_else(|| BuildError::ToolMissing {
+            tool: tool.clone(),
+            declared_by,
+        })?;
+        tools.insert(tool, path);
+    }
+    let out = args
+        .out
+        .unwrap_or_else(|| PathBuf::from("agentix-bundle").join(&bin));
+    let spec = BundleSpec {
+        binary,
+        name: bin,
+        version: facts.version,
+        target: cargo_package::host_target()?,
+        tools,
+        out: cargo_package::absolute(&out),
+    };
+    let bundle = assemble(&spec, &mut |step| eprintln!("{step}"))?;
+    println!(
+        "{}: {} files, {:.1} MiB, digest sha256:{}",
+        bundle.dir.display(),
+        bundle.manifest.files.len(),
+        bundle.size as f64 / (1 << 20) as f64,
+        bundle.manifest.digest()
+    );
+    Ok(())
+}
