@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use agentix_actors::log_record::LogRecord;
 
+use crate::container_settings::ContainerSettings;
 use crate::log_replay::LogTap;
 
 /// The host variables a local sandbox starts with, if the host has them
@@ -43,6 +44,8 @@ pub struct SandboxConfig {
     /// Sees every record the sandbox logs or prints, besides the replay
     /// into the host's logging.
     pub log_tap: Option<LogTap>,
+    /// The container, for providers that make one (`DockerProvider`).
+    pub container: ContainerSettings,
     /// The directory the files plugin keeps every path beneath; `None`
     /// (the default) is the sandbox's own directory. `Some("/")` opens the
     /// whole filesystem to it.
@@ -82,7 +85,14 @@ impl SandboxConfig {
             pass_env: Vec::new(),
             call_timeout: None,
             files_root: None,
+            container: ContainerSettings::default(),
         }
+    }
+
+    /// Runs the sandbox in a container of `image` (for container providers).
+    pub fn image(mut self, image: impl Into<String>) -> Self {
+        self.container.image = Some(image.into());
+        self
     }
 
     /// Keeps the files plugin's paths beneath `dir` instead of the

@@ -5,6 +5,8 @@
 //! - [`provider`]: the [`Provider`] trait and [`ProviderError`].
 //! - [`sandbox_resources`]: [`SandboxResources`], how a provider deletes a sandbox.
 //! - [`sandbox_registry`]: [`SandboxRegistry`], a provider's live sandboxes.
+//! - [`secret`]: random sandbox ids and tokens.
+//! - [`container_settings`]: what a container provider makes of a sandbox.
 //! - [`local`]: [`LocalProvider`], the embedded default (local child processes).
 //! - [`keeper`]: the thread that starts, watches and reaps local server processes.
 //! - [`sandbox`]: [`Sandbox`], the handle user code calls through.
@@ -24,6 +26,7 @@
 pub mod call;
 pub mod config;
 pub mod connection;
+pub mod container_settings;
 mod health;
 pub mod keeper;
 pub mod local;
@@ -34,6 +37,7 @@ pub mod provider;
 pub mod sandbox;
 pub mod sandbox_registry;
 pub mod sandbox_resources;
+pub mod secret;
 mod side_listener;
 pub mod sio;
 pub mod stream;
@@ -41,6 +45,7 @@ pub mod trace_replay;
 
 pub use call::Call;
 pub use config::{SandboxConfig, BASE_ENV};
+pub use container_settings::{ContainerMount, ContainerSettings};
 pub use local::LocalProvider;
 pub use log_replay::LogTap;
 pub use logging::configure_logging;

@@ -25,6 +25,7 @@ use crate::provider::{Provider, ProviderError};
 use crate::sandbox::Sandbox;
 use crate::sandbox_registry::{SandboxInfo, SandboxRegistry};
 use crate::sandbox_resources::SandboxResources;
+use crate::secret::random_hex;
 
 /// How long a stopping server may take before its process group is killed:
 /// the server's default shutdown grace plus time to stop the worker.
@@ -268,17 +269,6 @@ fn bad_bundle(path: &Path, reason: &str) -> ProviderError {
 
 fn io_error(what: String, source: std::io::Error) -> ProviderError {
     ProviderError::Io { what, source }
-}
-
-/// `bytes` random bytes from the kernel, hex-encoded.
-fn random_hex(bytes: usize) -> String {
-    let mut buf = vec![0u8; bytes];
-    let read = std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut buf));
-    if let Err(e) = read {
-        // No kernel randomness means no safe token: refuse to go on.
-        panic!("cannot read /dev/urandom for a sandbox token: {e}");
-    }
-    buf.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// The host variables a sandbox gets: [`crate::config::BASE_ENV`], every

@@ -37,9 +37,9 @@ pub use agentix_actors::trace;
 pub use agentix_actors::wire::Window;
 pub use agentix_actors::wire::ENV_FILES_ROOT;
 pub use agentix_host::{
-    configure_logging, Call, CallStream, ClientNamespace, HostNamespace, LocalProvider, LogTap,
-    Provider, ProviderError, Sandbox, SandboxConfig, SandboxInfo, SandboxRegistry,
-    SandboxResources, StreamCall, BASE_ENV,
+    configure_logging, secret::random_hex, Call, CallStream, ClientNamespace, ContainerMount,
+    ContainerSettings, HostNamespace, LocalProvider, LogTap, Provider, ProviderError, Sandbox,
+    SandboxConfig, SandboxInfo, SandboxRegistry, SandboxResources, StreamCall, BASE_ENV,
 };
 pub use agentix_macros::remote;
 pub use futures_util::{stream, Stream, StreamExt};

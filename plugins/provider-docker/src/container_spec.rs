@@ -1,0 +1,127 @@
+//! The engine's create request for a sandbox: image, the bundle mounted
+//! read-only, the server's command line, limits, labels, and the server's
+//! port published on 127.0.0.1 only.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use agentix::{ProviderError, SandboxConfig};
+use bollard::models::{ContainerCreateBody, HostConfig, PortBinding};
+
+use crate::{owner_label, LABEL_OWNER, LABEL_SANDBOX};
+
+/// Where the bundle is mounted inside the container.
+pub const BUNDLE_MOUNT: &str = "/agentix";
+/// The port the server listens on inside the container.
+pub const SERVER_PORT: u16 = 7000;
+
+/// The bundle's entry program (from its `bundle.json`), relative to the bundle.
+pub fn bundle_entry(bundle: &Path) -> Result<String, ProviderError> {
+    let bad = |reason: String| ProviderError::BadBundle {
+        path: bundle.display().to_string(),
+        reason,
+    };
+    let manifest = std::fs::read(bundle.join("bundle.json")).map_err(|e| {
+        bad(format!(
+            "it holds no readable bundle.json ({e}); a container needs a bundle directory: \
+             make one with `agentix build`"
+        ))
+    })?;
+    let manifest: serde_json::Value = serde_json::from_slice(&manifest)
+        .map_err(|e| bad(format!("its bundle.json is not JSON: {e}")))?;
+    if manifest["abi"] != 1 {
+        return Err(bad(format!(
+            "its bundle.json has abi {}, this provider knows abi 1",
+            manifest["abi"]
+        )));
+    }
+    let arch = std::env::consts::ARCH;
+    let target = manifest["target"].as_str().unwrap_or_default();
+    if !target.starts_with(arch) {
+        return Err(bad(format!(
+            "it was built for {target}, and this engine's machine is {arch}"
+        )));
+    }
+    manifest["entry"]
+        .as_str()
+        .map(str::to_owned)
+        .ok_or_else(|| bad("its bundle.json names no entry".into()))
+}
+
+/// The create request for sandbox `id` from `config`.
+pub fn create_body(
+    id: &str,
+    entry: &str,
+    config: &SandboxConfig,
+) -> Result<ContainerCreateBody, ProviderError> {
+    let settings = &config.container;
+    let image = settings
+        .image
+        .clone()
+        .ok_or_else(|| ProviderError::BadBundle {
+            path: config.bundle.display().to_string(),
+            reason: "no image is configured: a container needs one (SandboxConfig::image)".into(),
+        })?;
+    let bundle = std::fs::canonicalize(&config.bundle).map_err(|e| ProviderError::Io {
+        what: format!("cannot resolve the bundle {}", config.bundle.display()),
+        source: e,
+    })?;
+    let mut cmd = vec![
+        format!("{BUNDLE_MOUNT}/{entry}"),
+        "serve".into(),
+        "--host".into(),
+        "0.0.0.0".into(),
+        "--port".into(),
+        SERVER_PORT.to_string(),
+        "--token-stdin".into(),
+        "--max-message-bytes".into(),
+        config.max_message_bytes.to_string(),
+    ];
+    cmd.extend(config.server_args.iter().cloned());
+    let mut env = vec![
+        format!("PATH={BUNDLE_MOUNT}/bin:/usr/local/bin:/usr/bin:/bin"),
+        "HOME=/tmp".into(),
+    ];
+    env.extend(config.env.iter().map(|(k, v)| format!("{k}={v}")));
+    let mut binds = vec![format!("{}:{BUNDLE_MOUNT}:ro", bundle.display())];
+    for mount in &settings.mounts {
+        let mode = if mount.read_only { "ro" } else { "rw" };
+        binds.push(format!(
+            "{}:{}:{mode}",
+            mount.host.display(),
+            mount.container
+        ));
+    }
+    let port = format!("{SERVER_PORT}/tcp");
+    let published = PortBinding {
+        host_ip: Some("127.0.0.1".into()),
+        host_port: Some(String::new()),
+    };
+    let host_config = HostConfig {
+        binds: Some(binds),
+        port_bindings: Some(HashMap::from([(port.clone(), Some(vec![published]))])),
+        nano_cpus: settings.cpus.map(|c| (c * 1e9) as i64),
+        memory: settings.memory_bytes,
+        pids_limit: settings.pids_limit,
+        ..Default::default()
+    };
+    Ok(ContainerCreateBody {
+        image: Some(image),
+        cmd: Some(cmd),
+        env: Some(env),
+        user: settings.user.clone(),
+        working_dir: settings.workdir.clone(),
+        exposed_ports: Some(HashMap::from([(port, HashMap::new())])),
+        open_stdin: Some(true),
+        stdin_once: Some(true),
+        attach_stdin: Some(true),
+        attach_stdout: Some(true),
+        attach_stderr: Some(true),
+        labels: Some(HashMap::from([
+            (LABEL_SANDBOX.to_owned(), id.to_owned()),
+            (LABEL_OWNER.to_owned(), owner_label()),
+        ])),
+        host_config: Some(host_config),
+        ..Default::default()
+    })
+}

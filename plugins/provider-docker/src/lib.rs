@@ -1,0 +1,162 @@
+//! [`DockerProvider`]: sandboxes as containers of a Docker engine.
+//!
+//! A sandbox is a container of the config's image with the bundle (a
+//! directory `agentix build` made) mounted read-only at `/agentix`. The
+//! bundle's server runs inside, bound to the container's interface, and is
+//! published on the host's 127.0.0.1 only, on a port the engine picks. The
+//! token reaches it on stdin, so it shows in no command line and no
+//! environment (`docker inspect` included); readiness is the server's own
+//! ready line, read from the attached output. Every container carries the
+//! labels [`LABEL_SANDBOX`] and [`LABEL_OWNER`], so [`DockerProvider::reap`]
+//! can remove what a host that died left behind.
+//!
+//! Layout: [`container_spec`] turns a `SandboxConfig` into the engine's
+//! create request; [`container`] is one sandbox's container as the
+//! `Sandbox` handle sees it; this file is the provider.
+
+pub mod container;
+pub mod container_spec;
+
+use std::sync::Arc;
+
+use agentix::{Provider, ProviderError, Sandbox, SandboxConfig, SandboxInfo, SandboxRegistry};
+use bollard::query_parameters::{ListContainersOptions, RemoveContainerOptions};
+use bollard::Docker;
+use futures_util::future::BoxFuture;
+
+use crate::container::Container;
+
+/// Label naming the sandbox a container belongs to.
+pub const LABEL_SANDBOX: &str = "agentix.sandbox";
+/// Label naming the host process that owns a container (`<pid>@<boot id>`).
+pub const LABEL_OWNER: &str = "agentix.owner";
+
+/// Runs sandboxes as containers of one Docker engine.
+#[derive(Clone)]
+pub struct DockerProvider {
+    docker: Docker,
+    sandboxes: SandboxRegistry,
+}
+
+impl DockerProvider {
+    /// A provider for the engine `DOCKER_HOST` names, or the local one.
+    pub fn connect() -> Result<Self, ProviderError> {
+        let docker = Docker::connect_with_defaults().map_err(|e| unreachable(&e))?;
+        Ok(DockerProvider {
+            docker,
+            sandboxes: SandboxRegistry::new(),
+        })
+    }
+
+    /// The engine client, for what this provider does not cover.
+    pub fn docker(&self) -> &Docker {
+        &self.docker
+    }
+
+    /// Removes every container an Agentix host left behind whose owner
+    /// process is gone, on this machine; returns how many.
+    pub async fn reap(&self) -> Result<usize, ProviderError> {
+        let owners = self.list_labelled(LABEL_OWNER).await?;
+        let mut removed = 0;
+        for (id, owner) in owners {
+            if !owner_alive(&owner) {
+                let options = RemoveContainerOptions {
+                    force: true,
+                    ..Default::default()
+                };
+                if self
+                    .docker
+                    .remove_container(&id, Some(options))
+                    .await
+                    .is_ok()
+                {
+                    removed += 1;
+                }
+            }
+        }
+        Ok(removed)
+    }
+
+    /// Containers carrying `label`, with the label's value.
+    async fn list_labelled(&self, label: &str) -> Result<Vec<(String, String)>, ProviderError> {
+        let options = ListContainersOptions {
+            all: true,
+            filters: Some([("label".to_owned(), vec![label.to_owned()])].into()),
+            ..Default::default()
+        };
+        let list = self
+            .docker
+            .list_containers(Some(options))
+            .await
+            .map_err(|e| unreachable(&e))?;
+        Ok(list
+            .into_iter()
+            .filter_map(|c| {
+                let value = c.labels?.get(label)?.clone();
+                Some((c.id?, value))
+            })
+            .collect())
+    }
+}
+
+impl Provider for DockerProvider {
+    fn create(&self, config: SandboxConfig) -> BoxFuture<'_, Result<Sandbox, ProviderError>> {
+        Box::pin(async move {
+            let id = format!("docker-{}", agentix::random_hex(8));
+            let token = agentix::random_hex(32);
+            let (container, addr) = Container::start(&self.docker, &id, &token, &config).await?;
+            let lifetime = config.container.lifetime;
+            let container = Arc::new(container);
+            if let Some(lifetime) = lifetime {
+                container.delete_after(lifetime);
+            }
+            let sandbox = Sandbox::from_parts(id, addr, token, config, container);
+            self.sandboxes.add(&sandbox);
+            Ok(sandbox)
+        })
+    }
+
+    fn list(&self) -> Vec<SandboxInfo> {
+        self.sandboxes.list()
+    }
+
+    fn get(&self, id: &str) -> Option<Sandbox> {
+        self.sandboxes.get(id, SandboxConfig::new(""))
+    }
+
+    fn delete<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<(), ProviderError>> {
+        Box::pin(async move {
+            match self.sandboxes.delete(id).await {
+                true => Ok(()),
+                false => Err(ProviderError::NotFound { id: id.to_owned() }),
+            }
+        })
+    }
+}
+
+/// This host process, as the owner label names it.
+pub(crate) fn owner_label() -> String {
+    format!("{}@{}", std::process::id(), boot_id())
+}
+
+fn boot_id() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .map(|s| s.trim().to_owned())
+        .unwrap_or_default()
+}
+
+/// Whether the host process `owner` names still runs (an owner from
+/// another boot does not).
+fn owner_alive(owner: &str) -> bool {
+    let Some((pid, boot)) = owner.split_once('@') else {
+        return false;
+    };
+    boot == boot_id() && std::path::Path::new(&format!("/proc/{pid}")).exists()
+}
+
+pub(crate) fn unreachable(e: &bollard::errors::Error) -> ProviderError {
+    ProviderError::Backend {
+        what: "the Docker engine cannot be reached (is it running? DOCKER_HOST?)".into(),
+        reason: e.to_string(),
+    }
+}
