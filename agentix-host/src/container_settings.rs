@@ -23,6 +23,10 @@ pub struct ContainerSettings {
     pub mounts: Vec<ContainerMount>,
     /// Deleted after this long even if its handle lives.
     pub lifetime: Option<Duration>,
+    /// The server stops once no host has been connected for this long, so
+    /// a host that dies leaves no container running for longer (`None`:
+    /// the provider's default, 5 minutes for `DockerProvider`).
+    pub idle_exit: Option<Duration>,
 }
 
 /// A host directory mounted into a sandbox's container.

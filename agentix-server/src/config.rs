@@ -47,6 +47,10 @@ pub struct ServerConfig {
     pub ping_interval: Duration,
     /// How long a host may take to answer a ping before it counts as gone.
     pub ping_timeout: Duration,
+    /// Shut down once no host has been connected for this long (a host
+    /// that died without deleting its sandbox leaves nothing running for
+    /// long); `None`, the default, never.
+    pub idle_exit: Option<Duration>,
 }
 
 impl Default for ServerConfig {
@@ -66,6 +70,7 @@ impl Default for ServerConfig {
             shutdown_grace: Duration::from_secs(5),
             ping_interval: Duration::from_secs(25),
             ping_timeout: Duration::from_secs(20),
+            idle_exit: None,
         }
     }
 }
@@ -73,7 +78,7 @@ impl Default for ServerConfig {
 impl ServerConfig {
     /// Parses `--host A --port N --max-message-bytes N --cleanup-dir D
     /// --shutdown-grace-ms N --ping-interval-ms N --ping-timeout-ms N
-    /// --max-restarts N --restart-window-ms N
+    /// --max-restarts N --restart-window-ms N --idle-exit-ms N
     /// --token-stdin --insecure-no-auth --worker CMD [ARGS..]`; the token
     /// comes from `AGENTIX_TOKEN`, or from the first line of standard input
     /// with `--token-stdin` (which keeps it out of `/proc/<pid>/environ`).
@@ -115,6 +120,10 @@ impl ServerConfig {
                     config.max_restarts = value("--max-restarts")?
                         .parse()
                         .map_err(|e| format!("--max-restarts: {e}"))?
+                }
+                "--idle-exit-ms" => {
+                    let ms: u64 = value(&flag)?.parse().map_err(|e| format!("{flag}: {e}"))?;
+                    config.idle_exit = Some(Duration::from_millis(ms));
                 }
                 "--shutdown-grace-ms"
                 | "--ping-interval-ms"

@@ -178,6 +178,9 @@ async fn serve(config: ServerConfig) -> i32 {
     tokio::select! {
         _ = sigterm.recv() => tracing::info!("SIGTERM: shutting down"),
         _ = sigint.recv() => tracing::info!("SIGINT: shutting down"),
+        idle = no_host_for(&io, config.idle_exit) => {
+            tracing::info!("no host connected for {idle:?}: shutting down")
+        }
     }
     accept.abort();
     let _ = supervisor.send(BeginDrain).await;
@@ -191,6 +194,27 @@ async fn serve(config: ServerConfig) -> i32 {
 }
 
 /// Returns once no call is in flight, or after `grace`.
+/// Resolves once no host has had `/rpc` open for `limit` (checked every
+/// second); never without a limit.
+async fn no_host_for(io: &SocketIo, limit: Option<Duration>) -> Duration {
+    let Some(limit) = limit else {
+        return std::future::pending().await;
+    };
+    let check = Duration::from_secs(1).min(limit);
+    let mut idle_since = tokio::time::Instant::now();
+    loop {
+        tokio::time::sleep(check).await;
+        let hosts = io
+            .of(agentix_actors::wire::RPC_NAMESPACE)
+            .map_or(0, |ns| ns.sockets().len());
+        if hosts > 0 {
+            idle_since = tokio::time::Instant::now();
+        } else if idle_since.elapsed() >= limit {
+            return limit;
+        }
+    }
+}
+
 async fn drained(supervisor: &Addr<WorkerSupervisor>, grace: Duration) {
     let start = Instant::now();
     loop {

@@ -130,3 +130,43 @@ async fn a_missing_image_and_a_plain_binary_are_clear_errors() {
     );
     let _ = std::fs::remove_dir_all(bundle);
 }
+
+#[tokio::test]
+async fn an_abandoned_container_stops_by_itself_and_is_reaped() {
+    let provider = DockerProvider::connect().expect("a Docker engine");
+    empty_image(provider.docker()).await;
+    let bundle = bundle_dir("abandoned");
+    let mut config = SandboxConfig::new(&bundle).image(EMPTY_IMAGE);
+    config.container.idle_exit = Some(std::time::Duration::from_secs(1));
+    let sb = provider.create(config).await.unwrap();
+    let id = sb.id().to_owned();
+    // As if its host died: the handle never deletes it, no host connects.
+    std::mem::forget(sb);
+    let running = |docker: bollard::Docker, id: String| async move {
+        let options = ListContainersOptions {
+            filters: Some([("label".to_owned(), vec![format!("{LABEL_SANDBOX}={id}")])].into()),
+            ..Default::default()
+        };
+        docker.list_containers(Some(options)).await.unwrap().len()
+    };
+    let started = std::time::Instant::now();
+    while running(provider.docker().clone(), id.clone()).await > 0 {
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(30),
+            "the server did not stop on its idle exit"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    assert_eq!(
+        containers_of(provider.docker(), &id).await,
+        1,
+        "stopped, not yet removed"
+    );
+    assert!(provider.reap().await.unwrap() >= 1);
+    assert_eq!(
+        containers_of(provider.docker(), &id).await,
+        0,
+        "reap removed it"
+    );
+    let _ = std::fs::remove_dir_all(bundle);
+}

@@ -14,6 +14,9 @@ use crate::{owner_label, LABEL_OWNER, LABEL_SANDBOX};
 pub const BUNDLE_MOUNT: &str = "/agentix";
 /// The port the server listens on inside the container.
 pub const SERVER_PORT: u16 = 7000;
+/// How long a container's server waits for a host before it stops, unless
+/// the config says otherwise.
+pub const DEFAULT_IDLE_EXIT: std::time::Duration = std::time::Duration::from_secs(300);
 
 /// The bundle's entry program (from its `bundle.json`), relative to the bundle.
 pub fn bundle_entry(bundle: &Path) -> Result<String, ProviderError> {
@@ -76,6 +79,12 @@ pub fn create_body(
         "--token-stdin".into(),
         "--max-message-bytes".into(),
         config.max_message_bytes.to_string(),
+        "--idle-exit-ms".into(),
+        settings
+            .idle_exit
+            .unwrap_or(DEFAULT_IDLE_EXIT)
+            .as_millis()
+            .to_string(),
     ];
     cmd.extend(config.server_args.iter().cloned());
     let mut env = vec![

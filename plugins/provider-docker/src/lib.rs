@@ -53,13 +53,14 @@ impl DockerProvider {
         &self.docker
     }
 
-    /// Removes every container an Agentix host left behind whose owner
-    /// process is gone, on this machine; returns how many.
+    /// Removes the containers Agentix hosts left behind: those whose owner
+    /// process is gone, and those whose server has stopped (by its idle
+    /// exit, or a crash); returns how many.
     pub async fn reap(&self) -> Result<usize, ProviderError> {
         let owners = self.list_labelled(LABEL_OWNER).await?;
         let mut removed = 0;
-        for (id, owner) in owners {
-            if !owner_alive(&owner) {
+        for (id, owner, running) in owners {
+            if !running || !owner_alive(&owner) {
                 let options = RemoveContainerOptions {
                     force: true,
                     ..Default::default()
@@ -77,8 +78,12 @@ impl DockerProvider {
         Ok(removed)
     }
 
-    /// Containers carrying `label`, with the label's value.
-    async fn list_labelled(&self, label: &str) -> Result<Vec<(String, String)>, ProviderError> {
+    /// Containers carrying `label`, with the label's value and whether
+    /// they run.
+    async fn list_labelled(
+        &self,
+        label: &str,
+    ) -> Result<Vec<(String, String, bool)>, ProviderError> {
         let options = ListContainersOptions {
             all: true,
             filters: Some([("label".to_owned(), vec![label.to_owned()])].into()),
@@ -92,8 +97,11 @@ impl DockerProvider {
         Ok(list
             .into_iter()
             .filter_map(|c| {
+                let running = c.state.as_ref().is_some_and(|s| {
+                    matches!(s, bollard::models::ContainerSummaryStateEnum::RUNNING)
+                });
                 let value = c.labels?.get(label)?.clone();
-                Some((c.id?, value))
+                Some((c.id?, value, running))
             })
             .collect())
     }
