@@ -2,7 +2,8 @@
 //!
 //! Layout:
 //! - [`config`]: [`SandboxConfig`], what a sandbox is made of.
-//! - [`provider`]: the [`Provider`] trait and [`ProviderError`].
+//! - [`provider`]: the [`Provider`] trait and [`ProviderError`];
+//!   [`provider_registry`]: providers by name.
 //! - [`sandbox_resources`]: [`SandboxResources`], how a provider deletes a sandbox.
 //! - [`sandbox_registry`]: [`SandboxRegistry`], a provider's live sandboxes.
 //! - [`secret`]: random sandbox ids and tokens.
@@ -34,6 +35,7 @@ pub mod log_replay;
 pub mod logging;
 pub mod namespace;
 pub mod provider;
+pub mod provider_registry;
 pub mod sandbox;
 pub mod sandbox_registry;
 pub mod sandbox_resources;
@@ -51,6 +53,7 @@ pub use log_replay::LogTap;
 pub use logging::configure_logging;
 pub use namespace::{ClientNamespace, HostNamespace};
 pub use provider::{Provider, ProviderError};
+pub use provider_registry::{provider, provider_names, ProviderFactory};
 pub use sandbox::Sandbox;
 pub use sandbox_registry::{SandboxInfo, SandboxRegistry};
 pub use sandbox_resources::SandboxResources;

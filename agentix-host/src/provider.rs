@@ -31,6 +31,24 @@ pub enum ProviderError {
         /// The last lines the server printed.
         output: String,
     },
+    /// No linked provider has that name.
+    #[error("no provider is named `{name}` (linked: {known}); a provider crate is linked with agentix::link_plugins!")]
+    UnknownProvider {
+        /// The name asked for.
+        name: String,
+        /// The names there are.
+        known: String,
+    },
+    /// Two linked providers registered one name.
+    #[error("two providers are named `{name}`: one from {first}, one from {second}")]
+    DuplicateProvider {
+        /// The name.
+        name: String,
+        /// Where the first was registered.
+        first: &'static str,
+        /// Where the second was.
+        second: &'static str,
+    },
     /// The provider has no live sandbox of that id.
     #[error("no sandbox `{id}` is running here")]
     NotFound {

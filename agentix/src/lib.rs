@@ -37,9 +37,10 @@ pub use agentix_actors::trace;
 pub use agentix_actors::wire::Window;
 pub use agentix_actors::wire::ENV_FILES_ROOT;
 pub use agentix_host::{
-    configure_logging, secret::random_hex, Call, CallStream, ClientNamespace, ContainerMount,
-    ContainerSettings, HostNamespace, LocalProvider, LogTap, Provider, ProviderError, Sandbox,
-    SandboxConfig, SandboxInfo, SandboxRegistry, SandboxResources, StreamCall, BASE_ENV,
+    configure_logging, provider, provider_names, secret::random_hex, Call, CallStream,
+    ClientNamespace, ContainerMount, ContainerSettings, HostNamespace, LocalProvider, LogTap,
+    Provider, ProviderError, Sandbox, SandboxConfig, SandboxInfo, SandboxRegistry,
+    SandboxResources, StreamCall, BASE_ENV,
 };
 pub use agentix_macros::remote;
 pub use futures_util::{stream, Stream, StreamExt};
@@ -62,7 +63,25 @@ pub mod __private {
     pub use agentix_actors::registry::{Invoke, RemoteFn};
     pub use agentix_actors::remote::Fallible;
     pub use agentix_actors::worker_start::WorkerStart;
+    pub use agentix_host::ProviderFactory;
     pub use inventory;
+}
+
+/// Registers a provider under `name` for [`provider`]: `make` is a
+/// `fn() -> Result<Box<dyn Provider>, ProviderError>` that configures it
+/// from environment variables. Put it in the provider crate's root module
+/// (which `link_plugins!` links).
+#[macro_export]
+macro_rules! register_provider {
+    ($name:expr, $make:path) => {
+        $crate::__private::inventory::submit! {
+            $crate::__private::ProviderFactory {
+                name: $name,
+                registered_by: module_path!(),
+                make: $make,
+            }
+        }
+    };
 }
 
 /// Inside a sandbox: its private directory for state that must outlive a

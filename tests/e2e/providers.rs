@@ -227,3 +227,27 @@ async fn every_provider_creates_lists_gets_and_deletes_by_id() {
         .await;
     }
 }
+
+#[tokio::test]
+async fn providers_are_found_by_name_and_an_unknown_name_lists_the_known_ones() {
+    agentix::link_plugins!(agentix_provider_docker);
+    assert_eq!(agentix::provider_names(), ["docker", "local"]);
+    let local = agentix::provider("local").unwrap();
+    let sb = local
+        .session(SandboxConfig::new(bundle_path()))
+        .await
+        .unwrap();
+    assert_eq!(sb.remote(agentix_e2e::add, (20, 22)).await.unwrap(), 42);
+    assert!(
+        agentix::provider("docker").is_ok(),
+        "the engine answers here"
+    );
+    match agentix::provider("nope") {
+        Err(e @ ProviderError::UnknownProvider { .. }) => {
+            let e = e.to_string();
+            assert!(e.contains("`nope`") && e.contains("docker, local"), "{e}");
+        }
+        Err(other) => panic!("{other}"),
+        Ok(_) => panic!("a provider named nope"),
+    }
+}

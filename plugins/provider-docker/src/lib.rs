@@ -26,6 +26,15 @@ use futures_util::future::BoxFuture;
 
 use crate::container::Container;
 
+agentix::plugin_crate!();
+
+fn from_env() -> Result<Box<dyn Provider>, ProviderError> {
+    Ok(Box::new(DockerProvider::connect()?))
+}
+
+// `agentix::provider("docker")`, configured by DOCKER_HOST like the docker CLI.
+agentix::register_provider!("docker", from_env);
+
 /// Label naming the sandbox a container belongs to.
 pub const LABEL_SANDBOX: &str = "agentix.sandbox";
 /// Label naming the host process that owns a container (`<pid>@<boot id>`).
