@@ -6,7 +6,8 @@
 //!
 //! Layout:
 //! - [`config`]: command-line flags and environment.
-//! - [`worker_process`]: starting the worker with its frame pipes, capturing its output.
+//! - [`worker_process`]: starting the worker with its frame pipes, capturing its output;
+//!   [`oom_kills`] tells an OOM kill from another SIGKILL.
 //! - [`auth`]: the sandbox token check and the connect middleware applying it.
 //! - [`emit`]: one event to one host, waiting rather than dropping.
 //! - [`raw_event`]: an event's JSON and binary frames, undecoded.
@@ -29,6 +30,7 @@ pub mod config;
 pub mod emit;
 pub mod forwarder;
 pub mod http;
+pub mod oom_kills;
 pub mod raw_event;
 pub mod rpc;
 pub mod server;

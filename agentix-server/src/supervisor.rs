@@ -26,6 +26,7 @@ use tokio::sync::mpsc;
 use crate::calls::{CallTable, Cancelled, Delivery, NewCall, Origin, PartDelivery};
 use crate::config::ServerConfig;
 use crate::forwarder::{NamespaceForwarder, ToHosts};
+use crate::oom_kills::oom_kills;
 use crate::side_relay::SideRelay;
 use crate::worker_process::{self, OutputTail};
 
@@ -321,11 +322,17 @@ impl WorkerSupervisor {
         let me = ctx.address();
         let mut child = proc.child;
         let drained = proc.output_drained;
+        let oom_before = oom_kills();
         actix::spawn(async move {
-            let status = match child.wait().await {
+            let mut status = match child.wait().await {
                 Ok(status) => process::describe_exit(status),
                 Err(e) => format!("lost track of the worker: {e}"),
             };
+            if oom_kills() > oom_before {
+                status.push_str(
+                    " by the kernel's OOM killer: the sandbox ran out of memory (its memory limit)",
+                );
+            }
             // Let the last lines of output reach the tail, but do not wait on
             // grandchildren that keep the pipes open.
             let _ = tokio::time::timeout(Duration::from_millis(200), drained).await;

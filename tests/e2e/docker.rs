@@ -170,3 +170,106 @@ async fn an_abandoned_container_stops_by_itself_and_is_reaped() {
     );
     let _ = std::fs::remove_dir_all(bundle);
 }
+
+#[tokio::test]
+async fn files_logs_plugins_cancel_kills_and_oom_work_in_a_container() {
+    use agentix::{ClientNamespace, ErrorKind};
+    use std::sync::{Arc, Mutex};
+    use std::time::Duration;
+    let provider = DockerProvider::connect().expect("a Docker engine");
+    empty_image(provider.docker()).await;
+    let bundle = bundle_dir("all");
+    let lines = Arc::new(Mutex::new(Vec::<String>::new()));
+    let seen = lines.clone();
+    let mut config = SandboxConfig::new(&bundle)
+        .image(EMPTY_IMAGE)
+        .on_log(move |_, record| seen.lock().unwrap().push(record.message.clone()));
+    config.container.memory_bytes = Some(96 << 20);
+    let sb = provider.session(config).await.unwrap();
+    let ns = ClientNamespace::new("/e2e-plugin").request_handler("fetch", |body| async move {
+        Ok::<_, String>(serde_json::json!(body["i"].as_u64().unwrap_or(0) * 2))
+    });
+    sb.register_namespace(ns).unwrap();
+
+    // Files in and out, byte-exact.
+    let bytes: Vec<u8> = (0..(3 << 20)).map(|i| (i % 251) as u8).collect();
+    agentix_files::transfer::upload_bytes(&sb, &bytes, "/tmp/data.bin")
+        .await
+        .unwrap();
+    let back = agentix_files::transfer::download_bytes(&sb, "/tmp/data.bin")
+        .await
+        .unwrap();
+    assert!(back == bytes, "the file came back changed");
+
+    // Logs and output reach the host.
+    assert_eq!(sb.remote(agentix_e2e::chatter, (3, 3, 0)).await.unwrap(), 6);
+    support::wait_until("the container's logs", Duration::from_secs(10), || {
+        lines.lock().unwrap().iter().any(|l| l.contains("line 2"))
+    })
+    .await;
+
+    // A plugin namespace request from inside the container.
+    assert_eq!(
+        sb.remote(agentix_e2e::open_plugin, ()).await.unwrap(),
+        "open"
+    );
+    let replies = sb.remote(agentix_e2e::ask_host, 3u64).await.unwrap();
+    assert_eq!(
+        replies,
+        [
+            serde_json::json!(0),
+            serde_json::json!(2),
+            serde_json::json!(4)
+        ]
+    );
+
+    // A cancelled call stops inside the container.
+    let marker = "/tmp/held".to_string();
+    let held = tokio::time::timeout(
+        Duration::from_millis(500),
+        std::future::IntoFuture::into_future(sb.remote(agentix_e2e::hold, marker.clone())),
+    )
+    .await;
+    assert!(held.is_err(), "hold never returns");
+    let mut dropped = false;
+    for _ in 0..50 {
+        if sb.remote(agentix_files::stat, marker.clone()).await.is_ok() {
+            dropped = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        dropped,
+        "the cancelled call's task was not dropped in the container"
+    );
+
+    // A killed worker is replaced.
+    let pid = sb.remote(agentix_e2e::worker_pid, ()).await.unwrap();
+    let kill = format!("kill -9 {pid}");
+    let _ = sb
+        .remote(agentix_bash::run, (kill, BashOptions::new()))
+        .await;
+    let mut new_pid = pid;
+    for _ in 0..100 {
+        if let Ok(p) = sb.remote(agentix_e2e::worker_pid, ()).await {
+            new_pid = p;
+            if p != pid {
+                break;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_ne!(new_pid, pid, "no new worker after a kill");
+
+    // Past the memory limit the worker is OOM-killed, said so, and replaced.
+    let err = sb
+        .remote(agentix_e2e::fill_memory, 400usize)
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind, ErrorKind::WorkerExited, "{err}");
+    assert!(err.message.contains("OOM"), "{err}");
+    assert_eq!(sb.remote(agentix_e2e::add, (1, 2)).await.unwrap(), 3);
+    drop(sb);
+    let _ = std::fs::remove_dir_all(bundle);
+}

@@ -246,6 +246,17 @@ pub async fn crash(how: String) -> u32 {
     }
 }
 
+/// Allocates `mib` MiB and touches every page (past a container's memory
+/// limit, the kernel's OOM killer ends the worker).
+#[agentix::remote]
+pub async fn fill_memory(mib: usize) -> usize {
+    let mut filled = vec![0u8; mib << 20];
+    for page in filled.chunks_mut(4096) {
+        page[0] = 1;
+    }
+    std::hint::black_box(&filled).len()
+}
+
 // ---- logs -------------------------------------------------------------------
 
 /// Logs `logs` tracing records (`seq` = 0..), prints `lines` stdout lines

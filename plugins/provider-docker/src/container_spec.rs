@@ -111,6 +111,8 @@ pub fn create_body(
         port_bindings: Some(HashMap::from([(port.clone(), Some(vec![published]))])),
         nano_cpus: settings.cpus.map(|c| (c * 1e9) as i64),
         memory: settings.memory_bytes,
+        // No swap past the limit: a sandbox over it is OOM-killed, not slowed.
+        memory_swap: settings.memory_bytes,
         pids_limit: settings.pids_limit,
         ..Default::default()
     };
