@@ -1,7 +1,7 @@
 //! `cargo run --release -p agentix-bench [-- --json] [--only SECTION,..]`:
 //! measures Agentix on this machine with the embedded local provider.
 //! Sections: boot, echo, inflight, blob, blob64, loaded, stream, cancel, bash, files,
-//! rss, kill, side, ns, faults.
+//! rss, kill, side, ns, faults, docker.
 //!
 //! The binary is its own bundle (it calls `agentix::bundle::dispatch` first),
 //! so the sandbox runs exactly the code measured here. It prints a table; with
@@ -9,6 +9,7 @@
 //! medians or totals over many calls; nothing here asserts a target.
 
 mod bench_fns;
+mod docker;
 mod faults;
 mod plugins;
 mod report;
@@ -96,6 +97,9 @@ async fn run(sections: Sections) -> Report {
     }
     if sections.wants("rss") {
         rss(&sb, &mut report).await;
+    }
+    if sections.wants("docker") {
+        docker::docker(&sb, &mut report).await;
     }
     sb.delete().await;
     if sections.wants("kill") {
@@ -434,7 +438,7 @@ async fn loaded_echo(sb: &Sandbox, report: &mut Report) {
     );
 }
 
-fn median(times: &mut [Duration]) -> Duration {
+pub(crate) fn median(times: &mut [Duration]) -> Duration {
     times.sort();
     times[times.len() / 2]
 }
@@ -443,7 +447,7 @@ pub(crate) fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
 }
 
-fn us(d: Duration) -> f64 {
+pub(crate) fn us(d: Duration) -> f64 {
     d.as_secs_f64() * 1e6
 }
 

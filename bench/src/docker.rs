@@ -1,0 +1,215 @@
+//! The `docker` section: what a container sandbox costs next to the
+//! engine's own floor and next to a local sandbox, measured in one run.
+//! Skipped, saying so, when no engine answers.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use agentix::{Provider, Sandbox, SandboxConfig};
+use agentix_provider_docker::DockerProvider;
+use bollard::models::{ContainerCreateBody, HostConfig};
+use bollard::query_parameters::{
+    CreateImageOptions, RemoveContainerOptions, StartContainerOptions, WaitContainerOptions,
+};
+use futures_util::StreamExt;
+
+use crate::report::Report;
+use crate::{bench_fns, median, ms, rss_kib, us};
+
+const IMAGE: &str = "agentix-bench-empty";
+
+pub(crate) async fn docker(local: &Sandbox, report: &mut Report) {
+    let provider = match DockerProvider::connect() {
+        Ok(p) if p.docker().ping().await.is_ok() => p,
+        _ => {
+            eprintln!("docker: no engine answers; section skipped");
+            return;
+        }
+    };
+    import_empty_image(provider.docker()).await;
+    let bundle = assemble_self();
+    let config = || SandboxConfig::new(&bundle).image(IMAGE);
+
+    let mut boots = Vec::new();
+    for _ in 0..10 {
+        let start = Instant::now();
+        let sb = provider.session(config()).await.expect("container sandbox");
+        sb.remote(bench_fns::echo, "boot".to_string())
+            .await
+            .expect("first call");
+        boots.push(start.elapsed());
+        sb.delete().await;
+    }
+    let mut floor = Vec::new();
+    for _ in 0..10 {
+        floor.push(run_true(provider.docker(), &bundle).await);
+    }
+    report.add(
+        "docker_boot_ms",
+        "container sandbox: create to first call answered, median of 10",
+        "ms",
+        ms(median(&mut boots)),
+    );
+    report.add(
+        "docker_run_floor_ms",
+        "the engine alone: create + start + exit of a container running `true`, median of 10",
+        "ms",
+        ms(median(&mut floor)),
+    );
+
+    let sb = provider.session(config()).await.expect("container sandbox");
+    let (docker_p50, local_p50) = (echo_p50(&sb).await, echo_p50(local).await);
+    report.add(
+        "docker_echo_p50_us",
+        "sequential small echo through the published port, p50",
+        "µs",
+        us(docker_p50),
+    );
+    report.add(
+        "docker_local_echo_p50_us",
+        "the same on a local sandbox, this run",
+        "µs",
+        us(local_p50),
+    );
+    let pids = container_pids(provider.docker(), &sb).await;
+    report.add(
+        "docker_rss_kib",
+        "server + worker RSS inside the container",
+        "KiB",
+        pids.iter().map(|&p| rss_kib(p)).sum(),
+    );
+    sb.delete().await;
+
+    let start = Instant::now();
+    let fleet = futures_util::future::join_all((0..50).map(|i| {
+        let provider = &provider;
+        let config = config();
+        async move {
+            let sb = provider.create(config).await.expect("fleet sandbox");
+            let n = sb
+                .remote(bench_fns::add_one, i as u64)
+                .await
+                .expect("fleet call");
+            sb.delete().await;
+            n
+        }
+    }))
+    .await;
+    assert_eq!(fleet.len(), 50);
+    report.add(
+        "docker_fleet_50_s",
+        "50 container sandboxes created at once, one call each, all deleted",
+        "s",
+        start.elapsed().as_secs_f64(),
+    );
+    report.add(
+        "docker_fleet_left",
+        "containers left after the fleet (must be 0)",
+        "containers",
+        provider.list().len() as f64,
+    );
+    let _ = std::fs::remove_dir_all(bundle);
+}
+
+async fn echo_p50(sb: &Sandbox) -> Duration {
+    for _ in 0..100 {
+        sb.remote(bench_fns::echo, "warm".to_string())
+            .await
+            .expect("echo");
+    }
+    let mut times = Vec::with_capacity(1000);
+    for _ in 0..1000 {
+        let t = Instant::now();
+        sb.remote(bench_fns::echo, "hello".to_string())
+            .await
+            .expect("echo");
+        times.push(t.elapsed());
+    }
+    median(&mut times)
+}
+
+/// An image with nothing in it (an empty tar archive, imported).
+async fn import_empty_image(docker: &bollard::Docker) {
+    let options = CreateImageOptions {
+        from_src: Some("-".into()),
+        repo: Some(IMAGE.into()),
+        tag: Some("latest".into()),
+        ..Default::default()
+    };
+    let tar = bollard::body_full(vec![0u8; 1024].into());
+    let mut progress = docker.create_image(Some(options), Some(tar), None);
+    while let Some(step) = progress.next().await {
+        step.expect("the empty image imports");
+    }
+}
+
+/// This very program as a bundle, with bash (it is its own bundle).
+fn assemble_self() -> std::path::PathBuf {
+    let out = std::env::temp_dir().join(format!("agentix-bench-bundle-{}", std::process::id()));
+    let bash = agentix_cli::cargo_package::find_on_path("bash").expect("bash on PATH");
+    let spec = agentix_cli::BundleSpec {
+        binary: std::env::current_exe().expect("own path"),
+        name: "agentix-bench".into(),
+        version: env!("CARGO_PKG_VERSION").into(),
+        target: agentix_cli::cargo_package::host_target().expect("rustc"),
+        tools: BTreeMap::from([("bash".to_owned(), bash)]),
+        out: out.clone(),
+    };
+    agentix_cli::assemble(&spec, &mut |_| {}).expect("the bench bundle assembles");
+    out
+}
+
+/// The engine's own cost: create, start and wait for a container that
+/// runs `bash -c true` from the same bundle in the same image.
+async fn run_true(docker: &bollard::Docker, bundle: &std::path::Path) -> Duration {
+    let start = Instant::now();
+    let body = ContainerCreateBody {
+        image: Some(IMAGE.into()),
+        cmd: Some(vec!["/agentix/bin/bash".into(), "-c".into(), "true".into()]),
+        host_config: Some(HostConfig {
+            binds: Some(vec![format!("{}:/agentix:ro", bundle.display())]),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let id = docker
+        .create_container(
+            None::<bollard::query_parameters::CreateContainerOptions>,
+            body,
+        )
+        .await
+        .expect("create")
+        .id;
+    docker
+        .start_container(&id, None::<StartContainerOptions>)
+        .await
+        .expect("start");
+    let mut wait = docker.wait_container(&id, None::<WaitContainerOptions>);
+    while wait.next().await.is_some() {}
+    let took = start.elapsed();
+    let options = RemoveContainerOptions {
+        force: true,
+        ..Default::default()
+    };
+    let _ = docker.remove_container(&id, Some(options)).await;
+    took
+}
+
+/// Host pids of the processes in `sb`'s container.
+async fn container_pids(docker: &bollard::Docker, sb: &Sandbox) -> Vec<u32> {
+    let name = format!("agentix-{}", sb.id());
+    let top = docker
+        .top_processes(&name, None::<bollard::query_parameters::TopOptions>)
+        .await;
+    let Ok(top) = top else { return Vec::new() };
+    let pid_column = top
+        .titles
+        .as_ref()
+        .and_then(|t| t.iter().position(|c| c == "PID"))
+        .unwrap_or(1);
+    top.processes
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|p| p.get(pid_column)?.parse().ok())
+        .collect()
+}
