@@ -1,5 +1,7 @@
 //! The remote functions of the hello example, linked by host and bundle alike.
 
+agentix::plugin_crate!();
+
 use serde::{Deserialize, Serialize};
 
 /// What [`run`] returns.
