@@ -13,10 +13,11 @@
 //! crates declare; [`library_closure`] finds what each program loads;
 //! [`elf_patch`] rewrites programs and reads back what they need;
 //! [`manifest`] describes and digests the result; [`assemble`] puts it
-//! together and verifies it.
+//! together and verifies it; [`bundle_image`] loads it into an engine.
 
 pub mod assemble;
 pub mod build_error;
+pub mod bundle_image;
 pub mod cargo_package;
 pub mod elf_patch;
 pub mod library_closure;

@@ -51,6 +51,11 @@ struct BuildArgs {
     /// An extra system tool to carry, found on PATH (repeatable).
     #[arg(long = "tool")]
     tools: Vec<String>,
+    /// Also load the bundle into the Docker engine (DOCKER_HOST's, or the
+    /// local one) as the image NAME (no registry), for
+    /// ContainerSettings::bundle_image.
+    #[arg(long, value_name = "NAME")]
+    image: Option<String>,
 }
 
 fn main() -> ExitCode {
@@ -116,5 +121,10 @@ fn build(args: BuildArgs) -> Result<(), BuildError> {
         bundle.size as f64 / (1 << 20) as f64,
         bundle.manifest.digest()
     );
+    if let Some(image) = args.image {
+        eprintln!("loading the bundle into the engine as {image}");
+        agentix_cli::bundle_image::load_image(&bundle, &image)?;
+        println!("image {image}");
+    }
     Ok(())
 }

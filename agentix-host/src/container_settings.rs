@@ -9,6 +9,11 @@ use std::time::Duration;
 pub struct ContainerSettings {
     /// The base image; the bundle is mounted into it.
     pub image: Option<String>,
+    /// A bundle image (`agentix build --image NAME`) to take the bundle from
+    /// instead of the config's bundle directory: for an engine on another
+    /// machine, which cannot see that directory. Its content is copied into
+    /// a volume once per bundle digest.
+    pub bundle_image: Option<String>,
     /// CPUs the container may use (`1.5` is one and a half).
     pub cpus: Option<f64>,
     /// Memory limit in bytes; the worker is OOM-killed past it.

@@ -273,3 +273,47 @@ async fn files_logs_plugins_cancel_kills_and_oom_work_in_a_container() {
     drop(sb);
     let _ = std::fs::remove_dir_all(bundle);
 }
+
+#[tokio::test]
+async fn a_bundle_image_fills_a_volume_that_sandboxes_run_from() {
+    let provider = DockerProvider::connect().expect("a Docker engine");
+    empty_image(provider.docker()).await;
+    let dir = bundle_dir("image");
+    let manifest: agentix_cli::manifest::Manifest =
+        serde_json::from_slice(&std::fs::read(dir.join("bundle.json")).unwrap()).unwrap();
+    let bundle = agentix_cli::Bundle {
+        dir: dir.clone(),
+        manifest,
+        size: 0,
+    };
+    let image = "agentix-test-bundle:e2e";
+    tokio::task::spawn_blocking(move || agentix_cli::bundle_image::load_image(&bundle, image))
+        .await
+        .unwrap()
+        .expect("the bundle loads as an image");
+    // The directory is gone: the sandbox can only get its bundle from the image.
+    std::fs::remove_dir_all(&dir).unwrap();
+    let mut config = SandboxConfig::new("/nonexistent").image(EMPTY_IMAGE);
+    config.container.bundle_image = Some(image.into());
+    let first = provider
+        .create(config.clone())
+        .await
+        .expect("a sandbox from the bundle image");
+    assert_eq!(first.remote(agentix_e2e::add, (40, 2)).await.unwrap(), 42);
+    // A second sandbox reuses the volume.
+    let second = provider.create(config).await.unwrap();
+    assert_eq!(second.remote(agentix_e2e::add, (1, 2)).await.unwrap(), 3);
+    let (a, b) = (first.id().to_owned(), second.id().to_owned());
+    first.delete().await;
+    second.delete().await;
+    assert_eq!(
+        containers_of(provider.docker(), &a).await + containers_of(provider.docker(), &b).await,
+        0
+    );
+
+    // An image that is not a bundle image says how to make one.
+    let mut config = SandboxConfig::new("/nonexistent").image(EMPTY_IMAGE);
+    config.container.bundle_image = Some(EMPTY_IMAGE.into());
+    let err = provider.create(config).await.unwrap_err().to_string();
+    assert!(err.contains("agentix build --image"), "{err}");
+}

@@ -14,7 +14,8 @@ use futures_util::StreamExt;
 use tokio::io::AsyncWriteExt;
 use tokio::sync::watch;
 
-use crate::container_spec::{bundle_entry, create_body, SERVER_PORT};
+use crate::bundle_volume::bundle_volume;
+use crate::container_spec::{bundle_entry, create_body, BundleSource, SERVER_PORT};
 use crate::unreachable;
 
 /// A sandbox's running container.
@@ -35,8 +36,14 @@ impl Container {
         token: &str,
         config: &SandboxConfig,
     ) -> Result<(Container, String), ProviderError> {
-        let entry = bundle_entry(&config.bundle)?;
-        let body = create_body(id, &entry, config)?;
+        let (entry, source) = match &config.container.bundle_image {
+            Some(image) => bundle_volume(docker, image).await?,
+            None => (
+                bundle_entry(&config.bundle)?,
+                BundleSource::Dir(config.bundle.clone()),
+            ),
+        };
+        let body = create_body(id, &entry, &source, config)?;
         let image = body.image.clone().unwrap_or_default();
         let options = CreateContainerOptions {
             name: Some(format!("agentix-{id}")),

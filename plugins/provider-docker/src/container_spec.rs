@@ -51,10 +51,19 @@ pub fn bundle_entry(bundle: &Path) -> Result<String, ProviderError> {
         .ok_or_else(|| bad("its bundle.json names no entry".into()))
 }
 
+/// Where a container's `/agentix` comes from.
+pub enum BundleSource {
+    /// A bundle directory on the engine's machine, bind-mounted.
+    Dir(std::path::PathBuf),
+    /// A volume filled from a bundle image.
+    Volume(String),
+}
+
 /// The create request for sandbox `id` from `config`.
 pub fn create_body(
     id: &str,
     entry: &str,
+    bundle: &BundleSource,
     config: &SandboxConfig,
 ) -> Result<ContainerCreateBody, ProviderError> {
     let settings = &config.container;
@@ -65,10 +74,16 @@ pub fn create_body(
             path: config.bundle.display().to_string(),
             reason: "no image is configured: a container needs one (SandboxConfig::image)".into(),
         })?;
-    let bundle = std::fs::canonicalize(&config.bundle).map_err(|e| ProviderError::Io {
-        what: format!("cannot resolve the bundle {}", config.bundle.display()),
-        source: e,
-    })?;
+    let bundle = match bundle {
+        BundleSource::Dir(dir) => std::fs::canonicalize(dir)
+            .map_err(|e| ProviderError::Io {
+                what: format!("cannot resolve the bundle {}", dir.display()),
+                source: e,
+            })?
+            .display()
+            .to_string(),
+        BundleSource::Volume(name) => name.clone(),
+    };
     let mut cmd = vec![
         format!("{BUNDLE_MOUNT}/{entry}"),
         "serve".into(),
@@ -92,7 +107,7 @@ pub fn create_body(
         "HOME=/tmp".into(),
     ];
     env.extend(config.env.iter().map(|(k, v)| format!("{k}={v}")));
-    let mut binds = vec![format!("{}:{BUNDLE_MOUNT}:ro", bundle.display())];
+    let mut binds = vec![format!("{bundle}:{BUNDLE_MOUNT}:ro")];
     for mount in &settings.mounts {
         let mode = if mount.read_only { "ro" } else { "rw" };
         binds.push(format!(

@@ -11,9 +11,11 @@
 //! can remove what a host that died left behind.
 //!
 //! Layout: [`container_spec`] turns a `SandboxConfig` into the engine's
-//! create request; [`container`] is one sandbox's container as the
-//! `Sandbox` handle sees it; this file is the provider.
+//! create request; [`bundle_volume`] fills a volume from a bundle image;
+//! [`container`] is one sandbox's container as the `Sandbox` handle sees
+//! it; this file is the provider.
 
+pub mod bundle_volume;
 pub mod container;
 pub mod container_spec;
 
