@@ -13,12 +13,12 @@ use agentix_actors::cbor::{self, DecodeFailure};
 use agentix_actors::errors::{ErrorKind, RemoteError};
 use serde::de::DeserializeOwned;
 
-use crate::sandbox::Sandbox;
+use crate::connect::Connect;
 
 /// A unary remote call returning `O`, ready to be awaited.
 #[must_use = "a call does nothing until it is awaited"]
 pub struct Call<'a, O> {
-    sandbox: &'a Sandbox,
+    sandbox: &'a dyn Connect,
     target: &'static str,
     args: Result<Vec<u8>, RemoteError>,
     timeout: Option<Duration>,
@@ -27,7 +27,7 @@ pub struct Call<'a, O> {
 
 impl<'a, O> Call<'a, O> {
     pub(crate) fn new(
-        sandbox: &'a Sandbox,
+        sandbox: &'a dyn Connect,
         target: &'static str,
         args: Result<Vec<u8>, RemoteError>,
     ) -> Self {
@@ -56,7 +56,10 @@ impl<'a, O: DeserializeOwned + Send + 'a> IntoFuture for Call<'a, O> {
     fn into_future(self) -> Self::IntoFuture {
         Box::pin(async move {
             let args = self.args?;
-            let run = self.sandbox.call_bytes(self.target, args);
+            let run = async {
+                let conn = self.sandbox.connection().await?;
+                conn.call(self.target, args).await
+            };
             let value = with_deadline(self.target, self.timeout, run).await?;
             decode_result(self.target, &value)
         })

@@ -14,7 +14,8 @@
 //! - [`call`]: [`Call`], one unary call with an optional deadline.
 //! - [`stream`]: [`StreamCall`] and [`CallStream`], a streaming call's items.
 //! - [`sio`]: the Socket.IO client: one websocket, every namespace, binary attachments.
-//! - [`connection`]: `/rpc` on that websocket and its pending calls.
+//! - [`connection`]: `/rpc` on that websocket and its pending calls;
+//!   [`connect`]: what calls need of a sandbox (so they sit below it).
 //! - `health`: `GET /health` over plain HTTP/1.
 //! - `side_listener`: joining `/log` or `/trace`, batches handled off the receive path.
 //! - [`log_replay`]: `/log`, sandbox records replayed into the host's logging.
@@ -26,6 +27,7 @@
 
 pub mod call;
 pub mod config;
+pub mod connect;
 pub mod connection;
 pub mod container_settings;
 mod health;

@@ -18,6 +18,7 @@ use serde::Serialize;
 
 use crate::call::Call;
 use crate::config::SandboxConfig;
+use crate::connect::Connect;
 use crate::connection::{ConnectionSettings, Endpoint, RpcConnection};
 use crate::log_replay::{self, LogTap};
 use crate::namespace::{self, ClientNamespace, HostNamespace};
@@ -27,6 +28,7 @@ use crate::stream::StreamCall;
 use crate::trace_replay;
 use agentix_actors::namespace::RegisterError;
 use agentix_actors::wire::check_plugin_path;
+use futures_util::future::BoxFuture;
 
 /// A running sandbox.
 pub struct Sandbox {
@@ -91,11 +93,6 @@ impl Sandbox {
             resources,
             call_timeout: config.call_timeout,
         }
-    }
-
-    /// The deadline of unary calls that set none ([`SandboxConfig::call_timeout`]).
-    pub(crate) fn call_timeout(&self) -> Option<std::time::Duration> {
-        self.call_timeout
     }
 
     /// What deletes the sandbox, if this handle owns it.
@@ -386,6 +383,16 @@ impl Sandbox {
         if let Some(resources) = self.resources.take() {
             resources.shutdown().await;
         }
+    }
+}
+
+impl Connect for Sandbox {
+    fn connection(&self) -> BoxFuture<'_, Result<Arc<RpcConnection>, RemoteError>> {
+        Box::pin(Sandbox::connection(self))
+    }
+
+    fn call_timeout(&self) -> Option<std::time::Duration> {
+        self.call_timeout
     }
 }
 

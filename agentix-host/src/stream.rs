@@ -23,13 +23,13 @@ use tokio::sync::mpsc;
 use tokio::time::Sleep;
 
 use crate::call::{decode_result, timed_out};
+use crate::connect::Connect;
 use crate::connection::{CallGuard, StreamEvent};
-use crate::sandbox::Sandbox;
 
 /// A streaming call yielding items of type `T`, ready to be started with `.await`.
 #[must_use = "a streaming call does nothing until it is awaited"]
 pub struct StreamCall<'a, T> {
-    sandbox: &'a Sandbox,
+    sandbox: &'a dyn Connect,
     target: String,
     args: Result<Vec<u8>, RemoteError>,
     window: Window,
@@ -39,7 +39,7 @@ pub struct StreamCall<'a, T> {
 
 impl<'a, T> StreamCall<'a, T> {
     pub(crate) fn new(
-        sandbox: &'a Sandbox,
+        sandbox: &'a dyn Connect,
         target: String,
         args: Result<Vec<u8>, RemoteError>,
     ) -> Self {

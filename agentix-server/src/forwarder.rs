@@ -15,7 +15,18 @@ use socketioxide::SocketIo;
 
 use crate::auth::{auth_middleware, Token};
 use crate::emit::emit;
-use crate::supervisor::{HostEvent, WorkerSupervisor};
+/// A host emitted `event` on plugin namespace `path`: sent to whoever
+/// routes host events to the worker (the `WorkerSupervisor`).
+#[derive(actix::Message)]
+#[rtype(result = "()")]
+pub struct HostEvent {
+    /// The namespace path.
+    pub path: String,
+    /// The event name.
+    pub event: String,
+    /// The payload.
+    pub data: serde_json::Value,
+}
 
 /// Forwards the worker's events on one namespace path to its hosts.
 pub struct NamespaceForwarder {
@@ -75,7 +86,7 @@ impl Handler<ToHosts> for NamespaceForwarder {
 
 /// Accepts hosts on any path that is not a core namespace and passes their
 /// events to `supervisor`.
-pub fn register(io: &SocketIo, supervisor: Addr<WorkerSupervisor>, token: Token) {
+pub fn register(io: &SocketIo, supervisor: actix::Recipient<HostEvent>, token: Token) {
     // Attached before the connect ack (see `crate::rpc` for why).
     let attach_handlers = move |s: SocketRef| {
         let supervisor = supervisor.clone();

@@ -127,7 +127,7 @@ async fn serve(config: ServerConfig) -> i32 {
         config.max_message_bytes,
     );
     supervisor.do_send(AttachIo(io.clone()));
-    forwarder::register(&io, supervisor.clone(), token.clone());
+    forwarder::register(&io, supervisor.clone().recipient(), token.clone());
     side_namespaces::register(&io, logs, credits.clone(), token);
     log_inbox.start(io.clone(), credits);
 

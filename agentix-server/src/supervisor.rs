@@ -25,7 +25,7 @@ use tokio::sync::mpsc;
 
 use crate::calls::{CallTable, Cancelled, Delivery, NewCall, Origin, PartDelivery};
 use crate::config::ServerConfig;
-use crate::forwarder::{NamespaceForwarder, ToHosts};
+use crate::forwarder::{HostEvent, NamespaceForwarder, ToHosts};
 use crate::oom_kills::oom_kills;
 use crate::side_relay::SideRelay;
 use crate::worker_process::{self, OutputTail};
@@ -58,18 +58,6 @@ pub struct AckStream {
 #[derive(Message)]
 #[rtype(result = "()")]
 pub struct HostDisconnected(pub Sid);
-
-/// A host emitted `event` on plugin namespace `path`.
-#[derive(Message)]
-#[rtype(result = "()")]
-pub struct HostEvent {
-    /// The namespace path.
-    pub path: String,
-    /// The event name.
-    pub event: String,
-    /// The payload.
-    pub data: serde_json::Value,
-}
 
 /// The Socket.IO server exists now: forwarders can be started.
 #[derive(Message)]
