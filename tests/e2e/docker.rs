@@ -172,8 +172,8 @@ async fn an_abandoned_container_stops_by_itself_and_is_reaped() {
 }
 
 #[tokio::test]
-async fn files_logs_plugins_cancel_kills_and_oom_work_in_a_container() {
-    use agentix::{ClientNamespace, ErrorKind};
+async fn files_logs_plugins_cancel_and_kills_work_in_a_container() {
+    use agentix::ClientNamespace;
     use std::sync::{Arc, Mutex};
     use std::time::Duration;
     let provider = DockerProvider::connect().expect("a Docker engine");
@@ -181,10 +181,9 @@ async fn files_logs_plugins_cancel_kills_and_oom_work_in_a_container() {
     let bundle = bundle_dir("all");
     let lines = Arc::new(Mutex::new(Vec::<String>::new()));
     let seen = lines.clone();
-    let mut config = SandboxConfig::new(&bundle)
+    let config = SandboxConfig::new(&bundle)
         .image(EMPTY_IMAGE)
         .on_log(move |_, record| seen.lock().unwrap().push(record.message.clone()));
-    config.container.memory_bytes = Some(96 << 20);
     let sb = provider.session(config).await.unwrap();
     let ns = ClientNamespace::new("/e2e-plugin").request_handler("fetch", |body| async move {
         Ok::<_, String>(serde_json::json!(body["i"].as_u64().unwrap_or(0) * 2))
@@ -261,16 +260,30 @@ async fn files_logs_plugins_cancel_kills_and_oom_work_in_a_container() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert_ne!(new_pid, pid, "no new worker after a kill");
+    sb.delete().await;
+    let _ = std::fs::remove_dir_all(bundle);
+}
 
-    // Past the memory limit the worker is OOM-killed, said so, and replaced.
+#[tokio::test]
+async fn a_worker_past_the_memory_limit_is_oom_killed_said_so_and_replaced() {
+    use agentix::ErrorKind;
+    let provider = DockerProvider::connect().expect("a Docker engine");
+    empty_image(provider.docker()).await;
+    let bundle = bundle_dir("oom");
+    let mut config = SandboxConfig::new(&bundle).image(EMPTY_IMAGE);
+    // Room for the server and an idle worker (their code pages count too),
+    // not for a gigabyte.
+    config.container.memory_bytes = Some(256 << 20);
+    let sb = provider.session(config).await.unwrap();
+    assert_eq!(sb.remote(agentix_e2e::add, (1, 1)).await.unwrap(), 2);
     let err = sb
-        .remote(agentix_e2e::fill_memory, 400usize)
+        .remote(agentix_e2e::fill_memory, 1024usize)
         .await
         .unwrap_err();
     assert_eq!(err.kind, ErrorKind::WorkerExited, "{err}");
     assert!(err.message.contains("OOM"), "{err}");
     assert_eq!(sb.remote(agentix_e2e::add, (1, 2)).await.unwrap(), 3);
-    drop(sb);
+    sb.delete().await;
     let _ = std::fs::remove_dir_all(bundle);
 }
 
