@@ -49,6 +49,16 @@ fn bundle_dir(name: &str) -> PathBuf {
     out
 }
 
+/// The names of the spans that ended, as the host's processors see them.
+#[derive(Clone, Default)]
+struct Capture(std::sync::Arc<std::sync::Mutex<Vec<String>>>);
+
+impl agentix::trace::Processor for Capture {
+    fn on_span_end(&mut self, s: &agentix::trace::SpanData) {
+        self.0.lock().unwrap().push(s.name.clone());
+    }
+}
+
 async fn containers_of(docker: &bollard::Docker, id: &str) -> usize {
     let options = ListContainersOptions {
         all: true,
@@ -200,12 +210,41 @@ async fn files_logs_plugins_cancel_and_kills_work_in_a_container() {
         .unwrap();
     assert!(back == bytes, "the file came back changed");
 
-    // Logs and output reach the host.
-    assert_eq!(sb.remote(agentix_e2e::chatter, (3, 3, 0)).await.unwrap(), 6);
+    // Logs, output and spans reach the host; the durable log file inside
+    // the container keeps the output too.
+    let spans = Capture::default();
+    agentix::trace::add_processor(spans.clone());
+    assert_eq!(sb.remote(agentix_e2e::chatter, (3, 3, 3)).await.unwrap(), 9);
     support::wait_until("the container's logs", Duration::from_secs(10), || {
         lines.lock().unwrap().iter().any(|l| l.contains("line 2"))
     })
     .await;
+    support::wait_until("the container's spans", Duration::from_secs(10), || {
+        spans
+            .0
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|n| *n == "burst.span")
+            .count()
+            == 3
+    })
+    .await;
+    let logs = sb
+        .remote(agentix_files::list, "/tmp/agentix".to_string())
+        .await
+        .expect("the durable log directory");
+    let log = logs
+        .iter()
+        .find(|e| e.name.starts_with("sandbox-") && e.name.ends_with(".log"))
+        .expect("a sandbox log file");
+    let text = agentix_files::transfer::download_bytes(&sb, &format!("/tmp/agentix/{}", log.name))
+        .await
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&text).contains("line 2"),
+        "the durable log lacks the output"
+    );
 
     // A plugin namespace request from inside the container.
     assert_eq!(
@@ -329,4 +368,30 @@ async fn a_bundle_image_fills_a_volume_that_sandboxes_run_from() {
     config.container.bundle_image = Some(EMPTY_IMAGE.into());
     let err = provider.create(config).await.unwrap_err().to_string();
     assert!(err.contains("agentix build --image"), "{err}");
+}
+
+#[tokio::test]
+async fn twenty_sessions_at_once_all_answer_and_all_go() {
+    let provider = DockerProvider::connect().expect("a Docker engine");
+    empty_image(provider.docker()).await;
+    let bundle = bundle_dir("twenty");
+    let runs = (0..20i64).map(|i| {
+        let (provider, config) = (&provider, SandboxConfig::new(&bundle).image(EMPTY_IMAGE));
+        async move {
+            let sb = provider.session(config).await.expect("a session");
+            let id = sb.id().to_owned();
+            assert_eq!(sb.remote(agentix_e2e::add, (i, i)).await.unwrap(), 2 * i);
+            sb.delete().await;
+            id
+        }
+    });
+    let ids = futures_util::future::join_all(runs).await;
+    for id in ids {
+        assert_eq!(
+            containers_of(provider.docker(), &id).await,
+            0,
+            "{id} left a container"
+        );
+    }
+    let _ = std::fs::remove_dir_all(bundle);
 }

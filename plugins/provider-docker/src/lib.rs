@@ -70,8 +70,8 @@ impl DockerProvider {
     pub async fn reap(&self) -> Result<usize, ProviderError> {
         let owners = self.list_labelled(LABEL_OWNER).await?;
         let mut removed = 0;
-        for (id, owner, running) in owners {
-            if !running || !owner_alive(&owner) {
+        for (id, owner, stopped) in owners {
+            if stopped || !owner_alive(&owner) {
                 let options = RemoveContainerOptions {
                     force: true,
                     ..Default::default()
@@ -90,7 +90,7 @@ impl DockerProvider {
     }
 
     /// Containers carrying `label`, with the label's value and whether
-    /// they run.
+    /// they ran and stopped.
     async fn list_labelled(
         &self,
         label: &str,
@@ -108,11 +108,15 @@ impl DockerProvider {
         Ok(list
             .into_iter()
             .filter_map(|c| {
-                let running = c.state.as_ref().is_some_and(|s| {
-                    matches!(s, bollard::models::ContainerSummaryStateEnum::RUNNING)
-                });
+                // Only a container that ran and ended counts as stopped: one
+                // just created is another host's sandbox on its way up.
+                use bollard::models::ContainerSummaryStateEnum as State;
+                let stopped = c
+                    .state
+                    .as_ref()
+                    .is_some_and(|s| matches!(s, State::EXITED | State::DEAD));
                 let value = c.labels?.get(label)?.clone();
-                Some((c.id?, value, running))
+                Some((c.id?, value, stopped))
             })
             .collect())
     }
