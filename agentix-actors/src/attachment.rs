@@ -33,8 +33,7 @@ enum Slot {
     Unresolved(Vec<usize>),
 }
 
-/// Largest part of an attachment in one binary frame.
-pub const PART_BYTES: usize = 1 << 20;
+pub use crate::part::PART_BYTES;
 
 impl Attachment {
     /// An attachment carrying `bytes`.
@@ -82,17 +81,7 @@ impl Attachment {
                 .ok_or_else(|| format!("attachment {num} is used twice"))?;
             parts.push(frame);
         }
-        let bytes = match parts.len() {
-            1 => parts.pop().expect("one part"),
-            _ => {
-                let mut joined = bytes::BytesMut::with_capacity(parts.iter().map(Bytes::len).sum());
-                for part in parts {
-                    joined.extend_from_slice(&part);
-                }
-                joined.freeze()
-            }
-        };
-        self.0 = Slot::Bytes(bytes);
+        self.0 = Slot::Bytes(crate::part::join(parts));
         Ok(())
     }
 }

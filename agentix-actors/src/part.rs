@@ -22,7 +22,9 @@ use bytes::Bytes;
 use serde::de::{self, Visitor};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-pub use crate::attachment::PART_BYTES;
+/// Largest part of a payload in one message (and of an attachment in one
+/// binary frame).
+pub const PART_BYTES: usize = 1 << 20;
 
 /// Payloads up to this size travel whole: a file chunk of exactly 1 MiB
 /// plus its CBOR envelope is one message, not a part and a crumb.
@@ -144,7 +146,16 @@ impl Partial {
 pub struct PartTable {
     max_bytes: usize,
     held: usize,
-    calls: HashMap<u64, Partial>,
+    calls: HashMap<u64, Slot>,
+}
+
+/// What a table keeps for one call.
+#[derive(Debug)]
+enum Slot {
+    /// Parts so far.
+    Collecting(Partial),
+    /// A part was refused or lost: the call fails when its last piece comes.
+    Refused,
 }
 
 impl PartTable {
@@ -158,58 +169,51 @@ impl PartTable {
     }
 
     /// Adds a part of call `id`'s payload of `total` bytes. On an error the
-    /// call's parts are dropped; its last piece then fails with
-    /// [`PartTable::finish`]'s error too, since it arrives without them.
+    /// call's parts are dropped and the call is refused: its last piece then
+    /// fails in [`PartTable::finish`] too, since it arrives without them.
     pub fn push(&mut self, id: u64, total: u64, bytes: Bytes) -> Result<(), String> {
         let total = usize::try_from(total).unwrap_or(usize::MAX);
-        let refused = if total > self.max_bytes {
-            Some(format!(
+        let len = bytes.len();
+        let pushed = if total > self.max_bytes {
+            Err(format!(
                 "a payload of {total} bytes is past the {}-byte limit",
                 self.max_bytes
             ))
-        } else if self.held + bytes.len() > self.max_bytes {
-            Some(format!(
+        } else if self.held + len > self.max_bytes {
+            Err(format!(
                 "parts of payloads in flight would pass the {}-byte limit",
                 self.max_bytes
             ))
         } else {
-            None
-        };
-        let len = bytes.len();
-        let pushed = match refused {
-            Some(why) => Err(why),
-            None => self.calls.entry(id).or_default().push(total, bytes),
+            match self
+                .calls
+                .entry(id)
+                .or_insert(Slot::Collecting(Partial::default()))
+            {
+                Slot::Collecting(partial) => partial.push(total, bytes),
+                Slot::Refused => Err(format!("an earlier part of call {id} was refused")),
+            }
         };
         match pushed {
-            Ok(()) => {
-                self.held += len;
-                Ok(())
-            }
-            Err(why) => {
-                self.refuse(id);
-                Err(why)
-            }
+            Ok(()) => self.held += len,
+            Err(_) => self.refuse(id),
         }
+        pushed
     }
 
     /// Drops call `id`'s parts and fails its last piece when it arrives: a
     /// part of it was lost (refused, or unreadable).
     pub fn refuse(&mut self, id: u64) {
         self.discard(id);
-        // A marker that no last piece completes.
-        let marker = Partial {
-            total: usize::MAX,
-            pieces: vec![Bytes::new()],
-            len: 0,
-        };
-        self.calls.insert(id, marker);
+        self.calls.insert(id, Slot::Refused);
     }
 
     /// Call `id`'s whole payload: its parts, then `last`.
     pub fn finish(&mut self, id: u64, last: Bytes) -> Result<Vec<Bytes>, String> {
         match self.calls.remove(&id) {
             None => Ok(vec![last]),
-            Some(partial) => {
+            Some(Slot::Refused) => Err(format!("a part of call {id} was refused")),
+            Some(Slot::Collecting(partial)) => {
                 self.held -= partial.len();
                 partial.finish(last)
             }
@@ -218,7 +222,7 @@ impl PartTable {
 
     /// Drops whatever arrived for `id` (its call ended).
     pub fn discard(&mut self, id: u64) {
-        if let Some(partial) = self.calls.remove(&id) {
+        if let Some(Slot::Collecting(partial)) = self.calls.remove(&id) {
             self.held -= partial.len();
         }
     }

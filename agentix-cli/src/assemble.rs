@@ -7,8 +7,9 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 use crate::build_error::BuildError;
-use crate::manifest::{self, Manifest, ABI};
-use crate::{elf_patch, library_closure, MOUNT};
+use agentix_bundle_format::{file_digest, Manifest, ABI, MANIFEST_FILE, MOUNT};
+
+use crate::{cargo_package, elf_patch, library_closure};
 
 /// What goes into a bundle.
 #[derive(Debug, Clone)]
@@ -25,6 +26,58 @@ pub struct BundleSpec {
     pub tools: BTreeMap<String, PathBuf>,
     /// The directory to make (replaced if it holds an earlier bundle).
     pub out: PathBuf,
+}
+
+impl Bundle {
+    /// The bundle an earlier build left in `dir`.
+    pub fn open(dir: &Path) -> Result<Bundle, BuildError> {
+        let manifest = Manifest::read(dir).map_err(|why| {
+            BuildError::Incomplete(format!("{} is not a bundle: {why}", dir.display()))
+        })?;
+        let size = read_dir(&dir.join("bin"))?
+            .iter()
+            .chain(read_dir(&dir.join("lib"))?.iter())
+            .filter_map(|e| e.metadata().ok())
+            .map(|m| m.len())
+            .sum();
+        Ok(Bundle {
+            dir: dir.to_owned(),
+            manifest,
+            size,
+        })
+    }
+}
+
+impl BundleSpec {
+    /// A bundle of the built program `binary`, carrying `tools` from this
+    /// machine's `PATH`, for this machine's target, to be made in `out`.
+    pub fn for_binary(
+        binary: impl Into<PathBuf>,
+        name: &str,
+        version: &str,
+        tools: &[&str],
+        out: impl Into<PathBuf>,
+    ) -> Result<BundleSpec, BuildError> {
+        let tools = tools
+            .iter()
+            .map(|&tool| {
+                let path =
+                    cargo_package::find_on_path(tool).ok_or_else(|| BuildError::ToolMissing {
+                        tool: tool.to_owned(),
+                        declared_by: "the caller".to_owned(),
+                    })?;
+                Ok((tool.to_owned(), path))
+            })
+            .collect::<Result<_, BuildError>>()?;
+        Ok(BundleSpec {
+            binary: binary.into(),
+            name: name.to_owned(),
+            version: version.to_owned(),
+            target: cargo_package::host_target()?,
+            tools,
+            out: out.into(),
+        })
+    }
 }
 
 /// An assembled, verified bundle.
@@ -87,7 +140,9 @@ pub fn assemble(spec: &BundleSpec, progress: &mut dyn FnMut(&str)) -> Result<Bun
                 .map_err(|e| BuildError::io("cannot stat", entry.path(), e))?;
             size += meta.len();
             let relative = format!("{dir}/{}", entry.file_name().to_string_lossy());
-            files.insert(relative, manifest::file_digest(&entry.path())?);
+            let digest = file_digest(&entry.path())
+                .map_err(|e| BuildError::io("cannot read", entry.path(), e))?;
+            files.insert(relative, digest);
         }
     }
     let manifest = Manifest {
@@ -99,7 +154,7 @@ pub fn assemble(spec: &BundleSpec, progress: &mut dyn FnMut(&str)) -> Result<Bun
         tools: spec.tools.keys().cloned().collect(),
         files,
     };
-    let path = out.join("bundle.json");
+    let path = out.join(MANIFEST_FILE);
     std::fs::write(&path, manifest.to_json())
         .map_err(|e| BuildError::io("cannot write", &path, e))?;
     Ok(Bundle {
@@ -147,7 +202,7 @@ pub fn verify(dir: &Path, loader: Option<&str>) -> Result<(), BuildError> {
 /// Makes `dir` empty: a new directory, or an earlier bundle removed.
 fn fresh_dir(dir: &Path) -> Result<(), BuildError> {
     if dir.exists() {
-        let earlier = dir.join("bundle.json").is_file();
+        let earlier = dir.join(MANIFEST_FILE).is_file();
         let empty = read_dir(dir)?.is_empty();
         if !earlier && !empty {
             return Err(BuildError::io(

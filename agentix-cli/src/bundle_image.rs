@@ -8,18 +8,12 @@
 
 use std::path::Path;
 
+use agentix_bundle_format::{LABEL_DIGEST, LABEL_ENTRY, LABEL_TARGET};
 use bollard::query_parameters::CreateImageOptions;
 use futures_util::StreamExt;
 
 use crate::assemble::Bundle;
 use crate::build_error::BuildError;
-
-/// Label: the bundle's entry program, relative to `/agentix`.
-pub const LABEL_ENTRY: &str = "agentix.bundle.entry";
-/// Label: the target triple the bundle was built for.
-pub const LABEL_TARGET: &str = "agentix.bundle.target";
-/// Label: the bundle's digest (SHA-256 of its manifest).
-pub const LABEL_DIGEST: &str = "agentix.bundle.digest";
 
 /// Imports `bundle` into the engine `DOCKER_HOST` names (or the local one)
 /// as the image `name` (`repo` or `repo:tag`).

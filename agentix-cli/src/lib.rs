@@ -12,8 +12,9 @@
 //! Layout: [`cargo_package`] builds the binary and reads the tools plugin
 //! crates declare; [`library_closure`] finds what each program loads;
 //! [`elf_patch`] rewrites programs and reads back what they need;
-//! [`manifest`] describes and digests the result; [`assemble`] puts it
-//! together and verifies it; [`bundle_image`] loads it into an engine.
+//! [`assemble`] puts it together, describes it in its manifest (the format
+//! is `agentix_bundle_format`'s) and verifies it; [`bundle_image`] loads it
+//! into an engine.
 
 pub mod assemble;
 pub mod build_error;
@@ -21,11 +22,7 @@ pub mod bundle_image;
 pub mod cargo_package;
 pub mod elf_patch;
 pub mod library_closure;
-pub mod manifest;
 
+pub use agentix_bundle_format::{Manifest, MOUNT};
 pub use assemble::{assemble, Bundle, BundleSpec};
 pub use build_error::BuildError;
-
-/// Where a bundle is mounted inside a sandbox: programs look for their
-/// loader and libraries under it.
-pub const MOUNT: &str = "/agentix";

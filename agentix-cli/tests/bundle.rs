@@ -20,15 +20,8 @@ fn scratch(name: &str) -> PathBuf {
 /// A bundle of this crate's own binary (dynamically linked, like any
 /// bundle binary) and bash.
 fn bundle_of_agentix(out: &Path) -> agentix_cli::Bundle {
-    let bash = cargo_package::find_on_path("bash").expect("bash on PATH");
-    let spec = BundleSpec {
-        binary: env!("CARGO_BIN_EXE_agentix").into(),
-        name: "agentix".into(),
-        version: "0.0.0".into(),
-        target: cargo_package::host_target().unwrap(),
-        tools: BTreeMap::from([("bash".to_owned(), bash)]),
-        out: out.to_owned(),
-    };
+    let binary = env!("CARGO_BIN_EXE_agentix");
+    let spec = BundleSpec::for_binary(binary, "agentix", "0.0.0", &["bash"], out).unwrap();
     assemble(&spec, &mut |_| {}).unwrap()
 }
 

@@ -281,11 +281,13 @@ impl RpcConnection {
         trace: Option<agentix_actors::trace::SpanContext>,
     ) -> Result<(), SioError> {
         let total = args.len() as u64;
-        let mut pieces = part::split(args.into());
-        let last = pieces.pop().unwrap_or_default();
-        let _sending = match pieces.is_empty() {
-            true => None,
-            false => Some(self.sending_parts.lock().await),
+        // Most calls are small: no piece list, no lock.
+        let (pieces, last, _sending) = if args.len() <= part::SPLIT_ABOVE {
+            (Vec::new(), Bytes::from(args), None)
+        } else {
+            let mut pieces = part::split(args.into());
+            let last = pieces.pop().unwrap_or_default();
+            (pieces, last, Some(self.sending_parts.lock().await))
         };
         for bytes in pieces {
             let bytes = Attachment::new(bytes);

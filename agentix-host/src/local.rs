@@ -21,9 +21,9 @@ use futures_util::future::BoxFuture;
 
 use crate::config::SandboxConfig;
 use crate::keeper::{self, KeptProcess};
-use crate::provider::{Provider, ProviderError};
+use crate::provider::{Provider, ProviderError, SandboxInfo};
 use crate::sandbox::Sandbox;
-use crate::sandbox_registry::{SandboxInfo, SandboxRegistry};
+use crate::sandbox_registry::SandboxRegistry;
 use crate::sandbox_resources::SandboxResources;
 use crate::secret::random_hex;
 
@@ -71,12 +71,7 @@ impl Provider for LocalProvider {
     }
 
     fn delete<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<(), ProviderError>> {
-        Box::pin(async move {
-            match self.sandboxes.delete(id).await {
-                true => Ok(()),
-                false => Err(ProviderError::NotFound { id: id.to_owned() }),
-            }
-        })
+        Box::pin(self.sandboxes.delete(id))
     }
 }
 
@@ -256,8 +251,7 @@ pub(crate) fn tail_of(path: &Path) -> String {
     if let Ok(mut f) = std::fs::File::open(path) {
         let _ = f.read_to_string(&mut text);
     }
-    let lines: Vec<&str> = text.lines().collect();
-    lines[lines.len().saturating_sub(40)..].join("\n")
+    crate::provider::last_lines(&text)
 }
 
 fn bad_bundle(path: &Path, reason: &str) -> ProviderError {

@@ -10,7 +10,6 @@ use futures_util::future::BoxFuture;
 
 use crate::config::SandboxConfig;
 use crate::sandbox::Sandbox;
-use crate::sandbox_registry::SandboxInfo;
 
 /// Why a provider could not create or delete a sandbox.
 #[derive(Debug, thiserror::Error)]
@@ -74,12 +73,28 @@ pub enum ProviderError {
     },
 }
 
+/// The last lines of `text` a start failure shows: what a server printed
+/// just before it died.
+pub fn last_lines(text: &str) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(40)..].join("\n")
+}
+
 fn tail_suffix(output: &str) -> String {
     if output.is_empty() {
         String::new()
     } else {
         format!("\nlast server output:\n{output}")
     }
+}
+
+/// A sandbox as a provider lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SandboxInfo {
+    /// Its id, as [`Sandbox::id`] gives it.
+    pub id: String,
+    /// `host:port` of its server.
+    pub addr: String,
 }
 
 /// Creates, finds and deletes sandboxes.

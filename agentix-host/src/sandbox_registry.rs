@@ -8,17 +8,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
 
 use crate::config::SandboxConfig;
+use crate::provider::{ProviderError, SandboxInfo};
 use crate::sandbox::Sandbox;
 use crate::sandbox_resources::SandboxResources;
-
-/// A sandbox as a provider lists it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SandboxInfo {
-    /// Its id, as [`Sandbox::id`] gives it.
-    pub id: String,
-    /// `host:port` of its server.
-    pub addr: String,
-}
 
 /// The live sandboxes of one provider; clones share it.
 #[derive(Clone, Default)]
@@ -77,17 +69,14 @@ impl SandboxRegistry {
         Some(sandbox)
     }
 
-    /// Deletes live sandbox `id` and waits until it is gone; false if no
+    /// Deletes live sandbox `id` and waits until it is gone (what
+    /// [`Provider::delete`](crate::Provider::delete) does); `NotFound` if no
     /// such sandbox lives. Its owning handle's calls then fail.
-    pub async fn delete(&self, id: &str) -> bool {
+    pub async fn delete(&self, id: &str) -> Result<(), ProviderError> {
         let resources = self.lock().remove(id).and_then(|e| e.resources.upgrade());
-        match resources {
-            Some(resources) => {
-                resources.shutdown().await;
-                true
-            }
-            None => false,
-        }
+        let resources = resources.ok_or_else(|| ProviderError::NotFound { id: id.to_owned() })?;
+        resources.shutdown().await;
+        Ok(())
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Entry>> {

@@ -37,7 +37,7 @@ pub use agentix_actors::trace;
 pub use agentix_actors::wire::Window;
 pub use agentix_actors::wire::ENV_FILES_ROOT;
 pub use agentix_host::{
-    configure_logging, provider, provider_names, secret::random_hex, Call, CallStream,
+    configure_logging, last_lines, provider, provider_names, secret::random_hex, Call, CallStream,
     ClientNamespace, ContainerMount, ContainerSettings, HostNamespace, LocalProvider, LogTap,
     Provider, ProviderError, Sandbox, SandboxConfig, SandboxInfo, SandboxRegistry,
     SandboxResources, StreamCall, BASE_ENV,

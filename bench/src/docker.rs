@@ -2,14 +2,13 @@
 //! engine's own floor and next to a local sandbox, measured in one run.
 //! Skipped, saying so, when no engine answers.
 
-use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use agentix::{Provider, Sandbox, SandboxConfig};
 use agentix_provider_docker::DockerProvider;
 use bollard::models::{ContainerCreateBody, HostConfig};
 use bollard::query_parameters::{
-    CreateImageOptions, RemoveContainerOptions, StartContainerOptions, WaitContainerOptions,
+    RemoveContainerOptions, StartContainerOptions, WaitContainerOptions,
 };
 use futures_util::StreamExt;
 
@@ -26,7 +25,11 @@ pub(crate) async fn docker(local: &Sandbox, report: &mut Report) {
             return;
         }
     };
-    import_empty_image(provider.docker()).await;
+    let rootfs = agentix_provider_docker::EMPTY_ROOTFS.to_vec();
+    provider
+        .import_image(IMAGE, rootfs)
+        .await
+        .expect("the empty image imports");
     let bundle = assemble_self();
     let config = || SandboxConfig::new(&bundle).image(IMAGE);
 
@@ -128,33 +131,14 @@ async fn echo_p50(sb: &Sandbox) -> Duration {
     median(&mut times)
 }
 
-/// An image with nothing in it (an empty tar archive, imported).
-async fn import_empty_image(docker: &bollard::Docker) {
-    let options = CreateImageOptions {
-        from_src: Some("-".into()),
-        repo: Some(IMAGE.into()),
-        tag: Some("latest".into()),
-        ..Default::default()
-    };
-    let tar = bollard::body_full(vec![0u8; 1024].into());
-    let mut progress = docker.create_image(Some(options), Some(tar), None);
-    while let Some(step) = progress.next().await {
-        step.expect("the empty image imports");
-    }
-}
-
 /// This very program as a bundle, with bash (it is its own bundle).
 fn assemble_self() -> std::path::PathBuf {
     let out = std::env::temp_dir().join(format!("agentix-bench-bundle-{}", std::process::id()));
-    let bash = agentix_cli::cargo_package::find_on_path("bash").expect("bash on PATH");
-    let spec = agentix_cli::BundleSpec {
-        binary: std::env::current_exe().expect("own path"),
-        name: "agentix-bench".into(),
-        version: env!("CARGO_PKG_VERSION").into(),
-        target: agentix_cli::cargo_package::host_target().expect("rustc"),
-        tools: BTreeMap::from([("bash".to_owned(), bash)]),
-        out: out.clone(),
-    };
+    let binary = std::env::current_exe().expect("own path");
+    let version = env!("CARGO_PKG_VERSION");
+    let spec =
+        agentix_cli::BundleSpec::for_binary(binary, "agentix-bench", version, &["bash"], &out)
+            .expect("bash on PATH");
     agentix_cli::assemble(&spec, &mut |_| {}).expect("the bench bundle assembles");
     out
 }

@@ -3,48 +3,32 @@
 
 mod support;
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use agentix::{Provider, SandboxConfig};
 use agentix_bash::BashOptions;
 use agentix_provider_docker::{DockerProvider, LABEL_SANDBOX};
-use bollard::query_parameters::{CreateImageOptions, ListContainersOptions};
+use bollard::query_parameters::ListContainersOptions;
 use futures_util::StreamExt;
 use support::bundle_path;
 
 const EMPTY_IMAGE: &str = "agentix-test-empty";
 
-/// An image with an empty filesystem, made from an empty tar archive
-/// (its two zero end-of-archive blocks): no registry needed.
-async fn empty_image(docker: &bollard::Docker) {
-    let options = CreateImageOptions {
-        from_src: Some("-".into()),
-        repo: Some(EMPTY_IMAGE.into()),
-        tag: Some("latest".into()),
-        ..Default::default()
-    };
-    let tar = bollard::body_full(vec![0u8; 1024].into());
-    let mut progress = docker.create_image(Some(options), Some(tar), None);
-    while let Some(step) = progress.next().await {
-        step.expect("the empty image imports");
-    }
+/// An image with an empty filesystem: no registry needed.
+async fn empty_image(provider: &DockerProvider) {
+    let rootfs = agentix_provider_docker::EMPTY_ROOTFS.to_vec();
+    provider
+        .import_image(EMPTY_IMAGE, rootfs)
+        .await
+        .expect("the empty image imports");
 }
 
 /// The e2e bundle binary and bash, assembled into a bundle directory.
 fn bundle_dir(name: &str) -> PathBuf {
     let out = std::env::temp_dir().join(format!("agentix-docker-{name}-{}", std::process::id()));
-    let spec = agentix_cli::BundleSpec {
-        binary: bundle_path().into(),
-        name: "e2e-bundle".into(),
-        version: "0".into(),
-        target: agentix_cli::cargo_package::host_target().unwrap(),
-        tools: BTreeMap::from([(
-            "bash".to_owned(),
-            agentix_cli::cargo_package::find_on_path("bash").unwrap(),
-        )]),
-        out: out.clone(),
-    };
+    let spec =
+        agentix_cli::BundleSpec::for_binary(bundle_path(), "e2e-bundle", "0", &["bash"], &out)
+            .expect("bash is on PATH");
     agentix_cli::assemble(&spec, &mut |_| {}).expect("the bundle assembles");
     out
 }
@@ -71,7 +55,7 @@ async fn containers_of(docker: &bollard::Docker, id: &str) -> usize {
 #[tokio::test]
 async fn a_sandbox_in_an_empty_image_calls_streams_runs_bash_and_is_removed() {
     let provider = DockerProvider::connect().expect("a Docker engine");
-    empty_image(provider.docker()).await;
+    empty_image(&provider).await;
     let bundle = bundle_dir("full");
     let config = SandboxConfig::new(&bundle).image(EMPTY_IMAGE);
     let sb = provider
@@ -144,7 +128,7 @@ async fn a_missing_image_and_a_plain_binary_are_clear_errors() {
 #[tokio::test]
 async fn an_abandoned_container_stops_by_itself_and_is_reaped() {
     let provider = DockerProvider::connect().expect("a Docker engine");
-    empty_image(provider.docker()).await;
+    empty_image(&provider).await;
     let bundle = bundle_dir("abandoned");
     let mut config = SandboxConfig::new(&bundle).image(EMPTY_IMAGE);
     config.container.idle_exit = Some(std::time::Duration::from_secs(1));
@@ -187,7 +171,7 @@ async fn files_logs_plugins_cancel_and_kills_work_in_a_container() {
     use std::sync::{Arc, Mutex};
     use std::time::Duration;
     let provider = DockerProvider::connect().expect("a Docker engine");
-    empty_image(provider.docker()).await;
+    empty_image(&provider).await;
     let bundle = bundle_dir("all");
     let lines = Arc::new(Mutex::new(Vec::<String>::new()));
     let seen = lines.clone();
@@ -307,7 +291,7 @@ async fn files_logs_plugins_cancel_and_kills_work_in_a_container() {
 async fn a_worker_past_the_memory_limit_is_oom_killed_said_so_and_replaced() {
     use agentix::ErrorKind;
     let provider = DockerProvider::connect().expect("a Docker engine");
-    empty_image(provider.docker()).await;
+    empty_image(&provider).await;
     let bundle = bundle_dir("oom");
     let mut config = SandboxConfig::new(&bundle).image(EMPTY_IMAGE);
     // Room for the server and an idle worker (their code pages count too),
@@ -329,15 +313,9 @@ async fn a_worker_past_the_memory_limit_is_oom_killed_said_so_and_replaced() {
 #[tokio::test]
 async fn a_bundle_image_fills_a_volume_that_sandboxes_run_from() {
     let provider = DockerProvider::connect().expect("a Docker engine");
-    empty_image(provider.docker()).await;
+    empty_image(&provider).await;
     let dir = bundle_dir("image");
-    let manifest: agentix_cli::manifest::Manifest =
-        serde_json::from_slice(&std::fs::read(dir.join("bundle.json")).unwrap()).unwrap();
-    let bundle = agentix_cli::Bundle {
-        dir: dir.clone(),
-        manifest,
-        size: 0,
-    };
+    let bundle = agentix_cli::Bundle::open(&dir).unwrap();
     let image = "agentix-test-bundle:e2e";
     tokio::task::spawn_blocking(move || agentix_cli::bundle_image::load_image(&bundle, image))
         .await
@@ -373,7 +351,7 @@ async fn a_bundle_image_fills_a_volume_that_sandboxes_run_from() {
 #[tokio::test]
 async fn twenty_sessions_at_once_all_answer_and_all_go() {
     let provider = DockerProvider::connect().expect("a Docker engine");
-    empty_image(provider.docker()).await;
+    empty_image(&provider).await;
     let bundle = bundle_dir("twenty");
     let runs = (0..20i64).map(|i| {
         let (provider, config) = (&provider, SandboxConfig::new(&bundle).image(EMPTY_IMAGE));

@@ -124,12 +124,7 @@ impl Provider for ChildProvider {
     }
 
     fn delete<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<(), ProviderError>> {
-        Box::pin(async move {
-            match self.sandboxes.delete(id).await {
-                true => Ok(()),
-                false => Err(ProviderError::NotFound { id: id.to_owned() }),
-            }
-        })
+        Box::pin(self.sandboxes.delete(id))
     }
 }
 

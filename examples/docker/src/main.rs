@@ -6,12 +6,9 @@
 //! `cargo run -p docker-example` (needs a running Docker engine, and
 //! `patchelf` for the bundle).
 
-use std::collections::BTreeMap;
-
 use agentix::prelude::*;
 use agentix_bash::BashOptions;
 use agentix_provider_docker::DockerProvider;
-use bollard::query_parameters::CreateImageOptions;
 
 const IMAGE: &str = "agentix-example-empty";
 
@@ -26,36 +23,18 @@ async fn host() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let provider = DockerProvider::connect()?;
 
     // 1. A base image without a registry: an empty filesystem.
-    let options = CreateImageOptions {
-        from_src: Some("-".into()),
-        repo: Some(IMAGE.into()),
-        tag: Some("latest".into()),
-        ..Default::default()
-    };
-    let empty_tar = bollard::body_full(vec![0u8; 1024].into());
-    let mut import = provider
-        .docker()
-        .create_image(Some(options), Some(empty_tar), None);
-    while let Some(step) = import.next().await {
-        step?;
-    }
+    let rootfs = agentix_provider_docker::EMPTY_ROOTFS.to_vec();
+    provider.import_image(IMAGE, rootfs).await?;
     println!("image {IMAGE}: an empty filesystem");
 
     // 2. This program as a bundle, with bash (`agentix build` does the same
     //    for a cargo package).
     let bundle =
         std::env::temp_dir().join(format!("agentix-docker-example-{}", std::process::id()));
-    let spec = agentix_cli::BundleSpec {
-        binary: std::env::current_exe()?,
-        name: "docker-example".into(),
-        version: env!("CARGO_PKG_VERSION").into(),
-        target: agentix_cli::cargo_package::host_target()?,
-        tools: BTreeMap::from([(
-            "bash".to_owned(),
-            agentix_cli::cargo_package::find_on_path("bash").ok_or("no bash on PATH")?,
-        )]),
-        out: bundle.clone(),
-    };
+    let binary = std::env::current_exe()?;
+    let version = env!("CARGO_PKG_VERSION");
+    let spec =
+        agentix_cli::BundleSpec::for_binary(binary, "docker-example", version, &["bash"], &bundle)?;
     let built = agentix_cli::assemble(&spec, &mut |step| println!("  {step}"))?;
     println!(
         "bundle: {} files, {:.1} MiB",

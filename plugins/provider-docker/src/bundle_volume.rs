@@ -12,13 +12,9 @@ use bollard::models::{ContainerCreateBody, HostConfig, VolumeCreateOptions};
 use bollard::query_parameters::{CreateContainerOptions, RemoveContainerOptions};
 use bollard::Docker;
 
-use crate::container_spec::BUNDLE_MOUNT;
-use crate::unreachable;
+use agentix_bundle_format::{check_target, LABEL_DIGEST, LABEL_ENTRY, LABEL_TARGET, MOUNT};
 
-/// Labels `agentix build --image` puts on a bundle image.
-const LABEL_ENTRY: &str = "agentix.bundle.entry";
-const LABEL_TARGET: &str = "agentix.bundle.target";
-const LABEL_DIGEST: &str = "agentix.bundle.digest";
+use crate::unreachable;
 
 /// The entry program of bundle image `image` and the volume holding its
 /// files, made if missing.
@@ -47,12 +43,7 @@ pub async fn bundle_volume(
         label(LABEL_TARGET)?,
         label(LABEL_DIGEST)?,
     );
-    if !target.starts_with(std::env::consts::ARCH) {
-        return Err(not_bundle(format!(
-            "`{image}` was built for {target}, and this machine is {}",
-            std::env::consts::ARCH
-        )));
-    }
+    check_target(&target).map_err(|why| not_bundle(format!("`{image}`: {why}")))?;
     let volume = format!("agentix-bundle-{}", &digest[..digest.len().min(16)]);
     if docker.inspect_volume(&volume).await.is_err() {
         fill(docker, image, &volume, &entry, &digest).await?;
@@ -82,9 +73,9 @@ async fn fill(
     let body = ContainerCreateBody {
         image: Some(image.to_owned()),
         // Never started: creating it is what copies the files.
-        cmd: Some(vec![format!("{BUNDLE_MOUNT}/{entry}")]),
+        cmd: Some(vec![format!("{MOUNT}/{entry}")]),
         host_config: Some(HostConfig {
-            binds: Some(vec![format!("{volume}:{BUNDLE_MOUNT}")]),
+            binds: Some(vec![format!("{volume}:{MOUNT}")]),
             ..Default::default()
         }),
         ..Default::default()

@@ -144,15 +144,7 @@ impl Container {
         drop(attached.output);
         let failed = |reason: String, tail: &str| ProviderError::ServerStartFailed {
             reason,
-            output: tail
-                .lines()
-                .rev()
-                .take(40)
-                .collect::<Vec<_>>()
-                .into_iter()
-                .rev()
-                .collect::<Vec<_>>()
-                .join("\n"),
+            output: agentix::last_lines(tail),
         };
         match ready {
             Ok(Some(line)) if line.contains("\"agentix\":\"ready\"") => {}

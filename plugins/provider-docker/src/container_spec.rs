@@ -6,49 +6,25 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use agentix::{ProviderError, SandboxConfig};
+use agentix_bundle_format::{Manifest, MOUNT};
 use bollard::models::{ContainerCreateBody, HostConfig, PortBinding};
 
 use crate::{owner_label, LABEL_OWNER, LABEL_SANDBOX};
 
-/// Where the bundle is mounted inside the container.
-pub const BUNDLE_MOUNT: &str = "/agentix";
 /// The port the server listens on inside the container.
 pub const SERVER_PORT: u16 = 7000;
 /// How long a container's server waits for a host before it stops, unless
 /// the config says otherwise.
 pub const DEFAULT_IDLE_EXIT: std::time::Duration = std::time::Duration::from_secs(300);
 
-/// The bundle's entry program (from its `bundle.json`), relative to the bundle.
+/// The bundle's entry program (from its manifest), relative to the bundle.
 pub fn bundle_entry(bundle: &Path) -> Result<String, ProviderError> {
-    let bad = |reason: String| ProviderError::BadBundle {
-        path: bundle.display().to_string(),
-        reason,
-    };
-    let manifest = std::fs::read(bundle.join("bundle.json")).map_err(|e| {
-        bad(format!(
-            "it holds no readable bundle.json ({e}); a container needs a bundle directory: \
-             make one with `agentix build`"
-        ))
-    })?;
-    let manifest: serde_json::Value = serde_json::from_slice(&manifest)
-        .map_err(|e| bad(format!("its bundle.json is not JSON: {e}")))?;
-    if manifest["abi"] != 1 {
-        return Err(bad(format!(
-            "its bundle.json has abi {}, this provider knows abi 1",
-            manifest["abi"]
-        )));
-    }
-    let arch = std::env::consts::ARCH;
-    let target = manifest["target"].as_str().unwrap_or_default();
-    if !target.starts_with(arch) {
-        return Err(bad(format!(
-            "it was built for {target}, and this engine's machine is {arch}"
-        )));
-    }
-    manifest["entry"]
-        .as_str()
-        .map(str::to_owned)
-        .ok_or_else(|| bad("its bundle.json names no entry".into()))
+    Manifest::read(bundle)
+        .map(|m| m.entry)
+        .map_err(|reason| ProviderError::BadBundle {
+            path: bundle.display().to_string(),
+            reason,
+        })
 }
 
 /// Where a container's `/agentix` comes from.
@@ -85,7 +61,7 @@ pub fn create_body(
         BundleSource::Volume(name) => name.clone(),
     };
     let mut cmd = vec![
-        format!("{BUNDLE_MOUNT}/{entry}"),
+        format!("{MOUNT}/{entry}"),
         "serve".into(),
         "--host".into(),
         "0.0.0.0".into(),
@@ -103,11 +79,11 @@ pub fn create_body(
     ];
     cmd.extend(config.server_args.iter().cloned());
     let mut env = vec![
-        format!("PATH={BUNDLE_MOUNT}/bin:/usr/local/bin:/usr/bin:/bin"),
+        format!("PATH={MOUNT}/bin:/usr/local/bin:/usr/bin:/bin"),
         "HOME=/tmp".into(),
     ];
     env.extend(config.env.iter().map(|(k, v)| format!("{k}={v}")));
-    let mut binds = vec![format!("{bundle}:{BUNDLE_MOUNT}:ro")];
+    let mut binds = vec![format!("{bundle}:{MOUNT}:ro")];
     for mount in &settings.mounts {
         let mode = if mount.read_only { "ro" } else { "rw" };
         binds.push(format!(

@@ -22,9 +22,12 @@ pub mod container_spec;
 use std::sync::Arc;
 
 use agentix::{Provider, ProviderError, Sandbox, SandboxConfig, SandboxInfo, SandboxRegistry};
-use bollard::query_parameters::{ListContainersOptions, RemoveContainerOptions};
+use bollard::query_parameters::{
+    CreateImageOptions, ListContainersOptions, RemoveContainerOptions,
+};
 use bollard::Docker;
 use futures_util::future::BoxFuture;
+use futures_util::StreamExt;
 
 use crate::container::Container;
 
@@ -42,6 +45,11 @@ pub const LABEL_SANDBOX: &str = "agentix.sandbox";
 /// Label naming the host process that owns a container (`<pid>@<boot id>`).
 pub const LABEL_OWNER: &str = "agentix.owner";
 
+/// An empty root filesystem as a tar archive (just its two end-of-archive
+/// blocks): [`DockerProvider::import_image`] of it makes an image with
+/// nothing in it, which a bundle needs no more than.
+pub const EMPTY_ROOTFS: [u8; 1024] = [0; 1024];
+
 /// Runs sandboxes as containers of one Docker engine.
 #[derive(Clone)]
 pub struct DockerProvider {
@@ -57,6 +65,31 @@ impl DockerProvider {
             docker,
             sandboxes: SandboxRegistry::new(),
         })
+    }
+
+    /// Makes the image `name` (`repo` or `repo:tag`) from `rootfs`, a tar
+    /// archive of a root filesystem, as `docker import` does: base images
+    /// without a registry.
+    pub async fn import_image(&self, name: &str, rootfs: Vec<u8>) -> Result<(), ProviderError> {
+        let (repo, tag) = match name.rsplit_once(':') {
+            Some((repo, tag)) if !tag.contains('/') => (repo, tag),
+            _ => (name, "latest"),
+        };
+        let options = CreateImageOptions {
+            from_src: Some("-".into()),
+            repo: Some(repo.to_owned()),
+            tag: Some(tag.to_owned()),
+            ..Default::default()
+        };
+        let body = bollard::body_full(rootfs.into());
+        let mut progress = self.docker.create_image(Some(options), Some(body), None);
+        while let Some(step) = progress.next().await {
+            step.map_err(|e| ProviderError::Backend {
+                what: format!("cannot import the image {name}"),
+                reason: e.to_string(),
+            })?;
+        }
+        Ok(())
     }
 
     /// The engine client, for what this provider does not cover.
@@ -148,12 +181,7 @@ impl Provider for DockerProvider {
     }
 
     fn delete<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<(), ProviderError>> {
-        Box::pin(async move {
-            match self.sandboxes.delete(id).await {
-                true => Ok(()),
-                false => Err(ProviderError::NotFound { id: id.to_owned() }),
-            }
-        })
+        Box::pin(self.sandboxes.delete(id))
     }
 }
 
