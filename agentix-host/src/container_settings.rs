@@ -1,5 +1,6 @@
 //! [`ContainerSettings`]: what a container provider makes of a sandbox (the
-//! local provider ignores them).
+//! local provider ignores them), with its [`ContainerMount`]s and its
+//! [`ContainerNetwork`].
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -26,6 +27,11 @@ pub struct ContainerSettings {
     pub workdir: Option<String>,
     /// Host directories mounted into the container.
     pub mounts: Vec<ContainerMount>,
+    /// The network the container is on.
+    pub network: ContainerNetwork,
+    /// The engine platform to run the image as (`linux/amd64`,
+    /// `linux/arm64`); the bundle must be built for its architecture.
+    pub platform: Option<String>,
     /// Deleted after this long even if its handle lives.
     pub lifetime: Option<Duration>,
     /// The server stops once no host has been connected for this long, so
@@ -43,4 +49,20 @@ pub struct ContainerMount {
     pub container: String,
     /// Whether the sandbox may only read it.
     pub read_only: bool,
+}
+
+/// The network a sandbox's container is on.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum ContainerNetwork {
+    /// The engine's default bridge: the sandbox can reach out; the host
+    /// reaches its server on a port published on 127.0.0.1 only.
+    #[default]
+    Bridge,
+    /// No network at all, not even to the host: the host reaches the
+    /// server through a Unix socket on a directory mounted from the host,
+    /// so the engine must run on the host's machine.
+    None,
+    /// A network the user made (`docker network create`), by name; the
+    /// server's port is published as on the bridge.
+    Named(String),
 }

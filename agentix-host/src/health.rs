@@ -10,7 +10,8 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Empty};
 use hyper::Request;
 use hyper_util::rt::TokioIo;
-use tokio::net::TcpStream;
+
+use crate::sio::server_stream::ServerStream;
 
 /// Largest `/health` body read.
 const MAX_BODY: usize = 1 << 20;
@@ -26,16 +27,17 @@ pub(crate) async fn fetch(
     let unreachable =
         |e: String| RemoteError::new(ErrorKind::ServerUnreachable, format!("GET {url}: {e}"));
     let request = async {
-        let tcp = TcpStream::connect(addr).await.map_err(|e| e.to_string())?;
-        let _ = tcp.set_nodelay(true);
-        let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tcp))
+        let stream = ServerStream::connect(addr)
+            .await
+            .map_err(|e| e.to_string())?;
+        let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
             .await
             .map_err(|e| e.to_string())?;
         tokio::spawn(async move {
             let _ = conn.await;
         });
         let req = Request::get("/health")
-            .header(hyper::header::HOST, addr)
+            .header(hyper::header::HOST, ServerStream::authority(addr))
             .header(hyper::header::AUTHORIZATION, format!("Bearer {token}"))
             .body(Empty::<Bytes>::new())
             .map_err(|e| e.to_string())?;

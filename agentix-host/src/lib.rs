@@ -49,7 +49,7 @@ pub mod trace_replay;
 
 pub use call::Call;
 pub use config::{SandboxConfig, BASE_ENV};
-pub use container_settings::{ContainerMount, ContainerSettings};
+pub use container_settings::{ContainerMount, ContainerNetwork, ContainerSettings};
 pub use local::LocalProvider;
 pub use log_replay::LogTap;
 pub use logging::configure_logging;

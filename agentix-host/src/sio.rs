@@ -11,10 +11,12 @@
 //! - [`client`]: [`SioClient`]: connect, join, emit, the reader task, pings.
 //! - `packet`: what an incoming message means, what an outgoing one is.
 //! - [`error`]: [`SioError`], why a connection failed.
+//! - [`server_stream`]: TCP or a Unix socket, as the server's address says.
 
 pub mod client;
 pub mod error;
 mod packet;
+pub mod server_stream;
 
 pub use client::{ClientSettings, Delivery, Handler, Incoming, SioClient};
 pub use error::SioError;

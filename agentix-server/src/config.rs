@@ -20,6 +20,9 @@ pub struct ServerConfig {
     pub host: IpAddr,
     /// Port to bind; 0 picks a free one (reported on the ready line).
     pub port: u16,
+    /// Listen on this Unix socket instead of `host:port` (`--unix PATH`):
+    /// how a sandbox with no network is reached.
+    pub unix: Option<PathBuf>,
     /// Token every host must present; `None` only with
     /// [`ServerConfig::insecure_no_auth`].
     pub token: Option<String>,
@@ -58,6 +61,7 @@ impl Default for ServerConfig {
         ServerConfig {
             host: IpAddr::from([127, 0, 0, 1]),
             port: 0,
+            unix: None,
             token: None,
             insecure_no_auth: false,
             worker_command: Vec::new(),
@@ -76,7 +80,7 @@ impl Default for ServerConfig {
 }
 
 impl ServerConfig {
-    /// Parses `--host A --port N --max-message-bytes N --cleanup-dir D
+    /// Parses `--host A --port N --unix PATH --max-message-bytes N --cleanup-dir D
     /// --shutdown-grace-ms N --ping-interval-ms N --ping-timeout-ms N
     /// --max-restarts N --restart-window-ms N --idle-exit-ms N
     /// --token-stdin --insecure-no-auth --worker CMD [ARGS..]`; the token
@@ -113,6 +117,7 @@ impl ServerConfig {
                         .parse()
                         .map_err(|e| format!("--max-message-bytes: {e}"))?
                 }
+                "--unix" => config.unix = Some(value("--unix")?.into()),
                 "--cleanup-dir" => config.cleanup_dir = Some(value("--cleanup-dir")?.into()),
                 "--token-stdin" => config.token = Some(token_from_stdin()?),
                 "--insecure-no-auth" => config.insecure_no_auth = true,

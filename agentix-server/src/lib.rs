@@ -20,6 +20,7 @@
 //! - [`side_credits`]: how far behind each host may be on the side channels.
 //! - [`side_namespaces`]: the `/log` and `/trace` namespaces hosts listen on.
 //! - [`http`]: `/health`, the token gate and the listener.
+//! - [`listener`]: a TCP port or a Unix socket to take connections on.
 //! - [`upgrade_gate`]: no Socket.IO session without the token on the request.
 //! - [`server`]: [`run`], which ties them together on the actix runtime.
 
@@ -30,6 +31,7 @@ pub mod config;
 pub mod emit;
 pub mod forwarder;
 pub mod http;
+pub mod listener;
 pub mod oom_kills;
 pub mod raw_event;
 pub mod rpc;

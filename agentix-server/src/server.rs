@@ -1,7 +1,8 @@
 //! [`run`]: the server's life from bind to shutdown, on the actix runtime.
 //!
 //! Once listening it prints one JSON line on stdout, `{"agentix":"ready",
-//! "addr":..,"pid":..}`, which is how a provider learns the port it got. On
+//! "addr":..,"pid":..}`, which is how a provider learns the port it got
+//! (`addr` is `ip:port`, or `unix:PATH` with `--unix`). On
 //! SIGTERM or SIGINT (also sent when the parent dies: see the local provider)
 //! it stops taking calls, lets the calls in flight finish for up to the
 //! shutdown grace period (a second signal cuts it short), stops the worker,
@@ -11,15 +12,14 @@ use std::io::Write;
 use std::time::{Duration, Instant};
 
 use actix::{Actor, Addr};
-use hyper_util::rt::TokioIo;
 use socketioxide::SocketIo;
-use tokio::net::TcpListener;
 use tokio::signal::unix::{signal, SignalKind};
 
 use crate::auth::Token;
 use crate::config::ServerConfig;
 use crate::forwarder;
 use crate::http::HttpRoutes;
+use crate::listener::Listener;
 use crate::rpc;
 use crate::side_credits::SideCredits;
 use crate::side_namespaces;
@@ -67,17 +67,14 @@ fn init_tracing() {
 }
 
 async fn serve(config: ServerConfig) -> i32 {
-    let listener = match TcpListener::bind((config.host, config.port)).await {
+    let listener = match Listener::bind(config.host, config.port, config.unix.as_deref()).await {
         Ok(l) => l,
         Err(e) => {
-            eprintln!(
-                "agentix-server: cannot bind {}:{}: {e}",
-                config.host, config.port
-            );
+            eprintln!("agentix-server: {e}");
             return 1;
         }
     };
-    let addr = match listener.local_addr() {
+    let addr = match listener.addr() {
         Ok(a) => a,
         Err(e) => {
             eprintln!("agentix-server: {e}");
@@ -133,7 +130,7 @@ async fn serve(config: ServerConfig) -> i32 {
 
     let ready = serde_json::json!({
         "agentix": "ready",
-        "addr": addr.to_string(),
+        "addr": addr,
         "pid": std::process::id(),
     });
     {
@@ -152,20 +149,19 @@ async fn serve(config: ServerConfig) -> i32 {
             let Ok(slot) = slots.clone().acquire_owned().await else {
                 return;
             };
-            let (stream, _) = match listener.accept().await {
+            let stream = match listener.accept().await {
                 Ok(conn) => conn,
                 Err(e) => {
                     tracing::warn!("accept failed: {e}");
                     continue;
                 }
             };
-            let _ = stream.set_nodelay(true);
             let service = UpgradeGate::new(service.clone(), gate_token.clone());
             tokio::spawn(async move {
                 let conn = hyper::server::conn::http1::Builder::new()
                     .timer(hyper_util::rt::TokioTimer::new())
                     .header_read_timeout(HEADER_READ_TIMEOUT)
-                    .serve_connection(TokioIo::new(stream), service)
+                    .serve_connection(stream, service)
                     .with_upgrades();
                 if let Err(e) = conn.await {
                     tracing::debug!("connection ended: {e}");

@@ -38,9 +38,9 @@ pub use agentix_actors::wire::Window;
 pub use agentix_actors::wire::ENV_FILES_ROOT;
 pub use agentix_host::{
     configure_logging, last_lines, provider, provider_names, secret::random_hex, Call, CallStream,
-    ClientNamespace, ContainerMount, ContainerSettings, HostNamespace, LocalProvider, LogTap,
-    Provider, ProviderError, Sandbox, SandboxConfig, SandboxInfo, SandboxRegistry,
-    SandboxResources, StreamCall, BASE_ENV,
+    ClientNamespace, ContainerMount, ContainerNetwork, ContainerSettings, HostNamespace,
+    LocalProvider, LogTap, Provider, ProviderError, Sandbox, SandboxConfig, SandboxInfo,
+    SandboxRegistry, SandboxResources, StreamCall, BASE_ENV,
 };
 pub use agentix_macros::remote;
 pub use futures_util::{stream, Stream, StreamExt};

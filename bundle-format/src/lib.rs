@@ -90,6 +90,22 @@ pub fn check_target(target: &str) -> Result<(), String> {
     }
 }
 
+/// The name container engines give the architecture of `target`
+/// (`amd64` for `x86_64-unknown-linux-gnu`), or its own first part for one
+/// this list does not know.
+pub fn engine_arch(target: &str) -> &str {
+    let arch = target.split('-').next().unwrap_or(target);
+    match arch {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        "i686" | "i586" => "386",
+        "powerpc64le" => "ppc64le",
+        "riscv64gc" => "riscv64",
+        "armv7" => "arm",
+        other => other,
+    }
+}
+
 /// SHA-256 of the file at `path`, in hex.
 pub fn file_digest(path: &Path) -> std::io::Result<String> {
     let mut file = std::fs::File::open(path)?;
@@ -105,6 +121,13 @@ fn hex(bytes: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn targets_map_to_the_engines_architecture_names() {
+        assert_eq!(engine_arch("x86_64-unknown-linux-gnu"), "amd64");
+        assert_eq!(engine_arch("aarch64-unknown-linux-musl"), "arm64");
+        assert_eq!(engine_arch("s390x-unknown-linux-gnu"), "s390x");
+    }
 
     #[test]
     fn a_manifest_reads_back_and_refuses_other_abis_and_architectures() {

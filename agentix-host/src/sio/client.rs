@@ -23,7 +23,6 @@ use futures_util::stream::{SplitSink, SplitStream};
 use futures_util::{Sink, SinkExt, StreamExt};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
-use tokio::net::TcpStream;
 use tokio::sync::{oneshot, watch, OwnedMutexGuard};
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::http::header::{HeaderValue, AUTHORIZATION};
@@ -38,8 +37,9 @@ use socketioxide_parser_common::CommonParser;
 
 use super::error::SioError;
 use super::packet::{self, Decoder, Inbound, RawPayload};
+use super::server_stream::ServerStream;
 
-type Ws = WebSocketStream<TcpStream>;
+type Ws = WebSocketStream<ServerStream>;
 type Writer = SplitSink<Ws, Message>;
 
 /// Room for an event's JSON header beside its largest attachment.
@@ -126,7 +126,8 @@ impl Drop for Shared {
 }
 
 impl SioClient {
-    /// Opens a websocket to the server at `addr` (`host:port`), presenting
+    /// Opens a websocket to the server at `addr` (`host:port` or
+    /// `unix:PATH`), presenting
     /// `token` as `Authorization: Bearer` (the server opens no session
     /// without it), and completes the Engine.IO handshake; no namespace is
     /// joined yet.
@@ -140,18 +141,18 @@ impl SioClient {
         let within = |what: &'static str| {
             move |_| SioError::Unreachable(format!("{what} took longer than {timeout:?}"))
         };
-        let tcp = tokio::time::timeout_at(deadline, TcpStream::connect(addr))
+        let stream = tokio::time::timeout_at(deadline, ServerStream::connect(addr))
             .await
             .map_err(within("connecting"))?
             .map_err(|e| SioError::Unreachable(format!("cannot connect to {addr}: {e}")))?;
-        // Small packets (a call, a pong) must not wait for the peer's
-        // delayed ACK of the previous one.
-        let _ = tcp.set_nodelay(true);
         let max_frame = settings.max_message_bytes.saturating_add(HEADER_SLACK);
         let config = WebSocketConfig::default()
             .max_message_size(Some(max_frame))
             .max_frame_size(Some(max_frame));
-        let url = format!("ws://{addr}/socket.io/?EIO=4&transport=websocket");
+        let url = format!(
+            "ws://{}/socket.io/?EIO=4&transport=websocket",
+            ServerStream::authority(addr)
+        );
         let mut request = url
             .as_str()
             .into_client_request()
@@ -161,7 +162,7 @@ impl SioClient {
         request.headers_mut().insert(AUTHORIZATION, bearer);
         let (ws, _) = tokio::time::timeout_at(
             deadline,
-            tokio_tungstenite::client_async_with_config(request, tcp, Some(config)),
+            tokio_tungstenite::client_async_with_config(request, stream, Some(config)),
         )
         .await
         .map_err(within("the websocket handshake"))?

@@ -12,16 +12,17 @@ use bollard::models::{ContainerCreateBody, HostConfig, VolumeCreateOptions};
 use bollard::query_parameters::{CreateContainerOptions, RemoveContainerOptions};
 use bollard::Docker;
 
-use agentix_bundle_format::{check_target, LABEL_DIGEST, LABEL_ENTRY, LABEL_TARGET, MOUNT};
+use agentix_bundle_format::{LABEL_DIGEST, LABEL_ENTRY, LABEL_TARGET, MOUNT};
 
-use crate::unreachable;
+use crate::container_spec::BundleEntry;
+use crate::engine_error;
 
-/// The entry program of bundle image `image` and the volume holding its
-/// files, made if missing.
+/// Bundle image `image`'s entry program and target, and the volume holding
+/// its files, made if missing.
 pub async fn bundle_volume(
     docker: &Docker,
     image: &str,
-) -> Result<(String, crate::container_spec::BundleSource), ProviderError> {
+) -> Result<(BundleEntry, crate::container_spec::BundleSource), ProviderError> {
     let not_bundle = |why: String| ProviderError::BadBundle {
         path: image.to_owned(),
         reason: format!("{why}; make a bundle image with `agentix build --image {image}`"),
@@ -43,12 +44,14 @@ pub async fn bundle_volume(
         label(LABEL_TARGET)?,
         label(LABEL_DIGEST)?,
     );
-    check_target(&target).map_err(|why| not_bundle(format!("`{image}`: {why}")))?;
     let volume = format!("agentix-bundle-{}", &digest[..digest.len().min(16)]);
     if docker.inspect_volume(&volume).await.is_err() {
         fill(docker, image, &volume, &entry, &digest).await?;
     }
-    Ok((entry, crate::container_spec::BundleSource::Volume(volume)))
+    Ok((
+        BundleEntry { entry, target },
+        crate::container_spec::BundleSource::Volume(volume),
+    ))
 }
 
 async fn fill(
@@ -69,7 +72,7 @@ async fn fill(
     docker
         .create_volume(options)
         .await
-        .map_err(|e| unreachable(&e))?;
+        .map_err(|e| engine_error(&e))?;
     let body = ContainerCreateBody {
         image: Some(image.to_owned()),
         // Never started: creating it is what copies the files.
@@ -83,7 +86,7 @@ async fn fill(
     let filler = docker
         .create_container(None::<CreateContainerOptions>, body)
         .await
-        .map_err(|e| unreachable(&e))?;
+        .map_err(|e| engine_error(&e))?;
     let options = RemoveContainerOptions {
         force: true,
         ..Default::default()

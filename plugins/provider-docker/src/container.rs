@@ -3,7 +3,9 @@
 
 use std::time::Duration;
 
-use agentix::{ErrorKind, ProviderError, RemoteError, SandboxConfig, SandboxResources};
+use agentix::{
+    ContainerNetwork, ErrorKind, ProviderError, RemoteError, SandboxConfig, SandboxResources,
+};
 use bollard::container::LogOutput;
 use bollard::query_parameters::{
     AttachContainerOptions, CreateContainerOptions, RemoveContainerOptions, WaitContainerOptions,
@@ -15,8 +17,9 @@ use tokio::io::AsyncWriteExt;
 use tokio::sync::watch;
 
 use crate::bundle_volume::bundle_volume;
-use crate::container_spec::{bundle_entry, create_body, BundleSource, SERVER_PORT};
-use crate::unreachable;
+use crate::container_spec::{bundle_entry, create_body, BundleSource, SERVER_PORT, SOCKET_NAME};
+use crate::engine_error;
+use crate::platform::{check_platform, missing_image};
 
 /// A sandbox's running container.
 pub struct Container {
@@ -24,6 +27,9 @@ pub struct Container {
     name: String,
     /// How the container ended, once it has.
     ended: watch::Receiver<Option<String>>,
+    /// On network `none`: the host directory holding the server's socket,
+    /// removed with the container.
+    socket_dir: Option<tempfile::TempDir>,
 }
 
 impl Container {
@@ -43,11 +49,17 @@ impl Container {
                 BundleSource::Dir(config.bundle.clone()),
             ),
         };
-        let body = create_body(id, &entry, &source, config)?;
+        check_platform(docker, &entry.target, config).await?;
+        let socket_dir = match config.container.network {
+            ContainerNetwork::None => Some(socket_dir()?),
+            _ => None,
+        };
+        let socket_path = socket_dir.as_ref().map(|d| d.path().join("run"));
+        let body = create_body(id, &entry.entry, &source, config, socket_path.as_deref())?;
         let image = body.image.clone().unwrap_or_default();
         let options = CreateContainerOptions {
             name: Some(format!("agentix-{id}")),
-            ..Default::default()
+            platform: config.container.platform.clone().unwrap_or_default(),
         };
         let created = docker
             .create_container(Some(options), body)
@@ -55,14 +67,8 @@ impl Container {
             .map_err(|e| match &e {
                 bollard::errors::Error::DockerResponseServerError {
                     status_code: 404, ..
-                } => ProviderError::Backend {
-                    what: format!("the image `{image}` is not in the engine"),
-                    reason: format!(
-                        "{e}; images are built locally (no registry): `docker import` a \
-                             rootfs tarball, or `docker build` from a local context"
-                    ),
-                },
-                _ => unreachable(&e),
+                } => missing_image(&image, &e),
+                _ => engine_error(&e),
             })?;
         let name = created.id;
         let (tx, ended) = watch::channel(None);
@@ -70,9 +76,16 @@ impl Container {
             docker: docker.clone(),
             name: name.clone(),
             ended,
+            socket_dir,
         };
         match container.boot(token, config.ready_timeout, tx).await {
-            Ok(port) => Ok((container, format!("127.0.0.1:{port}"))),
+            Ok(port) => {
+                let addr = match &socket_path {
+                    Some(dir) => format!("unix:{}", dir.join(SOCKET_NAME).display()),
+                    None => format!("127.0.0.1:{port}"),
+                };
+                Ok((container, addr))
+            }
             Err(e) => {
                 container.remove().await;
                 Err(e)
@@ -81,7 +94,7 @@ impl Container {
     }
 
     /// Attaches, starts, writes the token, reads the ready line, and finds
-    /// the published port.
+    /// the published port (0 on network `none`, which publishes none).
     async fn boot(
         &self,
         token: &str,
@@ -99,7 +112,7 @@ impl Container {
             .docker
             .attach_container(&self.name, Some(options))
             .await
-            .map_err(|e| unreachable(&e))?;
+            .map_err(|e| engine_error(&e))?;
         self.docker
             .start_container(
                 &self.name,
@@ -172,6 +185,9 @@ impl Container {
                 ))
             }
         }
+        if self.socket_dir.is_some() {
+            return Ok(0);
+        }
         let inspect = self
             .docker
             .inspect_container(
@@ -179,7 +195,7 @@ impl Container {
                 None::<bollard::query_parameters::InspectContainerOptions>,
             )
             .await
-            .map_err(|e| unreachable(&e))?;
+            .map_err(|e| engine_error(&e))?;
         inspect
             .network_settings
             .and_then(|n| n.ports)
@@ -230,6 +246,25 @@ impl Container {
     }
 }
 
+/// A private host directory (0700) with a `run/` inside that the
+/// container's user, whoever it is, may create the server's socket in.
+fn socket_dir() -> Result<tempfile::TempDir, ProviderError> {
+    use std::os::unix::fs::PermissionsExt;
+    let io = |what: &str, e| ProviderError::Io {
+        what: what.to_owned(),
+        source: e,
+    };
+    let dir = tempfile::Builder::new()
+        .prefix("agentix-docker-")
+        .tempdir()
+        .map_err(|e| io("cannot make the socket directory", e))?;
+    let run = dir.path().join("run");
+    std::fs::create_dir(&run)
+        .and_then(|()| std::fs::set_permissions(&run, std::fs::Permissions::from_mode(0o777)))
+        .map_err(|e| io("cannot make the socket directory", e))?;
+    Ok(dir)
+}
+
 async fn remove(docker: &Docker, name: &str) {
     let options = RemoveContainerOptions {
         force: true,
@@ -246,6 +281,7 @@ impl SandboxResources for Container {
         // On a thread and a client of its own: a handle dropped while the
         // caller's runtime shuts down must still remove its container.
         let name = self.name.clone();
+        let socket_dir = self.socket_dir.as_ref().map(|d| d.path().to_owned());
         let (done_tx, done_rx) = tokio::sync::oneshot::channel();
         let spawned = std::thread::Builder::new()
             .name("agentix-docker-rm".into())
@@ -255,6 +291,9 @@ impl SandboxResources for Container {
                     .build();
                 if let (Ok(runtime), Ok(docker)) = (runtime, Docker::connect_with_defaults()) {
                     runtime.block_on(remove(&docker, &name));
+                }
+                if let Some(dir) = socket_dir {
+                    let _ = std::fs::remove_dir_all(dir);
                 }
                 let _ = done_tx.send(());
             });

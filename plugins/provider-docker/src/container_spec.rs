@@ -1,11 +1,12 @@
 //! The engine's create request for a sandbox: image, the bundle mounted
-//! read-only, the server's command line, limits, labels, and the server's
-//! port published on 127.0.0.1 only.
+//! read-only, the server's command line, limits, labels, and how the host
+//! reaches the server: its port published on 127.0.0.1 only, or, on
+//! network `none`, a Unix socket on a directory mounted from the host.
 
 use std::collections::HashMap;
 use std::path::Path;
 
-use agentix::{ProviderError, SandboxConfig};
+use agentix::{ContainerNetwork, ProviderError, SandboxConfig};
 use agentix_bundle_format::{Manifest, MOUNT};
 use bollard::models::{ContainerCreateBody, HostConfig, PortBinding};
 
@@ -13,14 +14,30 @@ use crate::{owner_label, LABEL_OWNER, LABEL_SANDBOX};
 
 /// The port the server listens on inside the container.
 pub const SERVER_PORT: u16 = 7000;
+/// Where the host's socket directory appears in a container on network
+/// `none`.
+pub const SOCKET_MOUNT: &str = "/agentix-run";
+/// The server's socket in that directory.
+pub const SOCKET_NAME: &str = "server.sock";
 /// How long a container's server waits for a host before it stops, unless
 /// the config says otherwise.
 pub const DEFAULT_IDLE_EXIT: std::time::Duration = std::time::Duration::from_secs(300);
 
-/// The bundle's entry program (from its manifest), relative to the bundle.
-pub fn bundle_entry(bundle: &Path) -> Result<String, ProviderError> {
+/// What a container runs of its bundle.
+pub struct BundleEntry {
+    /// The program to run, relative to the bundle.
+    pub entry: String,
+    /// The target triple the bundle's programs are built for.
+    pub target: String,
+}
+
+/// The entry of the bundle directory `bundle`, from its manifest.
+pub fn bundle_entry(bundle: &Path) -> Result<BundleEntry, ProviderError> {
     Manifest::read(bundle)
-        .map(|m| m.entry)
+        .map(|m| BundleEntry {
+            entry: m.entry,
+            target: m.target,
+        })
         .map_err(|reason| ProviderError::BadBundle {
             path: bundle.display().to_string(),
             reason,
@@ -35,12 +52,14 @@ pub enum BundleSource {
     Volume(String),
 }
 
-/// The create request for sandbox `id` from `config`.
+/// The create request for sandbox `id` from `config`; `socket_dir` is the
+/// host directory for the server's socket on network `none`.
 pub fn create_body(
     id: &str,
     entry: &str,
     bundle: &BundleSource,
     config: &SandboxConfig,
+    socket_dir: Option<&Path>,
 ) -> Result<ContainerCreateBody, ProviderError> {
     let settings = &config.container;
     let image = settings
@@ -60,13 +79,18 @@ pub fn create_body(
             .to_string(),
         BundleSource::Volume(name) => name.clone(),
     };
-    let mut cmd = vec![
-        format!("{MOUNT}/{entry}"),
-        "serve".into(),
-        "--host".into(),
-        "0.0.0.0".into(),
-        "--port".into(),
-        SERVER_PORT.to_string(),
+    let listen = match socket_dir {
+        Some(_) => vec!["--unix".into(), format!("{SOCKET_MOUNT}/{SOCKET_NAME}")],
+        None => vec![
+            "--host".into(),
+            "0.0.0.0".into(),
+            "--port".into(),
+            SERVER_PORT.to_string(),
+        ],
+    };
+    let mut cmd = vec![format!("{MOUNT}/{entry}"), "serve".into()];
+    cmd.extend(listen);
+    cmd.extend([
         "--token-stdin".into(),
         "--max-message-bytes".into(),
         config.max_message_bytes.to_string(),
@@ -76,7 +100,7 @@ pub fn create_body(
             .unwrap_or(DEFAULT_IDLE_EXIT)
             .as_millis()
             .to_string(),
-    ];
+    ]);
     cmd.extend(config.server_args.iter().cloned());
     let mut env = vec![
         format!("PATH={MOUNT}/bin:/usr/local/bin:/usr/bin:/bin"),
@@ -92,14 +116,29 @@ pub fn create_body(
             mount.container
         ));
     }
+    if let Some(dir) = socket_dir {
+        binds.push(format!("{}:{SOCKET_MOUNT}:rw", dir.display()));
+    }
     let port = format!("{SERVER_PORT}/tcp");
     let published = PortBinding {
         host_ip: Some("127.0.0.1".into()),
         host_port: Some(String::new()),
     };
+    let (network_mode, port_bindings, exposed_ports) = match &settings.network {
+        ContainerNetwork::None => (Some("none".to_owned()), None, None),
+        network => (
+            match network {
+                ContainerNetwork::Named(name) => Some(name.clone()),
+                _ => None,
+            },
+            Some(HashMap::from([(port.clone(), Some(vec![published]))])),
+            Some(HashMap::from([(port, HashMap::new())])),
+        ),
+    };
     let host_config = HostConfig {
         binds: Some(binds),
-        port_bindings: Some(HashMap::from([(port.clone(), Some(vec![published]))])),
+        network_mode,
+        port_bindings,
         nano_cpus: settings.cpus.map(|c| (c * 1e9) as i64),
         memory: settings.memory_bytes,
         // No swap past the limit: a sandbox over it is OOM-killed, not slowed.
@@ -113,7 +152,7 @@ pub fn create_body(
         env: Some(env),
         user: settings.user.clone(),
         working_dir: settings.workdir.clone(),
-        exposed_ports: Some(HashMap::from([(port, HashMap::new())])),
+        exposed_ports,
         open_stdin: Some(true),
         stdin_once: Some(true),
         attach_stdin: Some(true),

@@ -3,7 +3,9 @@
 //! A sandbox is a container of the config's image with the bundle (a
 //! directory `agentix build` made) mounted read-only at `/agentix`. The
 //! bundle's server runs inside, bound to the container's interface, and is
-//! published on the host's 127.0.0.1 only, on a port the engine picks. The
+//! published on the host's 127.0.0.1 only, on a port the engine picks; on
+//! network `none` it listens on a Unix socket in a directory mounted from
+//! the host instead. The
 //! token reaches it on stdin, so it shows in no command line and no
 //! environment (`docker inspect` included); readiness is the server's own
 //! ready line, read from the attached output. Every container carries the
@@ -13,11 +15,13 @@
 //! Layout: [`container_spec`] turns a `SandboxConfig` into the engine's
 //! create request; [`bundle_volume`] fills a volume from a bundle image;
 //! [`container`] is one sandbox's container as the `Sandbox` handle sees
-//! it; this file is the provider.
+//! it; [`platform`] refuses a bundle of another architecture; this file is
+//! the provider.
 
 pub mod bundle_volume;
 pub mod container;
 pub mod container_spec;
+pub mod platform;
 
 use std::sync::Arc;
 
@@ -60,7 +64,7 @@ pub struct DockerProvider {
 impl DockerProvider {
     /// A provider for the engine `DOCKER_HOST` names, or the local one.
     pub fn connect() -> Result<Self, ProviderError> {
-        let docker = Docker::connect_with_defaults().map_err(|e| unreachable(&e))?;
+        let docker = Docker::connect_with_defaults().map_err(|e| engine_error(&e))?;
         Ok(DockerProvider {
             docker,
             sandboxes: SandboxRegistry::new(),
@@ -137,7 +141,7 @@ impl DockerProvider {
             .docker
             .list_containers(Some(options))
             .await
-            .map_err(|e| unreachable(&e))?;
+            .map_err(|e| engine_error(&e))?;
         Ok(list
             .into_iter()
             .filter_map(|c| {
@@ -205,9 +209,20 @@ fn owner_alive(owner: &str) -> bool {
     boot == boot_id() && std::path::Path::new(&format!("/proc/{pid}")).exists()
 }
 
-pub(crate) fn unreachable(e: &bollard::errors::Error) -> ProviderError {
-    ProviderError::Backend {
-        what: "the Docker engine cannot be reached (is it running? DOCKER_HOST?)".into(),
-        reason: e.to_string(),
+/// What a failed engine request means: the engine refused it (and says
+/// why), or it could not be reached.
+pub(crate) fn engine_error(e: &bollard::errors::Error) -> ProviderError {
+    match e {
+        bollard::errors::Error::DockerResponseServerError {
+            status_code,
+            message,
+        } => ProviderError::Backend {
+            what: format!("the Docker engine refused the request (HTTP {status_code})"),
+            reason: message.clone(),
+        },
+        _ => ProviderError::Backend {
+            what: "the Docker engine cannot be reached (is it running? DOCKER_HOST?)".into(),
+            reason: e.to_string(),
+        },
     }
 }

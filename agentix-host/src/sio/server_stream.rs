@@ -1,0 +1,102 @@
+//! [`ServerStream`]: the byte stream to a sandbox server, over TCP
+//! (`ip:port`) or a Unix socket (`unix:PATH`, for a sandbox with no
+//! network), as the server's ready line names its address.
+
+use std::io;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpStream, UnixStream};
+
+/// The prefix of a Unix socket address.
+const UNIX_PREFIX: &str = "unix:";
+
+/// A connection to a sandbox server.
+pub enum ServerStream {
+    /// Over TCP.
+    Tcp(TcpStream),
+    /// Over a Unix socket.
+    Unix(UnixStream),
+}
+
+impl ServerStream {
+    /// Connects to `addr`: `host:port`, or `unix:PATH`.
+    pub async fn connect(addr: &str) -> io::Result<ServerStream> {
+        match addr.strip_prefix(UNIX_PREFIX) {
+            Some(path) => UnixStream::connect(path).await.map(ServerStream::Unix),
+            None => {
+                let tcp = TcpStream::connect(addr).await?;
+                // Small packets (a call, a pong) must not wait for the
+                // peer's delayed ACK of the previous one.
+                let _ = tcp.set_nodelay(true);
+                Ok(ServerStream::Tcp(tcp))
+            }
+        }
+    }
+
+    /// What an HTTP request to `addr` names as its host: the address
+    /// itself, or `localhost` for a Unix socket.
+    pub fn authority(addr: &str) -> &str {
+        if addr.starts_with(UNIX_PREFIX) {
+            "localhost"
+        } else {
+            addr
+        }
+    }
+}
+
+impl AsyncRead for ServerStream {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            ServerStream::Tcp(s) => Pin::new(s).poll_read(cx, buf),
+            ServerStream::Unix(s) => Pin::new(s).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for ServerStream {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            ServerStream::Tcp(s) => Pin::new(s).poll_write(cx, buf),
+            ServerStream::Unix(s) => Pin::new(s).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            ServerStream::Tcp(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+            ServerStream::Unix(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        true
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            ServerStream::Tcp(s) => Pin::new(s).poll_flush(cx),
+            ServerStream::Unix(s) => Pin::new(s).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            ServerStream::Tcp(s) => Pin::new(s).poll_shutdown(cx),
+            ServerStream::Unix(s) => Pin::new(s).poll_shutdown(cx),
+        }
+    }
+}

@@ -1,0 +1,84 @@
+//! [`Listener`]: where the server takes connections: a TCP port, or a Unix
+//! socket for a sandbox with no network at all (a container on network
+//! `none` is reached through a socket on a mounted directory).
+
+use std::net::IpAddr;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+use hyper_util::rt::TokioIo;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::{TcpListener, UnixListener};
+
+/// A bound listening socket.
+pub enum Listener {
+    /// A TCP port.
+    Tcp(TcpListener),
+    /// A Unix socket at this path.
+    Unix(UnixListener, PathBuf),
+}
+
+/// One accepted connection, as hyper serves it.
+pub trait Connection: AsyncRead + AsyncWrite + Unpin + Send + 'static {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send + 'static> Connection for T {}
+
+impl Listener {
+    /// Binds the Unix socket `unix` if given, else `host:port`.
+    pub async fn bind(host: IpAddr, port: u16, unix: Option<&Path>) -> Result<Listener, String> {
+        match unix {
+            Some(path) => {
+                // A socket left by a server that died would make bind fail.
+                match std::fs::remove_file(path) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(e) => return Err(format!("cannot replace {}: {e}", path.display())),
+                }
+                let listener = UnixListener::bind(path)
+                    .map_err(|e| format!("cannot bind {}: {e}", path.display()))?;
+                // The host may run as another user than the sandbox; the
+                // token, not the file mode, decides who is served.
+                std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o666))
+                    .map_err(|e| format!("cannot open {} to the host: {e}", path.display()))?;
+                Ok(Listener::Unix(listener, path.to_owned()))
+            }
+            None => TcpListener::bind((host, port))
+                .await
+                .map(Listener::Tcp)
+                .map_err(|e| format!("cannot bind {host}:{port}: {e}")),
+        }
+    }
+
+    /// The address hosts dial, as the ready line reports it: `ip:port`, or
+    /// `unix:PATH`.
+    pub fn addr(&self) -> Result<String, String> {
+        match self {
+            Listener::Tcp(l) => l
+                .local_addr()
+                .map(|a| a.to_string())
+                .map_err(|e| e.to_string()),
+            Listener::Unix(_, path) => Ok(format!("unix:{}", path.display())),
+        }
+    }
+
+    /// The next connection.
+    pub async fn accept(&self) -> std::io::Result<TokioIo<Box<dyn Connection>>> {
+        let stream: Box<dyn Connection> = match self {
+            Listener::Tcp(l) => {
+                let (stream, _) = l.accept().await?;
+                // Small packets must not wait for the peer's delayed ACK.
+                let _ = stream.set_nodelay(true);
+                Box::new(stream)
+            }
+            Listener::Unix(l, _) => Box::new(l.accept().await?.0),
+        };
+        Ok(TokioIo::new(stream))
+    }
+}
+
+impl Drop for Listener {
+    fn drop(&mut self) {
+        if let Listener::Unix(_, path) = self {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+}
