@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use agentix::{Provider, Sandbox, SandboxConfig};
-use agentix_provider_docker::DockerProvider;
+use agentix_provider_docker::{DockerProvider, ServerReach};
 use bollard::models::{ContainerCreateBody, HostConfig};
 use bollard::query_parameters::{
     RemoveContainerOptions, StartContainerOptions, WaitContainerOptions,
@@ -64,7 +64,7 @@ pub(crate) async fn docker(local: &Sandbox, report: &mut Report) {
     let (docker_p50, local_p50) = (echo_p50(&sb).await, echo_p50(local).await);
     report.add(
         "docker_echo_p50_us",
-        "sequential small echo through the published port, p50",
+        "sequential small echo through the mounted Unix socket, p50",
         "µs",
         us(docker_p50),
     );
@@ -74,6 +74,19 @@ pub(crate) async fn docker(local: &Sandbox, report: &mut Report) {
         "µs",
         us(local_p50),
     );
+    let ported = provider
+        .clone()
+        .with_reach(ServerReach::PublishedPort)
+        .session(config())
+        .await
+        .expect("container sandbox");
+    report.add(
+        "docker_port_echo_p50_us",
+        "the same through a port published on 127.0.0.1 (the engine's proxy), p50",
+        "µs",
+        us(echo_p50(&ported).await),
+    );
+    ported.delete().await;
     let pids = container_pids(provider.docker(), &sb).await;
     report.add(
         "docker_rss_kib",

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use agentix::{Provider, SandboxConfig};
 use agentix_bash::BashOptions;
-use agentix_provider_docker::{DockerProvider, LABEL_SANDBOX};
+use agentix_provider_docker::{DockerProvider, ServerReach, LABEL_SANDBOX};
 use bollard::query_parameters::ListContainersOptions;
 use futures_util::StreamExt;
 use support::bundle_path;
@@ -62,7 +62,10 @@ async fn list_of(docker: &bollard::Docker, id: &str, all: bool) -> usize {
 
 #[tokio::test]
 async fn a_sandbox_in_an_empty_image_calls_streams_runs_bash_and_is_removed() {
-    let provider = DockerProvider::connect().expect("a Docker engine");
+    // Through a published port, as for an engine on another machine.
+    let provider = DockerProvider::connect()
+        .expect("a Docker engine")
+        .with_reach(ServerReach::PublishedPort);
     empty_image(&provider).await;
     let bundle = bundle_dir("full");
     let config = SandboxConfig::new(&bundle).image(EMPTY_IMAGE);
@@ -424,16 +427,13 @@ async fn one_bundle_runs_in_a_busybox_image_and_on_network_none_with_no_route_ou
     let listener = std::net::TcpListener::bind("0.0.0.0:0").unwrap();
     let port = listener.local_addr().unwrap().port();
 
-    // On the bridge: the image's own tools beside the bundle's bash, and a
-    // route to the host (so the probe below can tell).
+    // On the bridge (reached through its socket, the engine being local):
+    // the image's own tools beside the bundle's bash, and a route to the
+    // host (so the probe below can tell).
     let mut config = SandboxConfig::new(&bundle).image(BUSYBOX_IMAGE);
     config.container.platform = Some("linux/amd64".into());
     let bridged = provider.session(config).await.expect("a bridged sandbox");
-    assert!(
-        bridged.addr().starts_with("127.0.0.1:"),
-        "{}",
-        bridged.addr()
-    );
+    assert!(bridged.addr().starts_with("unix:"), "{}", bridged.addr());
     let target = format!("{}:{port}", gateway_of(provider.docker(), &bridged).await);
     let out = bridged
         .remote(
@@ -489,6 +489,20 @@ async fn one_bundle_runs_in_a_busybox_image_and_on_network_none_with_no_route_ou
     assert_eq!(interfaces.trim(), "lo", "only loopback: {interfaces}");
     isolated.delete().await;
     assert_eq!(containers_of(provider.docker(), &id).await, 0);
+    // A provider that publishes ports cannot reach a sandbox with no network.
+    let mut config = SandboxConfig::new(&bundle).image(BUSYBOX_IMAGE);
+    config.container.network = agentix::ContainerNetwork::None;
+    let err = provider
+        .clone()
+        .with_reach(ServerReach::PublishedPort)
+        .create(config)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("network none needs the engine on this machine"),
+        "{err}"
+    );
     let private = socket.parent().and_then(|run| run.parent()).unwrap();
     assert!(
         !private.exists(),

@@ -20,6 +20,7 @@ use crate::bundle_volume::bundle_volume;
 use crate::container_spec::{bundle_entry, create_body, BundleSource, SERVER_PORT, SOCKET_NAME};
 use crate::engine_error;
 use crate::platform::{check_platform, missing_image};
+use crate::ServerReach;
 
 /// A sandbox's running container.
 pub struct Container {
@@ -27,8 +28,8 @@ pub struct Container {
     name: String,
     /// How the container ended, once it has.
     ended: watch::Receiver<Option<String>>,
-    /// On network `none`: the host directory holding the server's socket,
-    /// removed with the container.
+    /// The host directory holding the server's socket, removed with the
+    /// container (none when the port is published).
     socket_dir: Option<tempfile::TempDir>,
 }
 
@@ -41,6 +42,7 @@ impl Container {
         id: &str,
         token: &str,
         config: &SandboxConfig,
+        reach: ServerReach,
     ) -> Result<(Container, String), ProviderError> {
         let (entry, source) = match &config.container.bundle_image {
             Some(image) => bundle_volume(docker, image).await?,
@@ -50,9 +52,17 @@ impl Container {
             ),
         };
         check_platform(docker, &entry.target, config).await?;
-        let socket_dir = match config.container.network {
-            ContainerNetwork::None => Some(socket_dir()?),
-            _ => None,
+        let socket_dir = match (reach, &config.container.network) {
+            (ServerReach::Socket, _) => Some(socket_dir()?),
+            (ServerReach::PublishedPort, ContainerNetwork::None) => {
+                return Err(ProviderError::Backend {
+                    what: "a sandbox on network none needs the engine on this machine".into(),
+                    reason: "the host reaches it only through a socket on a directory it \
+                             mounts, and this provider publishes ports (DOCKER_HOST is remote)"
+                        .into(),
+                })
+            }
+            (ServerReach::PublishedPort, _) => None,
         };
         let socket_path = socket_dir.as_ref().map(|d| d.path().join("run"));
         let body = create_body(id, &entry.entry, &source, config, socket_path.as_deref())?;
@@ -94,7 +104,7 @@ impl Container {
     }
 
     /// Attaches, starts, writes the token, reads the ready line, and finds
-    /// the published port (0 on network `none`, which publishes none).
+    /// the published port (0 when the server is on a socket).
     async fn boot(
         &self,
         token: &str,

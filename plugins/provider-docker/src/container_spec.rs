@@ -1,7 +1,7 @@
 //! The engine's create request for a sandbox: image, the bundle mounted
 //! read-only, the server's command line, limits, labels, and how the host
-//! reaches the server: its port published on 127.0.0.1 only, or, on
-//! network `none`, a Unix socket on a directory mounted from the host.
+//! reaches the server: a Unix socket on a directory mounted from the host,
+//! or its port published on 127.0.0.1 only.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -14,8 +14,7 @@ use crate::{owner_label, LABEL_OWNER, LABEL_SANDBOX};
 
 /// The port the server listens on inside the container.
 pub const SERVER_PORT: u16 = 7000;
-/// Where the host's socket directory appears in a container on network
-/// `none`.
+/// Where the host's socket directory appears in the container.
 pub const SOCKET_MOUNT: &str = "/agentix-run";
 /// The server's socket in that directory.
 pub const SOCKET_NAME: &str = "server.sock";
@@ -52,8 +51,9 @@ pub enum BundleSource {
     Volume(String),
 }
 
-/// The create request for sandbox `id` from `config`; `socket_dir` is the
-/// host directory for the server's socket on network `none`.
+/// The create request for sandbox `id` from `config`; with `socket_dir`
+/// (a host directory) the server listens on a socket there, else on a port
+/// published on 127.0.0.1.
 pub fn create_body(
     id: &str,
     entry: &str,
@@ -124,13 +124,14 @@ pub fn create_body(
         host_ip: Some("127.0.0.1".into()),
         host_port: Some(String::new()),
     };
-    let (network_mode, port_bindings, exposed_ports) = match &settings.network {
-        ContainerNetwork::None => (Some("none".to_owned()), None, None),
-        network => (
-            match network {
-                ContainerNetwork::Named(name) => Some(name.clone()),
-                _ => None,
-            },
+    let network_mode = match &settings.network {
+        ContainerNetwork::None => Some("none".to_owned()),
+        ContainerNetwork::Named(name) => Some(name.clone()),
+        ContainerNetwork::Bridge => None,
+    };
+    let (port_bindings, exposed_ports) = match socket_dir {
+        Some(_) => (None, None),
+        None => (
             Some(HashMap::from([(port.clone(), Some(vec![published]))])),
             Some(HashMap::from([(port, HashMap::new())])),
         ),

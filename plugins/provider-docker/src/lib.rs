@@ -2,10 +2,10 @@
 //!
 //! A sandbox is a container of the config's image with the bundle (a
 //! directory `agentix build` made) mounted read-only at `/agentix`. The
-//! bundle's server runs inside, bound to the container's interface, and is
-//! published on the host's 127.0.0.1 only, on a port the engine picks; on
-//! network `none` it listens on a Unix socket in a directory mounted from
-//! the host instead. The
+//! bundle's server runs inside and listens on a Unix socket in a private
+//! directory mounted from the host ([`ServerReach::Socket`], for an engine
+//! on this machine), or on the container's interface with its port
+//! published on the host's 127.0.0.1 only ([`ServerReach::PublishedPort`]). The
 //! token reaches it on stdin, so it shows in no command line and no
 //! environment (`docker inspect` included); readiness is the server's own
 //! ready line, read from the attached output. Every container carries the
@@ -54,21 +54,57 @@ pub const LABEL_OWNER: &str = "agentix.owner";
 /// nothing in it, which a bundle needs no more than.
 pub const EMPTY_ROOTFS: [u8; 1024] = [0; 1024];
 
+/// How the host reaches a container's server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ServerReach {
+    /// Through a Unix socket in a private host directory mounted into the
+    /// container: no port on the host at all, no port proxy on the way
+    /// (measured: a small call costs about 14 µs more than a local
+    /// sandbox's, against about 125 µs through a published port). Needs
+    /// the engine on this machine; the only way on network `none`.
+    Socket,
+    /// Through the server's port, published on 127.0.0.1 only.
+    PublishedPort,
+}
+
+impl ServerReach {
+    /// The socket for an engine on this machine (`DOCKER_HOST` unset or
+    /// `unix://`), the published port otherwise.
+    pub fn for_engine() -> ServerReach {
+        match std::env::var("DOCKER_HOST") {
+            Ok(host) if !host.is_empty() && !host.starts_with("unix://") => {
+                ServerReach::PublishedPort
+            }
+            _ => ServerReach::Socket,
+        }
+    }
+}
+
 /// Runs sandboxes as containers of one Docker engine.
 #[derive(Clone)]
 pub struct DockerProvider {
     docker: Docker,
     sandboxes: SandboxRegistry,
+    reach: ServerReach,
 }
 
 impl DockerProvider {
-    /// A provider for the engine `DOCKER_HOST` names, or the local one.
+    /// A provider for the engine `DOCKER_HOST` names, or the local one,
+    /// reaching servers as [`ServerReach::for_engine`] says.
     pub fn connect() -> Result<Self, ProviderError> {
         let docker = Docker::connect_with_defaults().map_err(|e| engine_error(&e))?;
         Ok(DockerProvider {
             docker,
             sandboxes: SandboxRegistry::new(),
+            reach: ServerReach::for_engine(),
         })
+    }
+
+    /// The same provider, reaching the servers of the sandboxes it creates
+    /// from now on as `reach` says.
+    pub fn with_reach(mut self, reach: ServerReach) -> Self {
+        self.reach = reach;
+        self
     }
 
     /// Makes the image `name` (`repo` or `repo:tag`) from `rootfs`, a tar
@@ -164,7 +200,8 @@ impl Provider for DockerProvider {
         Box::pin(async move {
             let id = format!("docker-{}", agentix::random_hex(8));
             let token = agentix::random_hex(32);
-            let (container, addr) = Container::start(&self.docker, &id, &token, &config).await?;
+            let (container, addr) =
+                Container::start(&self.docker, &id, &token, &config, self.reach).await?;
             let lifetime = config.container.lifetime;
             let container = Arc::new(container);
             if let Some(lifetime) = lifetime {
