@@ -133,6 +133,20 @@ async fn a_missing_image_and_a_plain_binary_are_clear_errors() {
         err.contains("agentix-no-such-image") && err.contains("docker import"),
         "{err}"
     );
+    // An engine that is not there says so: a socket nobody listens on.
+    let dead = std::env::temp_dir().join(format!("agentix-dead-{}.sock", std::process::id()));
+    drop(std::os::unix::net::UnixListener::bind(&dead).unwrap());
+    let gone =
+        bollard::Docker::connect_with_unix(dead.to_str().unwrap(), 5, bollard::API_DEFAULT_VERSION)
+            .unwrap();
+    let config = SandboxConfig::new(&bundle).image(EMPTY_IMAGE);
+    let err = DockerProvider::new(gone)
+        .create(config)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("cannot be reached"), "{err}");
+    let _ = std::fs::remove_file(dead);
     // A mount the engine refuses is its reason, not "cannot be reached".
     empty_image(&provider).await;
     let mut config = SandboxConfig::new(&bundle).image(EMPTY_IMAGE);

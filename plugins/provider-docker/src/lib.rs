@@ -93,11 +93,18 @@ impl DockerProvider {
     /// reaching servers as [`ServerReach::for_engine`] says.
     pub fn connect() -> Result<Self, ProviderError> {
         let docker = Docker::connect_with_defaults().map_err(|e| engine_error(&e))?;
-        Ok(DockerProvider {
+        Ok(DockerProvider::new(docker))
+    }
+
+    /// A provider on an engine client made elsewhere (another socket,
+    /// other timeouts), reaching servers as [`ServerReach::for_engine`]
+    /// says.
+    pub fn new(docker: Docker) -> Self {
+        DockerProvider {
             docker,
             sandboxes: SandboxRegistry::new(),
             reach: ServerReach::for_engine(),
-        })
+        }
     }
 
     /// The same provider, reaching the servers of the sandboxes it creates
