@@ -17,6 +17,7 @@
 //! - [`registry`]: the link-time registry of remote functions in a worker.
 //! - [`invoke`]: argument decoding and outcome encoding around one call.
 //! - [`side_channel`]: the worker's side pipe: log records and trace events to the server.
+//! - [`output_capture`]: the worker's own stdout and stderr, in order with its logs.
 //! - [`trace`]: traces, spans, processors, and their context across `.await`.
 //! - [`worker`]: the worker runtime that serves calls over the frame pipes;
 //!   `stream_call` drives one streaming call under its window.
@@ -34,6 +35,7 @@ pub mod invoke;
 pub mod log_file;
 pub mod log_record;
 pub mod namespace;
+pub mod output_capture;
 pub mod part;
 pub mod process;
 pub mod raised;

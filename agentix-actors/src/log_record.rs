@@ -44,6 +44,12 @@ pub struct LogRecord {
     /// The span that was current when it was logged.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub span_id: Option<String>,
+    /// Its place among everything its worker logged and printed, counting
+    /// from 1: records and output lines are numbered where they are made,
+    /// in the order they were made. Absent for lines the server read after
+    /// the worker died and for notes the runtime adds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seq: Option<u64>,
 }
 
 impl LogRecord {
@@ -60,6 +66,7 @@ impl LogRecord {
             worker_id: String::new(),
             trace_id: None,
             span_id: None,
+            seq: None,
         }
     }
 

@@ -15,6 +15,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::io::Write;
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
+use std::sync::Arc;
 
 use tracing::field::{Field, Visit};
 use tracing::{Event, Subscriber};
@@ -23,7 +24,8 @@ use tracing_subscriber::layer::{Context, Layer};
 
 use crate::codec;
 use crate::log_file::SandboxLogFile;
-use crate::log_record::{now_us, LogRecord};
+use crate::log_record::{now_us, LogRecord, TARGET_STDERR, TARGET_STDOUT};
+use crate::output_capture::{OutputCapture, OutputLine, OutputPipes};
 use crate::trace::{Processor, SpanData, TraceData, TraceEvent};
 use crate::wire::{Frame, SideBatch};
 
@@ -37,6 +39,9 @@ const MAX_BATCH_BYTES: usize = 256 << 10;
 /// What travels on the side pipe.
 enum SideItem {
     Log(Box<LogRecord>),
+    /// A line of the worker's output, whose bytes leave its pipe once the
+    /// record is written.
+    Output(Box<OutputLine>),
     Trace(Box<TraceEvent>),
 }
 
@@ -44,24 +49,44 @@ enum SideItem {
 #[derive(Clone)]
 pub struct SideChannel {
     tx: SyncSender<SideItem>,
+    output: Option<Arc<OutputPipes>>,
 }
 
 impl SideChannel {
-    /// Starts the thread writing to `pipe`.
-    pub fn start(pipe: std::fs::File) -> std::io::Result<Self> {
+    /// Starts the thread writing to `pipe`; `output` is the worker's own
+    /// stdout and stderr, if it captures them.
+    pub fn start(pipe: std::fs::File, output: Option<Arc<OutputPipes>>) -> std::io::Result<Self> {
         let (tx, rx) = sync_channel(QUEUE);
+        let pipes = output.clone();
         std::thread::Builder::new()
             .name("agentix-side".into())
-            .spawn(move || forward(rx, pipe))?;
-        Ok(SideChannel { tx })
+            .spawn(move || forward(rx, pipe, pipes))?;
+        Ok(SideChannel { tx, output })
     }
 
-    /// A `tracing` layer sending every event as a log record.
-    pub fn log_layer(&self, worker_id: String) -> ForwardLayer {
+    /// A `tracing` layer sending every event as a log record, after what
+    /// `capture` holds of the worker's output.
+    pub fn log_layer(
+        &self,
+        worker_id: String,
+        capture: Option<Arc<OutputCapture>>,
+    ) -> ForwardLayer {
         ForwardLayer {
             tx: self.tx.clone(),
             worker_id,
+            capture,
         }
+    }
+
+    /// Starts capturing the worker's own stdout and stderr into this
+    /// channel, when it was started with them.
+    pub fn capture_output(&self, worker_id: String) -> Option<Arc<OutputCapture>> {
+        let tx = self.tx.clone();
+        // Blocks while the queue is full, as logging does.
+        let sink = Box::new(move |line| {
+            let _ = tx.send(SideItem::Output(Box::new(line)));
+        });
+        OutputCapture::start(self.output.clone()?, sink, worker_id)
     }
 
     /// A trace processor sending every trace event.
@@ -76,6 +101,7 @@ impl SideChannel {
 pub struct ForwardLayer {
     tx: SyncSender<SideItem>,
     worker_id: String,
+    capture: Option<Arc<OutputCapture>>,
 }
 
 /// The processor that sends every trace event to the server.
@@ -107,6 +133,10 @@ impl Processor for ForwardProcessor {
 
 impl<S: Subscriber> Layer<S> for ForwardLayer {
     fn on_event(&self, event: &Event<'_>, _: Context<'_, S>) {
+        // What this thread printed before it logged goes first.
+        if let Some(capture) = &self.capture {
+            capture.drain();
+        }
         // Records from the `log` crate carry their real target and location
         // in `log.*` fields; normalising puts them back.
         let normalized = event.normalized_metadata();
@@ -125,6 +155,7 @@ impl<S: Subscriber> Layer<S> for ForwardLayer {
             worker_id: self.worker_id.clone(),
             trace_id: context.as_ref().map(|c| c.trace_id.clone()),
             span_id: context.and_then(|c| c.span_id),
+            seq: None,
         };
         // Blocks while the queue is full; fails only once the pipe is gone.
         let _ = self.tx.send(SideItem::Log(Box::new(record)));
@@ -162,6 +193,9 @@ impl FieldText {
     }
 }
 
+/// Output lines quoted per batch for the server (see [`Frame::Logs`]).
+const OUTPUT_QUOTED: usize = 40;
+
 /// Appends `records` to the log file and encodes them as a frame in `buf`.
 fn flush_logs(records: &mut Vec<LogRecord>, file: &mut SandboxLogFile, buf: &mut Vec<u8>) {
     if records.is_empty() {
@@ -169,8 +203,16 @@ fn flush_logs(records: &mut Vec<LogRecord>, file: &mut SandboxLogFile, buf: &mut
     }
     file.append(records);
     let batch = SideBatch::encode(records);
+    let mut output: Vec<String> = records
+        .iter()
+        .rev()
+        .filter(|r| r.target == TARGET_STDOUT || r.target == TARGET_STDERR)
+        .take(OUTPUT_QUOTED)
+        .map(|r| r.message.clone())
+        .collect();
+    output.reverse();
     records.clear();
-    codec::encode_into(&Frame::Logs { batch }, buf);
+    codec::encode_into(&Frame::Logs { batch, output }, buf);
 }
 
 /// Encodes `events` as a frame in `buf`.
@@ -194,12 +236,17 @@ fn approx_bytes(records: &[LogRecord], events: &[TraceEvent]) -> usize {
 
 /// Batches items into frames on `pipe`, in order, until every sender is gone
 /// or the pipe breaks.
-fn forward(rx: Receiver<SideItem>, mut pipe: std::fs::File) {
+fn forward(rx: Receiver<SideItem>, mut pipe: std::fs::File, output: Option<Arc<OutputPipes>>) {
     let mut file = SandboxLogFile::new(crate::log_file::dir_from_env());
     let mut buf = Vec::with_capacity(64 << 10);
     let mut records = Vec::new();
     let mut events = Vec::new();
+    // One consumer: the order items are taken is the order they were made
+    // in each thread (see `crate::output_capture`).
+    let mut seq = 0u64;
     while let Ok(first) = rx.recv() {
+        // Output bytes the records of this write cover, per stream.
+        let mut covered = [0usize; 2];
         let mut next = Some(first);
         let mut taken = 0;
         buf.clear();
@@ -207,9 +254,23 @@ fn forward(rx: Receiver<SideItem>, mut pipe: std::fs::File) {
             // A change of kind closes the batch of the other kind, which
             // keeps logs and traces in the order they were produced.
             match item {
-                SideItem::Log(r) => {
+                SideItem::Log(mut r) => {
                     flush_traces(&mut events, &mut buf);
+                    seq += 1;
+                    r.seq = Some(seq);
                     records.push(*r);
+                }
+                SideItem::Output(line) => {
+                    flush_traces(&mut events, &mut buf);
+                    let OutputLine {
+                        mut record,
+                        stream,
+                        bytes,
+                    } = *line;
+                    covered[stream.min(1)] += bytes;
+                    seq += 1;
+                    record.seq = Some(seq);
+                    records.push(record);
                 }
                 SideItem::Trace(e) => {
                     flush_logs(&mut records, &mut file, &mut buf);
@@ -227,6 +288,11 @@ fn forward(rx: Receiver<SideItem>, mut pipe: std::fs::File) {
             // The server is gone; dropping the receiver makes senders fail
             // fast instead of waiting on a full queue.
             return;
+        }
+        // Only now may those lines leave the worker's output pipes: had it
+        // died before this write, the server would read them there.
+        if let Some(output) = &output {
+            output.consume(covered);
         }
         if buf.capacity() > 4 << 20 {
             buf = Vec::with_capacity(64 << 10);

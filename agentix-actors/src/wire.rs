@@ -89,6 +89,11 @@ pub const WORKER_FRAME_OUT_FD: i32 = 4;
 /// File descriptor on which the worker writes side-channel frames (logs):
 /// a pipe of its own, so a flood of logs never delays a call's result.
 pub const WORKER_SIDE_OUT_FD: i32 = 5;
+/// The read end of the worker's own stdout pipe, for it to capture its
+/// output in order with its logs (see [`crate::output_capture`]).
+pub const WORKER_STDOUT_FD: i32 = 6;
+/// The read end of the worker's own stderr pipe.
+pub const WORKER_STDERR_FD: i32 = 7;
 /// Environment variable naming the directory the files plugin keeps every
 /// path beneath (the sandbox's own directory, for the local provider).
 pub const ENV_FILES_ROOT: &str = "AGENTIX_FILES_ROOT";
@@ -112,6 +117,10 @@ pub enum Frame {
         functions: u32,
         /// Agentix version of the worker.
         version: String,
+        /// Whether the worker reads its own stdout and stderr; if not, the
+        /// server does.
+        #[serde(default)]
+        captures_output: bool,
     },
     /// Server -> worker: run `target` with CBOR `args`.
     #[serde(rename = "call")]
@@ -216,6 +225,10 @@ pub enum Frame {
     Logs {
         /// The records, encoded once and passed on undecoded.
         batch: SideBatch,
+        /// The last stdout and stderr lines among them, as text: what the
+        /// server quotes if the worker dies (it never decodes batches).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        output: Vec<String>,
     },
     /// Worker -> server, on the side pipe: trace events, in order.
     #[serde(rename = "traces")]

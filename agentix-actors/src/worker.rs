@@ -21,6 +21,7 @@ use tokio::task::AbortHandle;
 
 use crate::codec::{self, FrameReader};
 use crate::errors::{ErrorKind, RemoteError};
+use crate::output_capture::OutputPipes;
 use crate::part::{self, PartBytes, PartTable};
 use crate::registry::{self, Invoke};
 use crate::side_channel::SideChannel;
@@ -82,6 +83,9 @@ pub fn run_with(setup: impl FnOnce()) -> i32 {
     code
 }
 
+/// Whether this worker reads its own output (the ready frame says so).
+static CAPTURES_OUTPUT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 /// Sends every `tracing` and `log` record (filtered by `RUST_LOG`, default
 /// `info`) and every trace event to the server over the side pipe (fd 5),
 /// when the server gave one.
@@ -97,7 +101,7 @@ fn forward_logs() {
     // this process for its exclusive use.
     let pipe = unsafe { std::fs::File::from_raw_fd(WORKER_SIDE_OUT_FD) };
     let worker_id = std::env::var(ENV_WORKER_ID).unwrap_or_default();
-    let side = match SideChannel::start(pipe) {
+    let side = match SideChannel::start(pipe, OutputPipes::open()) {
         Ok(side) => side,
         Err(e) => {
             eprintln!("agentix worker: cannot start log forwarding: {e}");
@@ -105,7 +109,9 @@ fn forward_logs() {
         }
     };
     crate::trace::add_processor(side.trace_processor());
-    let layer = side.log_layer(worker_id);
+    let capture = side.capture_output(worker_id.clone());
+    CAPTURES_OUTPUT.store(capture.is_some(), std::sync::atomic::Ordering::Relaxed);
+    let layer = side.log_layer(worker_id, capture);
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     // Also installs the `log` -> `tracing` bridge.
@@ -171,6 +177,7 @@ async fn serve(input: pipe::Receiver, output: pipe::Sender, setup: impl FnOnce()
         pid: std::process::id(),
         functions: registry::names().len() as u32,
         version: crate::VERSION.to_owned(),
+        captures_output: CAPTURES_OUTPUT.load(std::sync::atomic::Ordering::Relaxed),
     };
     if out_tx.send(ready).await.is_err() {
         return 1;

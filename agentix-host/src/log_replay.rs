@@ -83,6 +83,8 @@ pub fn replay(sandbox_id: &str, record: &LogRecord) {
         fields.push('=');
         fields.push_str(v);
     }
+    // The formatter below prints the sandbox's time, not the arrival's.
+    SANDBOX_TIME.with(|t| t.set(Some(record.ts_us)));
     logger.log(
         &log::Record::builder()
             .metadata(meta)
@@ -92,4 +94,11 @@ pub fn replay(sandbox_id: &str, record: &LogRecord) {
             .line(record.line)
             .build(),
     );
+    SANDBOX_TIME.with(|t| t.set(None));
+}
+
+thread_local! {
+    /// While a record is replayed on this thread: when the sandbox made it,
+    /// in microseconds since the Unix epoch.
+    pub(crate) static SANDBOX_TIME: std::cell::Cell<Option<u64>> = const { std::cell::Cell::new(None) };
 }

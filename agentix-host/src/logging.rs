@@ -3,14 +3,15 @@
 //! The host's own lines read `time LEVEL [context] target: message`, with
 //! `default_context` (say `"host"`) as context; lines replayed from a
 //! sandbox read `time LEVEL target: [sandbox-id] message`, keeping the
-//! sandbox's own target. `RUST_LOG` filters both the usual way.
+//! sandbox's own target, with the time the sandbox made the record (UTC,
+//! RFC 3339, to the microsecond), not the time it arrived. `RUST_LOG`
+//! filters both the usual way.
 
 use std::fmt;
 
 use tracing::{Event, Subscriber};
 use tracing_log::NormalizeEvent;
 use tracing_subscriber::fmt::format::Writer;
-use tracing_subscriber::fmt::time::{FormatTime, SystemTime};
 use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields};
 use tracing_subscriber::registry::LookupSpan;
 
@@ -52,7 +53,12 @@ where
     ) -> fmt::Result {
         let normalized = event.normalized_metadata();
         let meta = normalized.as_ref().unwrap_or_else(|| event.metadata());
-        SystemTime.format_time(&mut writer)?;
+        let sandbox_time = crate::log_replay::SANDBOX_TIME.with(|t| t.get());
+        let time = match sandbox_time {
+            Some(us) => std::time::UNIX_EPOCH + std::time::Duration::from_micros(us),
+            None => std::time::SystemTime::now(),
+        };
+        write!(writer, "{}", humantime::format_rfc3339_micros(time))?;
         write!(writer, " {:>5} ", meta.level())?;
         // A replayed message starts with its sandbox id in brackets.
         if meta.module_path() != Some(REPLAY_MODULE) {
@@ -61,5 +67,51 @@ where
         write!(writer, "{}: ", meta.target())?;
         ctx.field_format().format_fields(writer.by_ref(), event)?;
         writeln!(writer)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::{Arc, Mutex};
+
+    /// Collects what the formatter writes.
+    #[derive(Clone, Default)]
+    struct Captured(Arc<Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Captured {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_replayed_line_shows_the_time_the_sandbox_made_it() {
+        let out = Captured::default();
+        let writer = out.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .event_format(ContextFormat {
+                context: "host".into(),
+            })
+            .finish();
+        tracing::subscriber::with_default(subscriber, || {
+            // 2001-09-09T01:46:40.000123Z
+            crate::log_replay::SANDBOX_TIME.with(|t| t.set(Some(1_000_000_000_000_123)));
+            tracing::info!("from the sandbox");
+            crate::log_replay::SANDBOX_TIME.with(|t| t.set(None));
+            tracing::info!("from the host");
+        });
+        let text = String::from_utf8(out.0.lock().unwrap().clone()).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(
+            lines[0].starts_with("2001-09-09T01:46:40.000123Z  INFO "),
+            "{text}"
+        );
+        assert!(!lines[1].starts_with("2001"), "host lines show now: {text}");
     }
 }

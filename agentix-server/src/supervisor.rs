@@ -11,6 +11,7 @@
 //! in flight ends at once with `WorkerExited`.
 
 use std::ffi::OsString;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use actix::prelude::*;
@@ -28,7 +29,7 @@ use crate::config::ServerConfig;
 use crate::forwarder::{HostEvent, NamespaceForwarder, ToHosts};
 use crate::oom_kills::oom_kills;
 use crate::side_relay::SideRelay;
-use crate::worker_process::{self, OutputTail};
+use crate::worker_process::{self, OutputTail, WorkerOutput};
 
 // ---- messages ------------------------------------------------------------
 
@@ -149,6 +150,18 @@ struct Running {
     worker_id: String,
     frames: mpsc::UnboundedSender<Frame>,
     tail: OutputTail,
+    /// Its stdout and stderr, until someone reads them: the server, at
+    /// once for a worker that does not capture its own, else once it died.
+    output: UnreadOutput,
+}
+
+/// A worker's output streams, taken by whoever reads them first.
+type UnreadOutput = Arc<Mutex<Option<WorkerOutput>>>;
+
+/// Takes `output` if nobody has, and starts reading it.
+fn drain_output(output: &UnreadOutput) -> Option<tokio::task::JoinHandle<()>> {
+    let taken = output.lock().unwrap_or_else(|p| p.into_inner()).take();
+    taken.map(WorkerOutput::drain)
 }
 
 /// Owns the worker process and the table of calls.
@@ -277,10 +290,16 @@ impl WorkerSupervisor {
         let logs = self.logs.clone();
         let mut side = FrameReader::new(proc.side_in, codec::DEFAULT_MAX_FRAME);
         let pid = proc.pid;
+        let side_tail = proc.tail.clone();
         actix::spawn(async move {
             loop {
                 match side.next().await {
-                    Ok(Some(Frame::Logs { batch })) => logs.send_logs(batch).await,
+                    Ok(Some(Frame::Logs { batch, output })) => {
+                        for line in output {
+                            side_tail.push(line);
+                        }
+                        logs.send_logs(batch).await
+                    }
                     Ok(Some(Frame::Traces { batch })) => logs.send_traces(batch).await,
                     Ok(Some(_)) => {
                         tracing::warn!(
@@ -309,7 +328,8 @@ impl WorkerSupervisor {
         });
         let me = ctx.address();
         let mut child = proc.child;
-        let drained = proc.output_drained;
+        let output: UnreadOutput = Arc::new(Mutex::new(Some(proc.output)));
+        let unread = output.clone();
         let oom_before = oom_kills();
         actix::spawn(async move {
             let mut status = match child.wait().await {
@@ -321,9 +341,12 @@ impl WorkerSupervisor {
                     " by the kernel's OOM killer: the sandbox ran out of memory (its memory limit)",
                 );
             }
-            // Let the last lines of output reach the tail, but do not wait on
-            // grandchildren that keep the pipes open.
-            let _ = tokio::time::timeout(Duration::from_millis(200), drained).await;
+            // Read what the worker left unread, and let the last lines of
+            // output reach the tail, but do not wait on grandchildren that
+            // keep the pipes open.
+            if let Some(drained) = drain_output(&unread) {
+                let _ = tokio::time::timeout(Duration::from_millis(200), drained).await;
+            }
             me.do_send(WorkerExited { generation, status });
         });
         self.worker = Some(Running {
@@ -331,6 +354,7 @@ impl WorkerSupervisor {
             worker_id,
             frames: tx,
             tail: proc.tail,
+            output,
         });
         let timeout = self.config.worker_start_timeout;
         ctx.run_later(timeout, move |act, _| {
@@ -630,8 +654,14 @@ impl Handler<FrameArrived> for WorkerSupervisor {
                 pid,
                 functions,
                 version,
+                captures_output,
             } => {
                 tracing::info!(worker_id, pid, functions, version, "worker ready");
+                if !captures_output {
+                    if let Some(w) = &self.worker {
+                        drain_output(&w.output);
+                    }
+                }
                 if matches!(self.phase, Phase::Draining | Phase::Stopped) {
                     return;
                 }

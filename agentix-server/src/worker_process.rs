@@ -2,14 +2,18 @@
 //! what it prints.
 //!
 //! The worker gets its frame pipes as fds 3 and 4 and its side pipe (logs)
-//! as fd 5. Its stdout and stderr are read line by line at the descriptor
-//! level (so `println!`, child processes and C code are all caught) and
-//! relayed as log records; the last lines are also kept so that "the worker
-//! died" errors can say why.
+//! as fd 5. Its stdout and stderr are pipes whose read ends it gets too, as
+//! fds 6 and 7: it reads its own output, so its lines and its records keep
+//! their order (see `agentix_actors::output_capture`). The server keeps the
+//! read ends as well, untouched while the worker lives, and reads what is
+//! left in them, line by line, once it has died (or at once, for a worker
+//! that says it does not capture): a crashed worker's last words are not
+//! lost. The last lines are kept so that "the worker died" errors can say
+//! why.
 
 use std::collections::VecDeque;
 use std::ffi::OsString;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 
@@ -18,6 +22,7 @@ use agentix_actors::log_record::{LogRecord, TARGET_STDERR, TARGET_STDOUT};
 use agentix_actors::process;
 use agentix_actors::wire::{
     SideBatch, ENV_WORKER_ID, WORKER_FRAME_IN_FD, WORKER_FRAME_OUT_FD, WORKER_SIDE_OUT_FD,
+    WORKER_STDERR_FD, WORKER_STDOUT_FD,
 };
 use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
 use tokio::net::unix::pipe;
@@ -43,8 +48,43 @@ pub struct WorkerProcess {
     pub child: tokio::process::Child,
     /// The last lines it printed.
     pub tail: OutputTail,
-    /// Ends when both output streams reached end of file.
-    pub output_drained: JoinHandle<()>,
+    /// The read ends of its stdout and stderr, for [`WorkerOutput::drain`].
+    pub output: WorkerOutput,
+}
+
+/// A worker's stdout and stderr as the server holds them.
+pub struct WorkerOutput {
+    stdout: OwnedFd,
+    stderr: OwnedFd,
+    worker_id: String,
+    tail: OutputTail,
+    logs: SideRelay,
+}
+
+impl WorkerOutput {
+    /// Reads both streams to their end, line by line, into the log file and
+    /// the relay; the handle ends when both reached end of file.
+    pub fn drain(self) -> JoinHandle<()> {
+        let streams = [(self.stdout, Output::Stdout), (self.stderr, Output::Stderr)];
+        let tasks: Vec<_> = streams
+            .into_iter()
+            .filter_map(|(fd, output)| {
+                let stream = pipe::Receiver::from_owned_fd(fd).ok()?;
+                Some(drain(
+                    stream,
+                    output,
+                    &self.worker_id,
+                    self.tail.clone(),
+                    self.logs.clone(),
+                ))
+            })
+            .collect();
+        tokio::spawn(async move {
+            for task in tasks {
+                let _ = task.await;
+            }
+        })
+    }
 }
 
 /// Starts `command` as worker `worker_id`; its output goes to `logs`.
@@ -59,19 +99,22 @@ pub fn spawn(
     let (to_worker_read, to_worker_write) = process::pipe()?;
     let (from_worker_read, from_worker_write) = process::pipe()?;
     let (side_read, side_write) = process::pipe()?;
+    let (stdout_read, stdout_write) = process::pipe()?;
+    let (stderr_read, stderr_write) = process::pipe()?;
     let mut cmd = tokio::process::Command::new(program);
     cmd.args(args)
         .env(ENV_WORKER_ID, worker_id)
         .env_remove(ENV_TOKEN)
         .env(process::ENV_PROCESS_TAG, worker_tag(worker_id))
         .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
+        .stdout(Stdio::from(stdout_write))
+        .stderr(Stdio::from(stderr_write))
         .kill_on_drop(true);
     let parent = std::process::id() as libc::pid_t;
     let child_in = to_worker_read.as_raw_fd();
     let child_out = from_worker_write.as_raw_fd();
     let child_side = side_write.as_raw_fd();
+    let (child_stdout, child_stderr) = (stdout_read.as_raw_fd(), stderr_read.as_raw_fd());
     // SAFETY: the closure only makes async-signal-safe syscalls.
     unsafe {
         cmd.pre_exec(move || {
@@ -79,29 +122,27 @@ pub fn spawn(
             let input = process::move_fd_high(child_in)?;
             let output = process::move_fd_high(child_out)?;
             let side = process::move_fd_high(child_side)?;
+            let stdout = process::move_fd_high(child_stdout)?;
+            let stderr = process::move_fd_high(child_stderr)?;
             process::install_fd(input, WORKER_FRAME_IN_FD)?;
             process::install_fd(output, WORKER_FRAME_OUT_FD)?;
             process::install_fd(side, WORKER_SIDE_OUT_FD)?;
+            process::install_fd(stdout, WORKER_STDOUT_FD)?;
+            process::install_fd(stderr, WORKER_STDERR_FD)?;
             Ok(())
         });
     }
-    let mut child = cmd.spawn()?;
+    let child = cmd.spawn()?;
     drop((to_worker_read, from_worker_write, side_write));
     let pid = child.id().unwrap_or_default();
     let tail = OutputTail::default();
-    let stdout = child
-        .stdout
-        .take()
-        .map(|s| drain(s, Output::Stdout, worker_id, tail.clone(), logs.clone()));
-    let stderr = child
-        .stderr
-        .take()
-        .map(|s| drain(s, Output::Stderr, worker_id, tail.clone(), logs.clone()));
-    let output_drained = tokio::spawn(async move {
-        for task in [stdout, stderr].into_iter().flatten() {
-            let _ = task.await;
-        }
-    });
+    let output = WorkerOutput {
+        stdout: stdout_read,
+        stderr: stderr_read,
+        worker_id: worker_id.to_owned(),
+        tail: tail.clone(),
+        logs: logs.clone(),
+    };
     Ok(WorkerProcess {
         pid,
         frames_in: pipe::Receiver::from_owned_fd(from_worker_read)?,
@@ -109,7 +150,7 @@ pub fn spawn(
         side_in: pipe::Receiver::from_owned_fd(side_read)?,
         child,
         tail,
-        output_drained,
+        output,
     })
 }
 
@@ -172,7 +213,8 @@ fn drain(
 pub struct OutputTail(Arc<Mutex<VecDeque<String>>>);
 
 impl OutputTail {
-    fn push(&self, line: String) {
+    /// Keeps `line` as the newest, dropping the oldest past the limit.
+    pub fn push(&self, line: String) {
         let mut lines = self.0.lock().unwrap_or_else(|p| p.into_inner());
         if lines.len() == TAIL_LINES {
             lines.pop_front();

@@ -332,3 +332,107 @@ async fn records_made_while_no_host_listens_are_kept_or_counted() {
     // worker's own boot records share it, so up to one batch more may go.
     assert!((10_000..=21_000).contains(&dropped), "{}", notice.message);
 }
+
+/// Where `got` first differs from `want`, for a short failure message.
+fn first_difference(got: &[String], want: &[String]) -> Option<String> {
+    let at = got.iter().zip(want).position(|(g, w)| g != w);
+    match at {
+        Some(i) => Some(format!("at {i}: got {:?}, want {:?}", got[i], want[i])),
+        None if got.len() != want.len() => {
+            Some(format!("{} messages, want {}", got.len(), want.len()))
+        }
+        None => None,
+    }
+}
+
+/// The messages of thread `t` among `lines`, in their order.
+fn thread_order<'a>(lines: impl Iterator<Item = &'a str>, t: u32) -> Vec<String> {
+    let prefix = format!("t{t} ");
+    lines
+        .filter(|m| m.starts_with(&prefix))
+        .map(str::to_owned)
+        .collect()
+}
+
+#[tokio::test]
+async fn printed_lines_and_records_keep_the_order_each_thread_made_them_in() {
+    const THREADS: u32 = 4;
+    const ROUNDS: u32 = 300;
+    let dir = scratch_dir("logs-order");
+    let (config, seen) = collecting(&dir);
+    let sb = sandbox_with(config).await;
+    let made = sb
+        .remote(agentix_e2e::interleave, (THREADS, ROUNDS))
+        .await
+        .unwrap();
+    assert_eq!(made, THREADS * ROUNDS);
+    let expected = |t: u32| -> Vec<String> {
+        (0..ROUNDS)
+            .flat_map(|i| [format!("t{t} line {i}"), format!("t{t} record {i}")])
+            .collect()
+    };
+    wait_until("every line and record", Duration::from_secs(20), || {
+        let seen = seen.lock().unwrap();
+        seen.iter().filter(|r| r.message.starts_with('t')).count()
+            >= (2 * THREADS * ROUNDS) as usize
+    })
+    .await;
+    let records: Vec<LogRecord> = seen
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|r| r.message.starts_with('t'))
+        .cloned()
+        .collect();
+    for t in 0..THREADS {
+        let got = thread_order(records.iter().map(|r| r.message.as_str()), t);
+        let diff = first_difference(&got, &expected(t));
+        assert!(diff.is_none(), "thread {t}, at the host: {diff:?}");
+    }
+    // Numbered where they were made, arriving in that order, stamped with
+    // the sandbox's clock in that order too.
+    let seqs: Vec<u64> = records.iter().map(|r| r.seq.expect("a seq")).collect();
+    assert!(seqs.windows(2).all(|w| w[0] < w[1]), "seq out of order");
+    for t in 0..THREADS {
+        let prefix = format!("t{t} ");
+        let times: Vec<u64> = records
+            .iter()
+            .filter(|r| r.message.starts_with(&prefix))
+            .map(|r| r.ts_us)
+            .collect();
+        assert!(times.windows(2).all(|w| w[0] <= w[1]), "thread {t}: time");
+    }
+    // The durable file keeps the same order.
+    let worker_id = records[0].worker_id.clone();
+    let text = std::fs::read_to_string(dir.join(format!("sandbox-{worker_id}.log"))).unwrap();
+    let messages: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.split_once(": ").map(|(_, m)| m))
+        .collect();
+    for t in 0..THREADS {
+        let got = thread_order(messages.iter().copied(), t);
+        let diff = first_difference(&got, &expected(t));
+        assert!(diff.is_none(), "thread {t}, in the log file: {diff:?}");
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test]
+async fn the_last_line_of_a_worker_killed_right_after_printing_it_reaches_the_host() {
+    let dir = scratch_dir("logs-last-words");
+    let (config, seen) = collecting(&dir);
+    let sb = sandbox_with(config).await;
+    for how in ["sigkill", "abort", "exit"] {
+        let err = sb
+            .remote(agentix_e2e::crash, how.to_owned())
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind, ErrorKind::WorkerExited, "{err}");
+        let line = format!("e2e worker: about to crash by {how}");
+        wait_until(&line, Duration::from_secs(10), || {
+            has(&seen, "agentix.sandbox.stderr", &line)
+        })
+        .await;
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -514,3 +514,24 @@ pub async fn reply_garbage(id: u64) -> u32 {
     tokio::time::sleep(Duration::from_secs(10)).await;
     1
 }
+
+/// `threads` threads each print a line and log a record, `rounds` times,
+/// alternating: `t<T> line <I>` on stdout, then `t<T> record <I>` through
+/// `tracing` (target `order`).
+#[agentix::remote]
+pub async fn interleave(threads: u32, rounds: u32) -> u32 {
+    let workers: Vec<_> = (0..threads)
+        .map(|t| {
+            std::thread::spawn(move || {
+                for i in 0..rounds {
+                    println!("t{t} line {i}");
+                    tracing::info!(target: "order", "t{t} record {i}");
+                }
+            })
+        })
+        .collect();
+    for w in workers {
+        let _ = w.join();
+    }
+    threads * rounds
+}
