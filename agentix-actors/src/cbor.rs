@@ -16,7 +16,10 @@ pub fn to_vec<T: Serialize + ?Sized>(value: &T) -> Result<Vec<u8>, RemoteError> 
     ciborium::into_writer(value, &mut out).map_err(|e| {
         RemoteError::new(
             ErrorKind::TypeMismatch,
-            format!("value could not be encoded as CBOR: {e}"),
+            format!(
+                "value could not be encoded as CBOR: {}",
+                encode_error_text(e)
+            ),
         )
     })?;
     Ok(out)
@@ -40,15 +43,30 @@ pub fn from_slice<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, DecodeFailure>
         // semantic error; only input that is valid CBOR is a mismatch.
         Err(Error::Semantic(_, msg)) => match ciborium::from_reader::<ciborium::Value, _>(bytes) {
             Ok(_) => Err(DecodeFailure::Mismatch(msg)),
-            Err(e) => Err(DecodeFailure::Malformed(e.to_string())),
+            Err(e) => Err(DecodeFailure::Malformed(decode_error_text(e))),
         },
-        Err(Error::Syntax(at)) => Err(DecodeFailure::Malformed(format!(
-            "invalid CBOR at byte {at}"
-        ))),
-        Err(Error::Io(e)) => Err(DecodeFailure::Malformed(format!("truncated CBOR: {e}"))),
-        Err(Error::RecursionLimitExceeded) => Err(DecodeFailure::Malformed(
-            "CBOR nesting is too deep".to_owned(),
-        )),
+        Err(e) => Err(DecodeFailure::Malformed(decode_error_text(e))),
+    }
+}
+
+/// A ciborium decoding error as a sentence (its own `Display` is its
+/// `Debug`: `Semantic(None, "..")`).
+pub fn decode_error_text<E: std::fmt::Display>(e: ciborium::de::Error<E>) -> String {
+    use ciborium::de::Error;
+    match e {
+        Error::Semantic(Some(at), msg) => format!("{msg} (at byte {at})"),
+        Error::Semantic(None, msg) => msg,
+        Error::Syntax(at) => format!("invalid CBOR at byte {at}"),
+        Error::Io(e) => format!("truncated CBOR: {e}"),
+        Error::RecursionLimitExceeded => "CBOR nesting is too deep".to_owned(),
+    }
+}
+
+/// A ciborium encoding error as a sentence.
+pub fn encode_error_text<E: std::fmt::Display>(e: ciborium::ser::Error<E>) -> String {
+    match e {
+        ciborium::ser::Error::Io(e) => e.to_string(),
+        ciborium::ser::Error::Value(why) => why,
     }
 }
 

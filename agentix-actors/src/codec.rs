@@ -91,7 +91,7 @@ pub fn decode(buf: &[u8], max: usize) -> Result<Option<(Frame, usize)>, FrameErr
 
 fn decode_body(body: &[u8]) -> Result<Frame, FrameError> {
     ciborium::from_reader(body).map_err(|e| FrameError::Malformed {
-        why: e.to_string(),
+        why: crate::cbor::decode_error_text(e),
         call: call_id_of(body),
     })
 }

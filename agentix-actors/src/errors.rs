@@ -174,7 +174,10 @@ pub enum DataError {
         type_name: String,
     },
     /// The fields are not those of the type asked for.
-    #[error("the fields of the error `{type_name}` are not a `{wanted}`: {why}")]
+    #[error(
+        "the fields of the error `{type_name}` are not a `{}`: {why}",
+        short_type_name(wanted)
+    )]
     Mismatch {
         /// The error's type, as the sandbox named it.
         type_name: String,
@@ -183,6 +186,24 @@ pub enum DataError {
         /// What did not decode.
         why: String,
     },
+}
+
+/// `alloc::vec::Vec<alloc::string::String>` as a person writes it:
+/// `Vec<String>`.
+fn short_type_name(name: &str) -> String {
+    let mut out = String::with_capacity(name.len());
+    let mut word = String::new();
+    for c in name.chars() {
+        if c.is_alphanumeric() || c == '_' || c == ':' {
+            word.push(c);
+        } else {
+            out.push_str(word.rsplit("::").next().unwrap_or(&word));
+            word.clear();
+            out.push(c);
+        }
+    }
+    out.push_str(word.rsplit("::").next().unwrap_or(&word));
+    out
 }
 
 impl fmt::Display for RemoteError {
@@ -212,6 +233,15 @@ mod tests {
         assert_eq!(err.kind, ErrorKind::Unknown);
         assert_eq!(err.type_name, "X");
         assert_eq!(err.details, None);
+    }
+
+    #[test]
+    fn type_names_lose_their_module_paths() {
+        assert_eq!(
+            short_type_name("alloc::vec::Vec<alloc::string::String>"),
+            "Vec<String>"
+        );
+        assert_eq!(short_type_name("(u64, my::Thing)"), "(u64, Thing)");
     }
 
     #[test]

@@ -418,7 +418,12 @@ impl LogsEvent {
 }
 
 fn decode_cbor<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, String> {
-    ciborium::from_reader(bytes).map_err(|e| format!("not the expected CBOR: {e}"))
+    ciborium::from_reader(bytes).map_err(|e| {
+        format!(
+            "not the expected CBOR: {}",
+            crate::cbor::decode_error_text(e)
+        )
+    })
 }
 
 /// Payload of the server's `events` event on `/trace`: a CBOR array of

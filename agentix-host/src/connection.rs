@@ -125,10 +125,7 @@ pub struct RpcConnection {
 /// The error kind and message a failed connect or join becomes.
 pub(crate) fn connect_error(endpoint: &Endpoint, what: &str, e: SioError) -> RemoteError {
     match e {
-        SioError::AuthRejected(m) => RemoteError::new(
-            ErrorKind::AuthRejected,
-            format!("the sandbox server rejected the token: {m}"),
-        ),
+        SioError::AuthRejected(m) => RemoteError::new(ErrorKind::AuthRejected, m),
         SioError::Lost(m) => RemoteError::new(ErrorKind::ConnectionLost, m),
         other => RemoteError::new(
             ErrorKind::ServerUnreachable,

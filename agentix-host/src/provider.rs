@@ -99,12 +99,17 @@ pub struct SandboxInfo {
 
 /// Creates, finds and deletes sandboxes.
 pub trait Provider: Send + Sync {
-    /// Starts a sandbox for `config`; it lives until its handle is deleted
-    /// or dropped, or until [`Provider::delete`] is called with its id.
+    /// Starts a sandbox for `config` and returns its owning handle: the
+    /// sandbox lives until that handle is deleted or dropped (on every path
+    /// out of the caller's scope: return, `?`, panic), or until
+    /// [`Provider::delete`] is called with its id. The one method a
+    /// provider must write to start sandboxes.
     fn create(&self, config: SandboxConfig) -> BoxFuture<'_, Result<Sandbox, ProviderError>>;
 
-    /// Starts a sandbox that is deleted when the returned handle is dropped,
-    /// on every path out of the caller's scope (return, `?`, panic).
+    /// Exactly [`Provider::create`], under the name the Python API gives
+    /// its scoped form (`async with provider.session(..) as sandbox`): in
+    /// Rust the owning handle's drop already ends the sandbox with the
+    /// scope, so there is nothing to choose between the two.
     fn session(&self, config: SandboxConfig) -> BoxFuture<'_, Result<Sandbox, ProviderError>> {
         self.create(config)
     }

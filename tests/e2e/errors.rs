@@ -242,3 +242,127 @@ async fn bad_bundles_are_refused_with_a_reason() {
         "{err}"
     );
 }
+
+/// Why `message` does not read as a sentence for a person: Rust's debug
+/// output (`None`, `Some(..)`, struct dumps, empty quotes), or nothing at
+/// all.
+fn not_a_sentence(message: &str) -> Option<String> {
+    let words: Vec<&str> = message
+        .split(|c: char| !c.is_alphanumeric() && c != '(' && c != '_')
+        .collect();
+    if message.trim().is_empty() {
+        return Some("it is empty".into());
+    }
+    for debug in ["Some(", "Ok(", "Err("] {
+        if words.iter().any(|w| w.starts_with(debug)) {
+            return Some(format!("it shows Rust's `{debug}`"));
+        }
+    }
+    // `None` as a word opening a sentence is English; anywhere else it is
+    // an `Option` printed with `{:?}`.
+    for (at, _) in message.match_indices("None") {
+        let before = message[..at].trim_end();
+        let after = message[at + 4..].chars().next();
+        let opens = before.is_empty() || before.ends_with(['.', ':', '\n']);
+        if !opens && !after.is_some_and(char::is_alphanumeric) {
+            return Some("it shows Rust's `None`".into());
+        }
+    }
+    for dump in ["\"\"", "{ ", " }", "[]", "\\n", "\\\""] {
+        if message.contains(dump) {
+            return Some(format!("it holds `{dump}`, a debug dump"));
+        }
+    }
+    None
+}
+
+#[test]
+fn the_sentence_check_catches_debug_output() {
+    assert_eq!(not_a_sentence("the server did not start: it exited"), None);
+    assert_eq!(not_a_sentence("None of the 3 calls ended"), None);
+    assert!(not_a_sentence("it printed None instead of the ready line").is_some());
+    assert!(not_a_sentence("got Some(\"x\")").is_some());
+    assert!(not_a_sentence("bad: Person { name: \"\" }").is_some());
+    assert!(not_a_sentence("  ").is_some());
+}
+
+#[tokio::test]
+async fn every_error_a_user_meets_reads_as_a_sentence() {
+    let mut messages: Vec<(&str, String)> = Vec::new();
+    let mut config = SandboxConfig::new(bundle_path());
+    config.max_message_bytes = 4 << 20;
+    let sb = sandbox_with(config).await;
+    let remote = |what, e: agentix::RemoteError| (what, e.to_string());
+
+    let e = sb.call_json("agentix_e2e::ecoh", json!(["x"])).await;
+    messages.push(remote("unknown target", e.unwrap_err()));
+    let e = sb.call_cbor("agentix_e2e::echo", &[0xff, 0xfe]).await;
+    messages.push(remote("bad arguments", e.unwrap_err()));
+    let e = sb.call_json("agentix_e2e::add", json!({"a": 1})).await;
+    messages.push(remote("missing argument", e.unwrap_err()));
+    let stale: Remote<(String,), u64> = Remote::new("agentix_e2e::echo");
+    let e = sb.remote(stale, ("text".into(),)).await;
+    messages.push(remote("result type", e.unwrap_err()));
+    let e = sb
+        .remote(agentix_e2e::checked_div, (7, 0))
+        .await
+        .unwrap_err();
+    let data = e.data_as::<String>().unwrap_err().to_string();
+    messages.push(remote("raised", e));
+    messages.push(("error data of another type", data));
+    let e = sb.remote(agentix_e2e::explode, "kaboom".to_string()).await;
+    messages.push(remote("panic", e.unwrap_err()));
+    let e = sb
+        .remote(agentix_e2e::sleep_ms, 5_000u64)
+        .timeout(Duration::from_millis(50))
+        .await;
+    messages.push(remote("timeout", e.unwrap_err()));
+    let e = sb.remote(agentix_e2e::make_blob, 5usize << 20).await;
+    messages.push(remote("result too large", e.unwrap_err()));
+    let e = sb
+        .remote(agentix_e2e::echo_blob, Blob::from(vec![0u8; 5 << 20]))
+        .await;
+    messages.push(remote("arguments too large", e.unwrap_err()));
+    let e = sb.remote(agentix_e2e::exit_worker, 7).await;
+    messages.push(remote("worker exited", e.unwrap_err()));
+    let e = sb
+        .remote(agentix_files::stat, "/no/such/file".to_string())
+        .await;
+    messages.push(remote("file not found", e.unwrap_err()));
+    let options = agentix_bash::BashOptions::new().cwd("/no/such/dir");
+    let e = sb
+        .remote(agentix_bash::run, ("true".to_string(), options))
+        .await;
+    messages.push(remote("bash cwd", e.unwrap_err()));
+    let e = agentix_files::transfer::download_bytes(&sb, "/no/such/file").await;
+    messages.push(("download", e.unwrap_err().to_string()));
+    let intruder = Sandbox::attach(sb.addr(), "not-the-token");
+    let e = intruder.remote(agentix_e2e::add, (1, 1)).await;
+    messages.push(remote("wrong token", e.unwrap_err()));
+    let addr = sb.addr().to_owned();
+    sb.delete().await;
+    let gone = Sandbox::attach(addr, "token");
+    let e = gone.remote(agentix_e2e::add, (1, 1)).await;
+    messages.push(remote("server gone", e.unwrap_err()));
+
+    let provider = LocalProvider::new();
+    let e = provider.create(SandboxConfig::new("/no/such/bundle")).await;
+    messages.push(("no bundle", e.unwrap_err().to_string()));
+    let e = provider.create(SandboxConfig::new("/bin/true")).await;
+    messages.push(("not a bundle", e.unwrap_err().to_string()));
+    let e = agentix::provider("no-such-provider");
+    messages.push(("unknown provider", e.err().unwrap().to_string()));
+
+    for (what, m) in &messages {
+        println!("{what}: {m}\n");
+    }
+    let bad: Vec<String> = messages
+        .iter()
+        .filter_map(|(what, m)| not_a_sentence(m).map(|why| format!("{what}: {why}: {m}")))
+        .collect();
+    assert!(
+        bad.is_empty(),
+        "messages that do not read well:\n{}",
+        bad.join("\n\n")
+    );
+}

@@ -167,9 +167,9 @@ impl SioClient {
         .await
         .map_err(within("the websocket handshake"))?
         .map_err(|e| match e {
-            WsError::Http(res) if res.status() == 401 => SioError::AuthRejected(format!(
-                "auth rejected: the server at {addr} refused the token (HTTP 401)"
-            )),
+            WsError::Http(res) if res.status() == 401 => {
+                SioError::AuthRejected(format!("the server at {addr} refused the token (HTTP 401)"))
+            }
             e => SioError::Unreachable(format!("websocket handshake with {addr}: {e}")),
         })?;
         let (writer, mut reader) = ws.split();
