@@ -18,6 +18,7 @@
 //! - [`invoke`]: argument decoding and outcome encoding around one call.
 //! - [`side_channel`]: the worker's side pipe: log records and trace events to the server.
 //! - [`output_capture`]: the worker's own stdout and stderr, in order with its logs.
+//! - [`span_bridge`]: `tracing` spans in sandbox code as agentix spans.
 //! - [`trace`]: traces, spans, processors, and their context across `.await`.
 //! - [`worker`]: the worker runtime that serves calls over the frame pipes;
 //!   `stream_call` drives one streaming call under its window.
@@ -43,6 +44,7 @@ pub mod registry;
 pub mod remote;
 pub mod restart_policy;
 pub mod side_channel;
+pub mod span_bridge;
 mod stream_call;
 pub mod trace;
 pub mod wire;

@@ -25,6 +25,7 @@ use crate::output_capture::OutputPipes;
 use crate::part::{self, PartBytes, PartTable};
 use crate::registry::{self, Invoke};
 use crate::side_channel::SideChannel;
+use crate::span_bridge::{SpanBridge, ENV_TRACING_SPANS};
 use crate::stream_call::{self, Credit};
 use crate::trace::{InContext, SpanContext};
 use crate::wire::{
@@ -115,8 +116,14 @@ fn forward_logs() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     // Also installs the `log` -> `tracing` bridge.
+    // `tracing` spans become agentix spans only where the host asked.
+    let bridge = std::env::var(ENV_TRACING_SPANS)
+        .ok()
+        .filter(|d| !d.is_empty())
+        .map(|directives| SpanBridge.with_filter(tracing_subscriber::EnvFilter::new(directives)));
     if let Err(e) = tracing_subscriber::registry()
         .with(layer.with_filter(filter))
+        .with(bridge)
         .try_init()
     {
         eprintln!("agentix worker: another global logger is installed; logs stay local: {e}");

@@ -168,4 +168,15 @@ impl SandboxConfig {
         self.env.push((key.into(), value.into()));
         self
     }
+
+    /// Forwards the sandbox code's `tracing` spans (`#[instrument]`,
+    /// `info_span!`) that `directives` select (`RUST_LOG` syntax:
+    /// `my_eval=info,my_eval::tools=debug`) as agentix spans, nested in the
+    /// trace of the call that made them; none are by default.
+    pub fn tracing_spans(self, directives: impl Into<String>) -> Self {
+        self.env(
+            agentix_actors::span_bridge::ENV_TRACING_SPANS,
+            directives.into(),
+        )
+    }
 }

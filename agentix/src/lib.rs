@@ -48,8 +48,10 @@ pub use serde_json::Value as JsonValue;
 
 /// What host code needs in scope, in one line: `use agentix::prelude::*;`
 /// (the [`Provider`] trait for `create`/`session`, [`StreamExt`] for
-/// reading streams, and the types every call site names).
+/// reading streams, [`trace::InSpan`] for `fut.in_span(span)`, and the
+/// types every call site names).
 pub mod prelude {
+    pub use crate::trace::InSpan;
     pub use crate::{
         Blob, ErrorKind, LocalProvider, Provider, RemoteError, Sandbox, SandboxConfig, StreamExt,
     };

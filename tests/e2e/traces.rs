@@ -185,3 +185,74 @@ async fn the_context_follows_a_task_across_threads() {
     // And it does not leak out of the scope.
     assert_eq!(trace::current(), None);
 }
+
+#[tokio::test]
+async fn tracing_spans_in_sandbox_code_join_the_trace_when_selected() {
+    let logs: Arc<Mutex<Vec<agentix::LogRecord>>> = Arc::default();
+    let tap = logs.clone();
+    let config = agentix::SandboxConfig::new(support::bundle_path())
+        .tracing_spans("agentix_e2e=info")
+        .on_log(move |_, r| tap.lock().unwrap().push(r.clone()));
+    let sb = support::sandbox_with(config).await;
+    let capture = Capture::default();
+    trace::add_processor(capture.clone());
+
+    let step = trace::span("host.instrumented");
+    let (trace_id, step_id) = (step.trace_id(), step.id());
+    use agentix::prelude::InSpan;
+    let done = sb
+        .remote(agentix_e2e::instrumented_work, 3u32)
+        .in_span(step)
+        .await
+        .unwrap();
+    assert_eq!(done, 3);
+    wait_until("the bridged spans", Duration::from_secs(10), || {
+        capture
+            .ended_spans(&trace_id)
+            .iter()
+            .filter(|s| s.name == "e2e.inner")
+            .count()
+            == 3
+    })
+    .await;
+    let spans = capture.ended_spans(&trace_id);
+    let host = spans.iter().find(|s| s.name == "host.instrumented");
+    assert!(
+        host.is_some(),
+        "the span `in_span` owned ended with the call"
+    );
+    let parts: Vec<&SpanData> = spans.iter().filter(|s| s.name == "e2e.part").collect();
+    assert_eq!(parts.len(), 3, "one span per #[instrument] call");
+    for (i, part) in parts.iter().enumerate() {
+        assert_eq!(part.parent_id.as_deref(), Some(step_id.as_str()));
+        assert_eq!(part.origin.as_deref(), Some(sb.id()));
+        assert_eq!(part.attributes["index"], i as u64);
+        assert_eq!(part.attributes["kind"], "unit");
+        assert_eq!(part.attributes["code.target"], "agentix_e2e");
+        let inner: Vec<&SpanData> = spans
+            .iter()
+            .filter(|s| s.name == "e2e.inner" && s.parent_id.as_deref() == Some(&part.span_id))
+            .collect();
+        assert_eq!(inner.len(), 1, "the agentix span nests in the tracing one");
+    }
+    assert!(
+        !spans.iter().any(|s| s.name == "not.forwarded"),
+        "a target the host did not select stays out"
+    );
+    // A record logged inside a bridged span names it.
+    wait_until("the records", Duration::from_secs(10), || {
+        logs.lock()
+            .unwrap()
+            .iter()
+            .any(|r| r.message == "in part 2")
+    })
+    .await;
+    let record = logs
+        .lock()
+        .unwrap()
+        .iter()
+        .find(|r| r.message == "in part 2")
+        .cloned()
+        .unwrap();
+    assert_eq!(record.span_id.as_deref(), Some(parts[2].span_id.as_str()));
+}

@@ -535,3 +535,28 @@ pub async fn interleave(threads: u32, rounds: u32) -> u32 {
     }
     threads * rounds
 }
+
+/// Work instrumented with `tracing`: an `e2e.part` span per part (from
+/// `#[instrument]`, with its fields), an agentix `e2e.inner` span inside
+/// each, a record logged in each, and one span of a target nobody selects.
+#[agentix::remote]
+pub async fn instrumented_work(parts: u32) -> u32 {
+    let mut done = 0;
+    for index in 0..parts {
+        done += instrumented_part(index).await;
+    }
+    let _unselected = tracing::info_span!(target: "unselected", "not.forwarded").entered();
+    done
+}
+
+#[tracing::instrument(name = "e2e.part", fields(kind = "unit"))]
+async fn instrumented_part(index: u32) -> u32 {
+    tracing::info!("in part {index}");
+    let inner = agentix::trace::span("e2e.inner");
+    inner
+        .scope(async {
+            tokio::task::yield_now().await;
+            1
+        })
+        .await
+}

@@ -33,7 +33,7 @@ pub fn current() -> Option<SpanContext> {
     CURRENT.with(|c| c.borrow().clone())
 }
 
-fn swap(ctx: Option<SpanContext>) -> Option<SpanContext> {
+pub(crate) fn swap(ctx: Option<SpanContext>) -> Option<SpanContext> {
     CURRENT.with(|c| std::mem::replace(&mut *c.borrow_mut(), ctx))
 }
 

@@ -15,6 +15,8 @@
 //! - `model`: what processors see ([`TraceData`], [`SpanData`], [`TraceEvent`]).
 //! - `context`: the current trace/span, carried by futures across `.await`.
 //! - `span`: [`trace()`], [`span()`], [`Trace`], [`Span`].
+//! - `in_span`: [`InSpan`], `fut.in_span(span)` as `tracing` users write
+//!   `fut.instrument(span)`.
 //! - `processor`: the [`Processor`] trait, [`add_processor`], [`force_flush`].
 //! - `processors`: [`ConsoleProcessor`] and [`JsonLinesProcessor`].
 //!
@@ -24,14 +26,17 @@
 //! spans for the call are its children.
 
 mod context;
+mod in_span;
 mod model;
 mod processor;
 mod processors;
 mod span;
 
+pub(crate) use context::swap;
 pub use context::{current, Entered, InContext, SpanContext};
+pub use in_span::{InSpan, Spanned};
 pub(crate) use model::random_id;
 pub use model::{SpanData, SpanEvent, SpanId, SpanStatus, TraceData, TraceEvent, TraceId};
 pub use processor::{add_processor, force_flush, publish, shutdown, Processor};
 pub use processors::{ConsoleProcessor, JsonLinesProcessor};
-pub use span::{span, trace, Span, Trace};
+pub use span::{span, span_under, trace, Span, Trace};

@@ -77,7 +77,12 @@ struct SpanInner {
 /// Creates a span named `name` under the current context (a new trace if
 /// there is none).
 pub fn span(name: impl Into<String>) -> Span {
-    let (trace_id, parent_id) = match current() {
+    span_under(name, current())
+}
+
+/// Creates a span named `name` under `parent` (a new trace if none).
+pub fn span_under(name: impl Into<String>, parent: Option<SpanContext>) -> Span {
+    let (trace_id, parent_id) = match parent {
         Some(ctx) => (ctx.trace_id, ctx.span_id),
         None => (random_id(16), None),
     };
