@@ -2,7 +2,8 @@
 //!
 //! Layout:
 //! - [`config`]: [`SandboxConfig`], what a sandbox is made of.
-//! - [`provider`]: the [`Provider`] trait and [`ProviderError`];
+//! - [`provider`]: the [`Provider`] trait; [`provider_error`]: [`ProviderError`];
+//!   [`sandbox_info`]: [`SandboxInfo`];
 //!   [`provider_registry`]: providers by name.
 //! - [`sandbox_resources`]: [`SandboxResources`], how a provider deletes a sandbox.
 //! - [`sandbox_registry`]: [`SandboxRegistry`], a provider's live sandboxes.
@@ -37,8 +38,10 @@ pub mod log_replay;
 pub mod logging;
 pub mod namespace;
 pub mod provider;
+pub mod provider_error;
 pub mod provider_registry;
 pub mod sandbox;
+pub mod sandbox_info;
 pub mod sandbox_registry;
 pub mod sandbox_resources;
 pub mod secret;
@@ -54,9 +57,11 @@ pub use local::LocalProvider;
 pub use log_replay::LogTap;
 pub use logging::configure_logging;
 pub use namespace::{ClientNamespace, HostNamespace};
-pub use provider::{last_lines, Provider, ProviderError, SandboxInfo};
+pub use provider::Provider;
+pub use provider_error::{last_lines, ProviderError};
 pub use provider_registry::{provider, provider_names, ProviderFactory};
 pub use sandbox::Sandbox;
+pub use sandbox_info::SandboxInfo;
 pub use sandbox_registry::SandboxRegistry;
 pub use sandbox_resources::SandboxResources;
 pub use stream::{CallStream, StreamCall};

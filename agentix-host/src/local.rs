@@ -21,7 +21,8 @@ use futures_util::future::BoxFuture;
 
 use crate::config::SandboxConfig;
 use crate::keeper::{self, KeptProcess};
-use crate::provider::{Provider, ProviderError, SandboxInfo};
+use crate::provider::Provider;
+use crate::provider_error::ProviderError;
 use crate::sandbox::Sandbox;
 use crate::sandbox_registry::SandboxRegistry;
 use crate::sandbox_resources::SandboxResources;
@@ -62,16 +63,8 @@ impl Provider for LocalProvider {
         })
     }
 
-    fn list(&self) -> Vec<SandboxInfo> {
-        self.sandboxes.list()
-    }
-
-    fn get(&self, id: &str) -> Option<Sandbox> {
-        self.sandboxes.get(id, SandboxConfig::new(""))
-    }
-
-    fn delete<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<(), ProviderError>> {
-        Box::pin(self.sandboxes.delete(id))
+    fn sandboxes(&self) -> &SandboxRegistry {
+        &self.sandboxes
     }
 }
 
@@ -251,7 +244,7 @@ pub(crate) fn tail_of(path: &Path) -> String {
     if let Ok(mut f) = std::fs::File::open(path) {
         let _ = f.read_to_string(&mut text);
     }
-    crate::provider::last_lines(&text)
+    crate::provider_error::last_lines(&text)
 }
 
 fn bad_bundle(path: &Path, reason: &str) -> ProviderError {

@@ -7,7 +7,8 @@
 //! `agentix::link_plugins!`). Two registrations of one name are an error
 //! naming both.
 
-use crate::provider::{Provider, ProviderError};
+use crate::provider::Provider;
+use crate::provider_error::ProviderError;
 
 /// One provider, registered under a name.
 pub struct ProviderFactory {

@@ -100,6 +100,12 @@ impl Sandbox {
         self.resources.as_ref()
     }
 
+    /// Gives up owning the sandbox (its registry keeps it instead): the
+    /// handle is then one like [`Provider::get`](crate::Provider::get) gives.
+    pub(crate) fn take_resources(&mut self) -> Option<Arc<dyn SandboxResources>> {
+        self.resources.take()
+    }
+
     /// Gives the handle the id its provider knows the sandbox by.
     pub(crate) fn set_id(&mut self, id: &str) {
         id.clone_into(&mut self.id);

@@ -1,27 +1,46 @@
 //! [`SandboxRegistry`]: the sandboxes a provider started and that still
 //! live, for its `list`, `get` and `delete`.
 //!
-//! It holds no sandbox alive: an entry refers to the handle's resources
-//! weakly, so a dropped or deleted handle leaves the list by itself.
+//! It holds no managed sandbox alive: an entry refers to the handle's
+//! resources weakly, so a dropped or deleted handle leaves the list by
+//! itself. A kept sandbox ([`SandboxRegistry::keep`]) is the exception: the
+//! registry owns it until it is deleted, and deletes what it still owns
+//! when the provider's last clone of it goes.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
 
 use crate::config::SandboxConfig;
-use crate::provider::{ProviderError, SandboxInfo};
+use crate::provider_error::ProviderError;
 use crate::sandbox::Sandbox;
+use crate::sandbox_info::SandboxInfo;
 use crate::sandbox_resources::SandboxResources;
 
 /// The live sandboxes of one provider; clones share it.
 #[derive(Clone, Default)]
 pub struct SandboxRegistry {
-    entries: Arc<Mutex<HashMap<String, Entry>>>,
+    entries: Arc<Entries>,
 }
+
+#[derive(Default)]
+struct Entries(Mutex<HashMap<String, Entry>>);
 
 struct Entry {
     addr: String,
     token: String,
     resources: Weak<dyn SandboxResources>,
+    /// Set for a kept sandbox: the registry is its owner.
+    kept: Option<Arc<dyn SandboxResources>>,
+}
+
+impl Drop for Entries {
+    fn drop(&mut self) {
+        let entries = self.0.get_mut().unwrap_or_else(|p| p.into_inner());
+        for kept in entries.values_mut().filter_map(|e| e.kept.take()) {
+            // The deletion starts with the call; nobody waits for it here.
+            drop(kept.shutdown());
+        }
+    }
 }
 
 impl SandboxRegistry {
@@ -40,11 +59,25 @@ impl SandboxRegistry {
             addr: sandbox.addr().to_owned(),
             token: sandbox.token().to_owned(),
             resources: Arc::downgrade(resources),
+            kept: None,
         };
         self.lock().insert(sandbox.id().to_owned(), entry);
     }
 
-    /// The sandboxes whose owning handle still lives, by id.
+    /// Makes `sandbox` (a handle [`SandboxRegistry::add`] recorded) a kept
+    /// one: the registry becomes its owner, and the returned handle, like
+    /// every other, leaves it running when dropped.
+    pub fn keep(&self, mut sandbox: Sandbox) -> Sandbox {
+        if let Some(resources) = sandbox.take_resources() {
+            if let Some(entry) = self.lock().get_mut(sandbox.id()) {
+                entry.kept = Some(resources);
+            }
+        }
+        sandbox
+    }
+
+    /// The sandboxes whose owner (a handle, or this registry) still lives,
+    /// by id.
     pub fn list(&self) -> Vec<SandboxInfo> {
         let mut entries = self.lock();
         entries.retain(|_, e| e.resources.strong_count() > 0);
@@ -80,7 +113,7 @@ impl SandboxRegistry {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Entry>> {
-        self.entries.lock().unwrap_or_else(|p| p.into_inner())
+        self.entries.0.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 

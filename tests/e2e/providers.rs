@@ -115,16 +115,8 @@ impl Provider for ChildProvider {
         })
     }
 
-    fn list(&self) -> Vec<SandboxInfo> {
-        self.sandboxes.list()
-    }
-
-    fn get(&self, id: &str) -> Option<Sandbox> {
-        self.sandboxes.get(id, SandboxConfig::new(""))
-    }
-
-    fn delete<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<(), ProviderError>> {
-        Box::pin(self.sandboxes.delete(id))
+    fn sandboxes(&self) -> &SandboxRegistry {
+        &self.sandboxes
     }
 }
 
@@ -244,5 +236,45 @@ async fn providers_are_found_by_name_and_an_unknown_name_lists_the_known_ones() 
         }
         Err(other) => panic!("{other}"),
         Ok(_) => panic!("a provider named nope"),
+    }
+}
+
+#[tokio::test]
+async fn a_kept_sandbox_outlives_its_handles_until_deleted_or_its_provider_goes() {
+    let providers: Vec<(&str, Box<dyn Provider>)> = vec![
+        ("local", Box::new(LocalProvider::new())),
+        ("child", Box::new(ChildProvider::default())),
+    ];
+    for (name, provider) in providers {
+        let kept = provider
+            .create_kept(SandboxConfig::new(bundle_path()))
+            .await
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        let id = kept.id().to_owned();
+        drop(kept);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert_eq!(provider.list().len(), 1, "{name}: kept past its handle");
+        let again = provider.get(&id).expect("a handle on it again");
+        assert_eq!(again.remote(agentix_e2e::add, (4, 4)).await.unwrap(), 8);
+        drop(again);
+        provider.delete(&id).await.unwrap();
+        assert!(provider.list().is_empty(), "{name}: deleted by id");
+
+        // A kept sandbox goes with its provider.
+        let owned = provider
+            .create(SandboxConfig::new(bundle_path()))
+            .await
+            .unwrap();
+        let pid = owned.server_pid().expect("both providers know the pid");
+        drop(provider.sandboxes().keep(owned));
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(alive(pid), "{name}: kept, so still running");
+        drop(provider);
+        support::wait_until(
+            "the kept sandbox to go with its provider",
+            Duration::from_secs(15),
+            || !alive(pid),
+        )
+        .await;
     }
 }

@@ -25,7 +25,7 @@ pub mod platform;
 
 use std::sync::Arc;
 
-use agentix::{Provider, ProviderError, Sandbox, SandboxConfig, SandboxInfo, SandboxRegistry};
+use agentix::{Provider, ProviderError, Sandbox, SandboxConfig, SandboxRegistry};
 use bollard::query_parameters::{
     CreateImageOptions, ListContainersOptions, RemoveContainerOptions,
 };
@@ -220,16 +220,8 @@ impl Provider for DockerProvider {
         })
     }
 
-    fn list(&self) -> Vec<SandboxInfo> {
-        self.sandboxes.list()
-    }
-
-    fn get(&self, id: &str) -> Option<Sandbox> {
-        self.sandboxes.get(id, SandboxConfig::new(""))
-    }
-
-    fn delete<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<(), ProviderError>> {
-        Box::pin(self.sandboxes.delete(id))
+    fn sandboxes(&self) -> &SandboxRegistry {
+        &self.sandboxes
     }
 }
 
