@@ -70,6 +70,7 @@ async fn run(sections: Sections) -> Report {
     let sb = provider.session(config()).await.expect("sandbox starts");
     if sections.wants("echo") {
         sequential_echo(&sb, &mut report).await;
+        unix_echo(&provider, &mut report).await;
     }
     if sections.wants("inflight") {
         inflight_64(&sb, &mut report).await;
@@ -297,6 +298,37 @@ async fn sequential_echo(sb: &Sandbox, report: &mut Report) {
         "calls/s",
         2000.0 / total.as_secs_f64(),
     );
+}
+
+/// The same echo with the local server on a Unix socket instead of TCP
+/// loopback: what the transport costs at the kernel.
+async fn unix_echo(provider: &LocalProvider, report: &mut Report) {
+    let socket = std::env::temp_dir().join(format!("agentix-bench-{}.sock", std::process::id()));
+    let config = SandboxConfig::current_exe()
+        .expect("the bench knows its own path")
+        .server_arg("--unix", socket.display().to_string());
+    let sb = provider.session(config).await.expect("sandbox starts");
+    for _ in 0..200 {
+        sb.remote(bench_fns::echo, "warm".to_string())
+            .await
+            .expect("echo");
+    }
+    let mut times = Vec::with_capacity(2000);
+    for _ in 0..2000 {
+        let t = Instant::now();
+        sb.remote(bench_fns::echo, "hello".to_string())
+            .await
+            .expect("echo");
+        times.push(t.elapsed());
+    }
+    times.sort();
+    report.add(
+        "echo_unix_p50_us",
+        "the same with the server on a Unix socket, p50",
+        "µs",
+        us(times[times.len() / 2]),
+    );
+    sb.delete().await;
 }
 
 async fn inflight_64(sb: &Sandbox, report: &mut Report) {
