@@ -42,6 +42,7 @@ pub mod process;
 pub mod raised;
 pub mod registry;
 pub mod remote;
+pub mod request_envelope;
 pub mod restart_policy;
 pub mod side_channel;
 pub mod span_bridge;

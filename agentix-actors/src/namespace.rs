@@ -28,6 +28,8 @@ use futures_util::FutureExt;
 use serde_json::{json, Value};
 use tokio::sync::{mpsc, oneshot};
 
+use crate::request_envelope::{no_handler_reply, request_id};
+
 use crate::wire::{check_plugin_path, Frame};
 
 /// How long [`NamespaceHandle::request`] waits for a reply by default.
@@ -343,11 +345,17 @@ async fn run(
                             }
                         });
                     }
-                    None => tracing::debug!(
-                        path = &*handle.path,
-                        event,
-                        "no handler for this event; dropped"
-                    ),
+                    None => match request_id(&event, &data) {
+                        Some(request_id) => {
+                            let (event, reply) = no_handler_reply(&handle.path, &event, request_id);
+                            handle.emit(event, reply);
+                        }
+                        None => tracing::debug!(
+                            path = &*handle.path,
+                            event,
+                            "no handler for this event; dropped"
+                        ),
+                    },
                 }
             }
         }

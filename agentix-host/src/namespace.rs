@@ -20,6 +20,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use agentix_actors::errors::{ErrorKind, RemoteError};
+use agentix_actors::request_envelope::{error_reply, no_handler_reply, request_id};
 use futures_util::FutureExt;
 use serde::Serialize;
 use serde_json::{json, Value};
@@ -141,18 +142,6 @@ fn reply_for<T: Serialize, E: std::fmt::Display>(
     }
 }
 
-fn error_reply(
-    event: &str,
-    request_id: Value,
-    type_name: impl Into<String>,
-    message: String,
-) -> (String, Value) {
-    (
-        format!("{event}:error"),
-        json!({ "request_id": request_id, "error": { "type": type_name.into(), "message": message } }),
-    )
-}
-
 fn short_type_name<E>() -> String {
     let full = std::any::type_name::<E>();
     full.rsplit("::").next().unwrap_or(full).to_owned()
@@ -174,11 +163,27 @@ pub(crate) async fn join(
             };
             let name = incoming.name().to_owned();
             let Some(handler) = handlers.get(&name) else {
-                tracing::debug!(
-                    path = &*path,
-                    event = name,
-                    "no handler for this event; dropped"
-                );
+                let client = incoming.client().clone();
+                let request = incoming
+                    .decode::<Value>()
+                    .ok()
+                    .and_then(|data| request_id(&name, &data));
+                match request {
+                    Some(request_id) => {
+                        let (event, reply) = no_handler_reply(&path, &name, request_id);
+                        let ns = HostNamespace::new(client, path.clone());
+                        tokio::spawn(async move {
+                            if let Err(e) = ns.emit(&event, reply).await {
+                                tracing::debug!("reply not sent: {e}");
+                            }
+                        });
+                    }
+                    None => tracing::debug!(
+                        path = &*path,
+                        event = name,
+                        "no handler for this event; dropped"
+                    ),
+                }
                 return;
             };
             let ns = HostNamespace::new(incoming.client().clone(), path.clone());

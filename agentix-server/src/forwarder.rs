@@ -4,9 +4,12 @@
 //! whatever the worker sends to every host on its path, in order, and the
 //! plugin namespace handler (see [`register`]) passes whatever hosts send on
 //! to the worker. A host may connect to a path before the worker opens it:
-//! it then gets the events the worker emits once it does.
+//! it then gets the events the worker emits once it does. A request the
+//! worker makes while no host is on its path is answered at once with a
+//! `NoHost` error, through the same route a host's reply takes.
 
 use actix::prelude::*;
+use agentix_actors::request_envelope::{error_reply, request_id, NO_HOST};
 use agentix_actors::wire::check_plugin_path;
 use serde_json::Value;
 use socketioxide::extract::{Event, SocketRef, TryData};
@@ -32,12 +35,19 @@ pub struct HostEvent {
 pub struct NamespaceForwarder {
     path: String,
     io: SocketIo,
+    /// Where hosts' events go, so an unanswerable request is answered.
+    to_worker: Recipient<HostEvent>,
 }
 
 impl NamespaceForwarder {
-    /// A forwarder for `path` on `io`.
-    pub fn new(path: String, io: SocketIo) -> Self {
-        NamespaceForwarder { path, io }
+    /// A forwarder for `path` on `io`; replies it makes itself go to
+    /// `to_worker`.
+    pub fn new(path: String, io: SocketIo, to_worker: Recipient<HostEvent>) -> Self {
+        NamespaceForwarder {
+            path,
+            io,
+            to_worker,
+        }
     }
 }
 
@@ -67,11 +77,25 @@ impl Handler<ToHosts> for NamespaceForwarder {
             .map(|ns| ns.sockets())
             .unwrap_or_default();
         if hosts.is_empty() {
-            tracing::debug!(
-                path = self.path,
-                event = msg.event,
-                "no host on this namespace; event dropped"
-            );
+            match request_id(&msg.event, &msg.data) {
+                Some(request_id) => {
+                    let message = format!(
+                        "no host has joined {}: register the namespace on the host first",
+                        self.path
+                    );
+                    let (event, data) = error_reply(&msg.event, request_id, NO_HOST, message);
+                    self.to_worker.do_send(HostEvent {
+                        path: self.path.clone(),
+                        event,
+                        data,
+                    });
+                }
+                None => tracing::debug!(
+                    path = self.path,
+                    event = msg.event,
+                    "no host on this namespace; event dropped"
+                ),
+            }
         }
         AtomicResponse::new(Box::pin(
             async move {

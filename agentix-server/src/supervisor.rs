@@ -644,7 +644,7 @@ impl Handler<HostDisconnected> for WorkerSupervisor {
 impl Handler<FrameArrived> for WorkerSupervisor {
     type Result = ();
 
-    fn handle(&mut self, msg: FrameArrived, _: &mut Context<Self>) {
+    fn handle(&mut self, msg: FrameArrived, ctx: &mut Context<Self>) {
         if msg.generation != self.generation {
             return;
         }
@@ -713,7 +713,7 @@ impl Handler<FrameArrived> for WorkerSupervisor {
                     self.unanswered = None;
                 }
             }
-            Frame::SioOpen { path } => self.open_namespace(path),
+            Frame::SioOpen { path } => self.open_namespace(path, ctx),
             Frame::SioEvent { path, event, data } => match self.forwarders.get(&path) {
                 Some(forwarder) => forwarder.do_send(ToHosts { event, data }),
                 None => tracing::debug!(
@@ -735,7 +735,7 @@ impl Handler<FrameArrived> for WorkerSupervisor {
 }
 
 impl WorkerSupervisor {
-    fn open_namespace(&mut self, path: String) {
+    fn open_namespace(&mut self, path: String, ctx: &mut Context<Self>) {
         if let Err(why) = agentix_actors::wire::check_plugin_path(&path) {
             tracing::warn!("the worker tried to open a namespace: {why}");
             return;
@@ -748,7 +748,8 @@ impl WorkerSupervisor {
             return;
         };
         tracing::info!(path, "plugin namespace opened");
-        let forwarder = NamespaceForwarder::new(path.clone(), io).start();
+        let forwarder =
+            NamespaceForwarder::new(path.clone(), io, ctx.address().recipient()).start();
         self.forwarders.insert(path, forwarder);
     }
 }
@@ -776,10 +777,10 @@ impl Handler<HostEvent> for WorkerSupervisor {
 impl Handler<AttachIo> for WorkerSupervisor {
     type Result = ();
 
-    fn handle(&mut self, AttachIo(io): AttachIo, _: &mut Context<Self>) {
+    fn handle(&mut self, AttachIo(io): AttachIo, ctx: &mut Context<Self>) {
         self.io = Some(io);
         for path in std::mem::take(&mut self.early_opens) {
-            self.open_namespace(path);
+            self.open_namespace(path, ctx);
         }
     }
 }

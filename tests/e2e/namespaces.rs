@@ -33,6 +33,8 @@ fn host_half(configured: mpsc::UnboundedSender<JsonValue>) -> ClientNamespace {
             }
             Ok::<JsonValue, String>(JsonValue::Null)
         })
+        // Handled as a plain event: taken, never answered.
+        .on("silent", |_, _| async move {})
 }
 
 #[tokio::test]
@@ -87,6 +89,17 @@ async fn errors_timeouts_and_panics_become_clear_replies() {
         .unwrap_err()
         .message;
     assert!(err.contains("no reply to `silent`"), "{err}");
+
+    // A request nothing handles is answered at once, not at its timeout.
+    let err = sb
+        .remote(agentix_e2e::ask_host_event, ("unheard-of".into(), 600_000))
+        .await
+        .unwrap_err()
+        .message;
+    assert_eq!(
+        err,
+        "raised NoHandler: nothing handles `unheard-of` on /e2e-plugin"
+    );
 
     // A sandbox handler that panics takes nothing down with it.
     sb.emit("/e2e-plugin", "explode", json!({})).await.unwrap();
@@ -265,4 +278,19 @@ async fn bad_plugin_traffic_is_dropped_and_the_namespace_serves_on() {
     assert_eq!(data, json!({"still": "here"}));
     assert_eq!(sb.remote(agentix_e2e::add, (2, 2)).await.unwrap(), 4);
     drop((raw, nobody));
+}
+
+#[tokio::test]
+async fn a_request_on_a_namespace_no_host_joined_fails_at_once_with_no_host() {
+    let sb = sandbox().await;
+    sb.remote(agentix_e2e::open_plugin, ()).await.unwrap();
+    let err = sb
+        .remote(agentix_e2e::ask_host_event, ("fetch".into(), 600_000))
+        .await
+        .unwrap_err()
+        .message;
+    assert_eq!(
+        err,
+        "raised NoHost: no host has joined /e2e-plugin: register the namespace on the host first"
+    );
 }

@@ -1,0 +1,73 @@
+//! The request envelope of plugin namespaces, shared by the sandbox, the
+//! server and the host: a request is `<event> {request_id, data}`, its reply
+//! `<event>:result {request_id, data}` or `<event>:error {request_id, error:
+//! {type, message}}`.
+//!
+//! Whoever cannot deliver a request (no handler for its event, no host on
+//! its namespace) answers it with an error at once, so the asking side never
+//! waits out its timeout for a reply nobody will send.
+
+use serde_json::{json, Value};
+
+/// The error type of a request whose event has no handler on the far side.
+pub const NO_HANDLER: &str = "NoHandler";
+/// The error type of a sandbox request on a namespace no host has joined.
+pub const NO_HOST: &str = "NoHost";
+
+/// The request id of `event` if it is a request (not a reply) that
+/// expects an answer.
+pub fn request_id(event: &str, data: &Value) -> Option<Value> {
+    if event.ends_with(":result") || event.ends_with(":error") {
+        return None;
+    }
+    data.get("request_id").cloned()
+}
+
+/// The `<event>:error` reply to request `request_id`.
+pub fn error_reply(
+    event: &str,
+    request_id: Value,
+    type_name: impl Into<String>,
+    message: impl Into<String>,
+) -> (String, Value) {
+    (
+        format!("{event}:error"),
+        json!({
+            "request_id": request_id,
+            "error": { "type": type_name.into(), "message": message.into() },
+        }),
+    )
+}
+
+/// The reply to a request whose event nobody handles on `path`.
+pub fn no_handler_reply(path: &str, event: &str, request_id: Value) -> (String, Value) {
+    error_reply(
+        event,
+        request_id,
+        NO_HANDLER,
+        format!("nothing handles `{event}` on {path}"),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_requests_have_a_request_id_to_answer() {
+        let envelope = json!({"request_id": "r1", "data": 1});
+        assert_eq!(request_id("fetch", &envelope), Some(json!("r1")));
+        assert_eq!(request_id("fetch:result", &envelope), None);
+        assert_eq!(request_id("fetch:error", &envelope), None);
+        assert_eq!(request_id("progress", &json!({"data": 1})), None);
+    }
+
+    #[test]
+    fn an_error_reply_is_what_the_asking_side_decodes() {
+        let (event, data) = no_handler_reply("/p", "fetch", json!("r1"));
+        assert_eq!(event, "fetch:error");
+        assert_eq!(data["request_id"], "r1");
+        assert_eq!(data["error"]["type"], NO_HANDLER);
+        assert_eq!(data["error"]["message"], "nothing handles `fetch` on /p");
+    }
+}
