@@ -1,0 +1,44 @@
+//! abridge: agents in the sandbox call LLMs through the host.
+//!
+//! Inside the sandbox, [`serve`] starts an OpenAI-compatible HTTP endpoint
+//! on 127.0.0.1 and returns its base URL; any agent that speaks the OpenAI
+//! API (`OPENAI_BASE_URL=<url>`, any key) talks to it. Each request crosses
+//! to the host on the `/abridge` namespace, where an [`OpenAiGateway`]
+//! calls the real upstream (OpenAI, vLLM, SGLang, any compatible server)
+//! with the key only the host holds, and the answer comes back on the same
+//! namespace while the agent keeps running.
+//!
+//! ```ignore
+//! // host
+//! let gateway = OpenAiGateway::new("http://127.0.0.1:8000/v1").key(key);
+//! sandbox.register_namespace(gateway.namespace())?;
+//! let url = sandbox.remote(agentix_abridge::serve, 0u16).await?;
+//! // in the sandbox: OPENAI_BASE_URL=$url OPENAI_API_KEY=placeholder agent ...
+//! ```
+//!
+//! Upstream errors keep their meaning inside the sandbox: a 429 stays a
+//! 429 with its `Retry-After`, any 4xx or 5xx is passed through, an
+//! upstream that cannot be reached is a 502 and one that does not answer in
+//! time a 504, each with an OpenAI-style error body.
+//!
+//! This version: `POST /v1/chat/completions` and `GET /v1/models`, over
+//! plain HTTP to the upstream. A request with `"stream": true` is answered
+//! with the whole completion sent as one server-sent chunk.
+//!
+//! Layout: [`exchange`] is what crosses the namespace; [`sandbox_endpoint`]
+//! the sandbox half; [`gateway`] and [`upstream`] the host half.
+
+pub mod exchange;
+pub mod gateway;
+pub mod sandbox_endpoint;
+pub mod upstream;
+
+pub use gateway::OpenAiGateway;
+pub use sandbox_endpoint::{serve, stop, AbridgeError};
+
+agentix::plugin_crate!();
+
+/// The namespace both halves meet on.
+pub const NAMESPACE: &str = "/abridge";
+/// The request the sandbox half sends for each HTTP request.
+pub const EVENT_UPSTREAM: &str = "upstream";

@@ -1,0 +1,255 @@
+//! The sandbox half: an OpenAI-compatible HTTP endpoint on 127.0.0.1 that
+//! forwards every request to the host over `/abridge` ([`serve`], [`stop`]).
+//!
+//! It runs as tasks of the worker's runtime, so it outlives the call that
+//! started it and ends with [`stop`] or the worker. Any API key is
+//! accepted: the host holds the real one.
+
+use std::convert::Infallible;
+use std::sync::{Mutex, OnceLock};
+use std::time::Duration;
+
+use agentix::{NamespaceHandle, RemoteSioError};
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Incoming;
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+
+use crate::exchange::{Api, UpstreamAnswer, UpstreamRequest};
+use crate::{EVENT_UPSTREAM, NAMESPACE};
+
+/// Largest request body an agent may send.
+const MAX_REQUEST: usize = 32 << 20;
+/// How long a request waits for the host: past the gateway's own default
+/// timeout, so the host's 504 arrives first.
+const HOST_TIMEOUT: Duration = Duration::from_secs(660);
+
+/// Why the endpoint could not start.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AbridgeError {
+    /// What went wrong.
+    pub message: String,
+}
+
+impl std::fmt::Display for AbridgeError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for AbridgeError {}
+
+/// The namespace, opened on the first [`serve`] of this worker.
+static NAMESPACE_HANDLE: OnceLock<NamespaceHandle> = OnceLock::new();
+/// The running endpoint: its URL and what stops it.
+static RUNNING: Mutex<Option<(String, tokio::sync::watch::Sender<bool>)>> = Mutex::new(None);
+
+/// Starts the endpoint on 127.0.0.1:`port` (0: any free port) and returns
+/// its base URL (`http://127.0.0.1:PORT/v1`), for `OPENAI_BASE_URL`; if it
+/// already runs, returns its URL.
+#[agentix::remote]
+pub async fn serve(port: u16) -> Result<String, AbridgeError> {
+    if let Some((url, _)) = RUNNING.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
+        return Ok(url.clone());
+    }
+    let handle =
+        match NAMESPACE_HANDLE.get() {
+            Some(handle) => handle.clone(),
+            None => {
+                let handle = agentix::register_namespace(agentix::Namespace::new(NAMESPACE))
+                    .map_err(|e| AbridgeError {
+                        message: format!("cannot open {NAMESPACE}: {e}"),
+                    })?;
+                NAMESPACE_HANDLE.get_or_init(|| handle).clone()
+            }
+        };
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
+        .await
+        .map_err(|e| AbridgeError {
+            message: format!("cannot listen on 127.0.0.1:{port}: {e}"),
+        })?;
+    let addr = listener.local_addr().map_err(|e| AbridgeError {
+        message: e.to_string(),
+    })?;
+    let url = format!("http://{addr}/v1");
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    tokio::spawn(accept(listener, handle, stop_rx));
+    *RUNNING.lock().unwrap_or_else(|p| p.into_inner()) = Some((url.clone(), stop_tx));
+    tracing::info!(%url, "abridge endpoint listening");
+    Ok(url)
+}
+
+/// Stops the endpoint; whether it was running.
+#[agentix::remote]
+pub async fn stop() -> bool {
+    let running = RUNNING.lock().unwrap_or_else(|p| p.into_inner()).take();
+    match running {
+        Some((_, stopping)) => {
+            let _ = stopping.send(true);
+            true
+        }
+        None => false,
+    }
+}
+
+async fn accept(
+    listener: tokio::net::TcpListener,
+    handle: NamespaceHandle,
+    mut stopping: tokio::sync::watch::Receiver<bool>,
+) {
+    loop {
+        let stream = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(e) => {
+                    tracing::warn!("abridge: accept failed: {e}");
+                    continue;
+                }
+            },
+            _ = stopping.changed() => return,
+        };
+        let handle = handle.clone();
+        let service = hyper::service::service_fn(move |request| {
+            let handle = handle.clone();
+            async move { Ok::<_, Infallible>(respond(&handle, request).await) }
+        });
+        tokio::spawn(async move {
+            let _ = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), service)
+                .await;
+        });
+    }
+}
+
+/// One agent request, answered.
+async fn respond(handle: &NamespaceHandle, request: Request<Incoming>) -> Response<Full<Bytes>> {
+    let path = request.uri().path().trim_end_matches('/').to_owned();
+    let method = request.method().clone();
+    let api = match (method, path.as_str()) {
+        (Method::POST, "/v1/chat/completions") => Api::ChatCompletions,
+        (Method::GET, "/v1/models") => Api::Models,
+        (method, path) => {
+            return reply(UpstreamAnswer::error(
+                404,
+                "not_found",
+                format!(
+                "abridge serves POST /v1/chat/completions and GET /v1/models, not {method} {path}"
+            ),
+            ))
+        }
+    };
+    let mut body = Value::Null;
+    if api == Api::ChatCompletions {
+        let bytes = match Limited::new(request.into_body(), MAX_REQUEST)
+            .collect()
+            .await
+        {
+            Ok(collected) => collected.to_bytes(),
+            Err(e) => {
+                return reply(UpstreamAnswer::error(
+                    413,
+                    "invalid_request",
+                    format!("the request body could not be read: {e}"),
+                ))
+            }
+        };
+        body = match serde_json::from_slice(&bytes) {
+            Ok(body) => body,
+            Err(e) => {
+                return reply(UpstreamAnswer::error(
+                    400,
+                    "invalid_request",
+                    format!("the request body is not JSON: {e}"),
+                ))
+            }
+        };
+    }
+    let streamed = body.get("stream") == Some(&Value::Bool(true));
+    if streamed {
+        // Asked upstream whole, replayed as one chunk (see the crate docs).
+        body["stream"] = Value::Bool(false);
+        if let Some(fields) = body.as_object_mut() {
+            fields.remove("stream_options");
+        }
+    }
+    let forwarded = serde_json::to_value(UpstreamRequest { api, body }).unwrap_or(Value::Null);
+    let answer = match handle
+        .request_with_timeout(EVENT_UPSTREAM, forwarded, HOST_TIMEOUT)
+        .await
+    {
+        Ok(answer) => serde_json::from_value(answer).unwrap_or_else(|e| {
+            UpstreamAnswer::error(502, "gateway_error", format!("the host's answer is not one: {e}"))
+        }),
+        Err(RemoteSioError::Timeout { .. }) => UpstreamAnswer::error(
+            504,
+            "upstream_timeout",
+            format!("the host did not answer within {HOST_TIMEOUT:?}"),
+        ),
+        Err(e) => UpstreamAnswer::error(
+            502,
+            "gateway_unreachable",
+            format!("the host's abridge gateway did not answer ({e}); register OpenAiGateway::namespace() on this sandbox"),
+        ),
+    };
+    if streamed && answer.status == 200 {
+        return sse(&answer.body);
+    }
+    reply(answer)
+}
+
+fn reply(answer: UpstreamAnswer) -> Response<Full<Bytes>> {
+    let status = StatusCode::from_u16(answer.status).unwrap_or(StatusCode::BAD_GATEWAY);
+    let mut response = Response::builder()
+        .status(status)
+        .header(hyper::header::CONTENT_TYPE, "application/json");
+    if let Some(retry_after) = &answer.retry_after {
+        response = response.header(hyper::header::RETRY_AFTER, retry_after.as_str());
+    }
+    response
+        .body(Full::new(Bytes::from(answer.body.to_string())))
+        .unwrap_or_else(|_| Response::new(Full::new(Bytes::new())))
+}
+
+/// A whole completion as server-sent chunks: one with every choice's full
+/// message as its delta, then `[DONE]`.
+fn sse(completion: &Value) -> Response<Full<Bytes>> {
+    let choices: Vec<Value> = completion["choices"]
+        .as_array()
+        .map(|choices| {
+            choices
+                .iter()
+                .map(|choice| {
+                    let mut delta = choice["message"].clone();
+                    if let Some(calls) = delta.get_mut("tool_calls").and_then(Value::as_array_mut) {
+                        for (i, call) in calls.iter_mut().enumerate() {
+                            call["index"] = json!(i);
+                        }
+                    }
+                    json!({
+                        "index": choice["index"],
+                        "delta": delta,
+                        "finish_reason": choice["finish_reason"],
+                    })
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let mut chunk = json!({
+        "id": completion["id"],
+        "object": "chat.completion.chunk",
+        "created": completion["created"],
+        "model": completion["model"],
+        "choices": choices,
+    });
+    if let Some(usage) = completion.get("usage") {
+        chunk["usage"] = usage.clone();
+    }
+    let text = format!("data: {chunk}\n\ndata: [DONE]\n\n");
+    Response::builder()
+        .header(hyper::header::CONTENT_TYPE, "text/event-stream")
+        .body(Full::new(Bytes::from(text)))
+        .unwrap_or_else(|_| Response::new(Full::new(Bytes::new())))
+}

@@ -1,0 +1,121 @@
+//! [`send`]: one HTTP/1.1 request to an upstream over plain HTTP, answered
+//! as an [`UpstreamAnswer`] whatever happens: the upstream's own status
+//! and body, or 502 when it cannot be reached and 504 when it does not
+//! answer in time.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::{Method, Request};
+use hyper_util::rt::TokioIo;
+
+use crate::exchange::UpstreamAnswer;
+
+/// Largest upstream answer read (a long completion with logprobs fits).
+const MAX_ANSWER: usize = 64 << 20;
+
+/// What to send.
+pub struct Outgoing<'a> {
+    /// `GET` or `POST`.
+    pub method: Method,
+    /// The full URL (`http://host:port/v1/chat/completions`).
+    pub url: &'a str,
+    /// The bearer key, if any.
+    pub key: Option<&'a str>,
+    /// The JSON body of a `POST`.
+    pub body: Option<Vec<u8>>,
+    /// How long the upstream may take to answer in full.
+    pub timeout: Duration,
+}
+
+/// Sends `out` and turns every outcome into an answer for the agent.
+pub async fn send(out: Outgoing<'_>) -> UpstreamAnswer {
+    let timeout = out.timeout;
+    match tokio::time::timeout(timeout, exchange(out)).await {
+        Ok(Ok(answer)) => answer,
+        Ok(Err(unreachable)) => UpstreamAnswer::error(502, "upstream_unreachable", unreachable),
+        Err(_) => UpstreamAnswer::error(
+            504,
+            "upstream_timeout",
+            format!("the upstream did not answer within {timeout:?}"),
+        ),
+    }
+}
+
+async fn exchange(out: Outgoing<'_>) -> Result<UpstreamAnswer, String> {
+    let uri: hyper::Uri = out
+        .url
+        .parse()
+        .map_err(|e| format!("`{}` is not a URL: {e}", out.url))?;
+    if uri.scheme_str() != Some("http") {
+        return Err(format!(
+            "`{}`: this gateway speaks plain HTTP to its upstream (a local vLLM or SGLang, or a \
+             proxy in front of a TLS one)",
+            out.url
+        ));
+    }
+    let host = uri
+        .host()
+        .ok_or_else(|| format!("`{}` has no host", out.url))?;
+    let port = uri.port_u16().unwrap_or(80);
+    let stream = tokio::net::TcpStream::connect((host, port))
+        .await
+        .map_err(|e| format!("cannot connect to the upstream at {host}:{port}: {e}"))?;
+    let _ = stream.set_nodelay(true);
+    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .map_err(|e| format!("the upstream at {host}:{port} broke the handshake: {e}"))?;
+    tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    let authority = uri.authority().map(|a| a.to_string()).unwrap_or_default();
+    let path = uri.path_and_query().map(|p| p.as_str()).unwrap_or("/");
+    let mut request = Request::builder()
+        .method(out.method)
+        .uri(path)
+        .header(hyper::header::HOST, authority)
+        .header(hyper::header::ACCEPT, "application/json");
+    if let Some(key) = out.key {
+        request = request.header(hyper::header::AUTHORIZATION, format!("Bearer {key}"));
+    }
+    let body = match out.body {
+        Some(body) => {
+            request = request.header(hyper::header::CONTENT_TYPE, "application/json");
+            Bytes::from(body)
+        }
+        None => Bytes::new(),
+    };
+    let request = request
+        .body(Full::new(body))
+        .map_err(|e| format!("the request cannot be built: {e}"))?;
+    let response = sender
+        .send_request(request)
+        .await
+        .map_err(|e| format!("the upstream at {host}:{port} dropped the request: {e}"))?;
+    let status = response.status().as_u16();
+    let retry_after = response
+        .headers()
+        .get(hyper::header::RETRY_AFTER)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    let bytes = Limited::new(response.into_body(), MAX_ANSWER)
+        .collect()
+        .await
+        .map_err(|e| format!("the upstream's answer broke off: {e}"))?
+        .to_bytes();
+    // A body that is not JSON (an HTML error page) is passed on as text.
+    let body = serde_json::from_slice(&bytes).unwrap_or_else(|_| {
+        serde_json::json!({
+            "error": {
+                "message": String::from_utf8_lossy(&bytes),
+                "type": "upstream_error",
+            }
+        })
+    });
+    Ok(UpstreamAnswer {
+        status,
+        body,
+        retry_after,
+    })
+}
