@@ -17,6 +17,10 @@ use crate::wire::Frame;
 /// trimming (see [`crate::process::tune_allocator`]).
 const LARGE_FRAME: usize = 256 << 10;
 
+/// Largest frame buffer a reader keeps for the next frame: a part and its
+/// envelope fit.
+const KEPT_BODY_UP_TO: usize = 4 << 20;
+
 /// Default upper bound on one frame's CBOR body: a 256 MiB payload (the
 /// default message limit) and room for its envelope.
 pub const DEFAULT_MAX_FRAME: usize = (256 << 20) + (1 << 20);
@@ -190,8 +194,11 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
         if len >= LARGE_FRAME {
             crate::process::note_large_buffer();
         }
-        if self.body.capacity() > 1 << 20 {
-            // Do not keep a huge buffer alive after one large frame.
+        let small_after_large = len < LARGE_FRAME && self.body.capacity() >= LARGE_FRAME;
+        if small_after_large || self.body.capacity() > KEPT_BODY_UP_TO {
+            // Large frames reuse one buffer while they flow (a fresh one is
+            // faulted in page by page); the first small frame after them
+            // gives it back, so an idle reader holds nothing large.
             self.body = Vec::new();
         }
         frame.map(Some)

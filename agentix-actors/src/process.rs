@@ -155,11 +155,14 @@ pub fn note_large_buffer() {
 /// (glibc's own ceiling for the threshold).
 pub const HEAP_BUFFERS_UP_TO: usize = 32 << 20;
 
-/// Free memory at the heap's top past which `free` itself trims. Higher
-/// values were measured faster for 1 MiB messages (about 300 against 175
-/// MB/s) but left the idle trimming unable to give back 8 to 14 MiB after a
-/// 256 MiB file transfer.
-const TRIM_ON_FREE_PAST: usize = 512 << 10;
+/// Free memory at the heap's top past which `free` itself trims. A flow of
+/// 1 MiB messages needs a few MiB at the top: with 512 KiB every message
+/// was handed back and faulted in again (1 MiB echo 245 against 335 MB/s,
+/// files 480 against 690–870 MB/s, one run). Higher still (64 MiB) keeps
+/// memory the idle trimming cannot give back, since `malloc_trim` leaves
+/// the top of a second arena alone (the worker kept 25 MiB after a 64 MiB
+/// echo); one arena avoids that but cost a fifth of the 64-calls figure.
+const TRIM_ON_FREE_PAST: usize = 4 << 20;
 
 /// Free heap memory past which the trimming thread gives it back.
 pub const IDLE_FREE_LIMIT: usize = 1 << 20;
