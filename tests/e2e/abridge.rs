@@ -1,6 +1,7 @@
 //! abridge end to end: an agent's OpenAI request to the endpoint inside the
 //! sandbox reaches a real HTTP upstream through the host, with the host's
-//! key, and the upstream's answer, errors included, comes back.
+//! key, and the upstream's answer, errors included, comes back; a streamed
+//! answer arrives event by event as the upstream sends it.
 
 mod support;
 
@@ -157,19 +158,6 @@ async fn an_agents_request_reaches_the_upstream_through_the_host_with_the_hosts_
     assert_eq!(status, 429, "{text}");
     assert_eq!(retry.as_deref(), Some("7"));
 
-    // A streaming request gets the completion as server-sent events.
-    let streamed = json!({"model": "m1", "messages": [], "stream": true});
-    let (status, _, text) = agent("POST", &format!("{url}/chat/completions"), Some(streamed)).await;
-    assert_eq!(status, 200);
-    assert!(text.starts_with("data: {"), "{text}");
-    assert!(text.contains("chat.completion.chunk") && text.contains("hi from upstream"));
-    assert!(text.trim_end().ends_with("data: [DONE]"), "{text}");
-    assert_eq!(
-        seen.lock().unwrap().last().unwrap().1["stream"],
-        false,
-        "asked upstream whole"
-    );
-
     // Models, and a path abridge does not serve.
     let (status, _, text) = agent("GET", &format!("{url}/models"), None).await;
     assert_eq!(status, 200);
@@ -232,4 +220,223 @@ async fn an_endpoint_with_no_gateway_on_the_host_answers_502_and_says_why() {
     .await;
     assert_eq!(status, 502, "{text}");
     assert!(text.contains("OpenAiGateway"), "{text}");
+}
+
+/// What the streaming upstream is told and tells: `release` lets a paused
+/// stream go on; `closed` fires when the upstream finds its client gone.
+#[derive(Default)]
+struct StreamScript {
+    release: tokio::sync::Notify,
+    closed: tokio::sync::Notify,
+}
+
+/// The `i`-th server-sent event of a streamed completion.
+fn event(i: usize) -> String {
+    let chunk = json!({
+        "id": "s1",
+        "object": "chat.completion.chunk",
+        "choices": [{"index": 0, "delta": {"content": format!("piece {i} ✓")}}]
+    });
+    format!("data: {chunk}\n\n")
+}
+
+/// A streaming upstream. Model `paused`: event 0, then the rest (5 in all)
+/// once released. `endless`: an event every 20 ms until its client goes.
+/// `long`: 2,000 events at once, cut into odd-sized writes. Anything else:
+/// a 429 with `Retry-After: 3`. Every finished stream ends `data: [DONE]`.
+async fn streaming_upstream(script: Arc<StreamScript>) -> String {
+    use futures_util::StreamExt;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}/v1", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let script = script.clone();
+            let service =
+                hyper::service::service_fn(move |request: Request<hyper::body::Incoming>| {
+                    let script = script.clone();
+                    async move {
+                        let bytes = request.into_body().collect().await.unwrap().to_bytes();
+                        let body: Value = serde_json::from_slice(&bytes).unwrap();
+                        assert_eq!(body["stream"], true, "asked upstream as a stream");
+                        let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(4);
+                        let model = body["model"].as_str().unwrap_or_default().to_owned();
+                        if !["paused", "endless", "long"].contains(&model.as_str()) {
+                            let limited = Response::builder()
+                                .status(429)
+                                .header("retry-after", "3")
+                                .body(http_body_util::Either::Left(full(
+                                    json!({"error": {"message": "slow down"}}),
+                                )))
+                                .unwrap();
+                            return Ok::<_, Infallible>(limited);
+                        }
+                        tokio::spawn(async move {
+                            let send = |text: String| tx.send(Bytes::from(text));
+                            match model.as_str() {
+                                "paused" => {
+                                    send(event(0)).await.unwrap();
+                                    script.release.notified().await;
+                                    for i in 1..5 {
+                                        send(event(i)).await.unwrap();
+                                    }
+                                }
+                                "endless" => {
+                                    for i in 0.. {
+                                        if send(event(i)).await.is_err() {
+                                            script.closed.notify_one();
+                                            return;
+                                        }
+                                        tokio::time::sleep(std::time::Duration::from_millis(20))
+                                            .await;
+                                    }
+                                }
+                                _ => {
+                                    let all: String = (0..2_000).map(event).collect();
+                                    let all = all.into_bytes();
+                                    for piece in all.chunks(1_000 + 7) {
+                                        let piece = Bytes::copy_from_slice(piece);
+                                        if tx.send(piece).await.is_err() {
+                                            return;
+                                        }
+                                    }
+                                }
+                            }
+                            let _ = send("data: [DONE]\n\n".into()).await;
+                        });
+                        let frames = futures_util::stream::unfold(rx, |mut rx| async move {
+                            let bytes = rx.recv().await?;
+                            Some((Ok::<_, Infallible>(hyper::body::Frame::data(bytes)), rx))
+                        })
+                        .boxed();
+                        let body = http_body_util::StreamBody::new(frames);
+                        Ok(Response::builder()
+                            .header("content-type", "text/event-stream")
+                            .body(http_body_util::Either::Right(body))
+                            .unwrap())
+                    }
+                });
+            tokio::spawn(async move {
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    });
+    base
+}
+
+/// An agent's streamed request: the status, `Retry-After`, and the body to
+/// read frame by frame.
+async fn agent_stream(url: &str, model: &str) -> (u16, Option<String>, hyper::body::Incoming) {
+    let uri: hyper::Uri = url.parse().unwrap();
+    let stream = tokio::net::TcpStream::connect((uri.host().unwrap(), uri.port_u16().unwrap()))
+        .await
+        .unwrap();
+    let (mut sender, connection) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+            .await
+            .unwrap();
+    tokio::spawn(connection);
+    let body = json!({"model": model, "messages": [], "stream": true});
+    let request = Request::builder()
+        .method("POST")
+        .uri(uri.path())
+        .header("host", uri.authority().unwrap().as_str())
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from(body.to_string())))
+        .unwrap();
+    let response = sender.send_request(request).await.unwrap();
+    let retry = response
+        .headers()
+        .get("retry-after")
+        .map(|v| v.to_str().unwrap().to_owned());
+    (response.status().as_u16(), retry, response.into_body())
+}
+
+/// Reads `body` until `text` holds `want` bytes or more; false at its end.
+async fn read_at_least(body: &mut hyper::body::Incoming, text: &mut Vec<u8>, want: usize) -> bool {
+    while text.len() < want {
+        match body.frame().await {
+            Some(frame) => {
+                if let Ok(data) = frame.unwrap().into_data() {
+                    text.extend_from_slice(&data);
+                }
+            }
+            None => return false,
+        }
+    }
+    true
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_streamed_answer_reaches_the_agent_event_by_event_as_the_upstream_sends_it() {
+    let script = Arc::new(StreamScript::default());
+    let base = streaming_upstream(script.clone()).await;
+    let sb = support::sandbox().await;
+    sb.register_namespace(OpenAiGateway::new(&base).namespace())
+        .unwrap();
+    let url = sb.remote(agentix_abridge::serve, 0u16).await.unwrap();
+    let completions = format!("{url}/chat/completions");
+
+    // The first event reaches the agent while the upstream holds the rest.
+    let (status, _, mut body) = agent_stream(&completions, "paused").await;
+    assert_eq!(status, 200);
+    let mut text = Vec::new();
+    let first = event(0);
+    let early = read_at_least(&mut body, &mut text, first.len());
+    let early = tokio::time::timeout(std::time::Duration::from_secs(30), early).await;
+    assert_eq!(
+        early,
+        Ok(true),
+        "the first event came while the upstream held the rest"
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&text),
+        first,
+        "only the first event so far"
+    );
+    script.release.notify_one();
+    assert!(!read_at_least(&mut body, &mut text, usize::MAX).await);
+    let want: String = (0..5).map(event).collect::<String>() + "data: [DONE]\n\n";
+    assert_eq!(String::from_utf8(text).unwrap(), want);
+
+    // A long stream, written in pieces that cut events and characters,
+    // arrives whole and in order past the flow-control window many times.
+    let (status, _, mut body) = agent_stream(&completions, "long").await;
+    assert_eq!(status, 200);
+    let mut text = Vec::new();
+    assert!(!read_at_least(&mut body, &mut text, usize::MAX).await);
+    let want: String = (0..2_000).map(event).collect::<String>() + "data: [DONE]\n\n";
+    assert!(
+        String::from_utf8(text).unwrap() == want,
+        "the long stream differs"
+    );
+
+    // An upstream error before the stream keeps its status and Retry-After.
+    let (status, retry, mut body) = agent_stream(&completions, "refused").await;
+    assert_eq!((status, retry.as_deref()), (429, Some("3")));
+    let mut text = Vec::new();
+    read_at_least(&mut body, &mut text, usize::MAX).await;
+    assert!(String::from_utf8_lossy(&text).contains("slow down"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_that_leaves_mid_stream_closes_the_upstream_connection() {
+    let script = Arc::new(StreamScript::default());
+    let base = streaming_upstream(script.clone()).await;
+    let sb = support::sandbox().await;
+    sb.register_namespace(OpenAiGateway::new(&base).namespace())
+        .unwrap();
+    let url = sb.remote(agentix_abridge::serve, 0u16).await.unwrap();
+    let (status, _, mut body) = agent_stream(&format!("{url}/chat/completions"), "endless").await;
+    assert_eq!(status, 200);
+    let mut text = Vec::new();
+    assert!(read_at_least(&mut body, &mut text, 3 * event(0).len()).await);
+    drop(body);
+    tokio::time::timeout(std::time::Duration::from_secs(30), script.closed.notified())
+        .await
+        .expect("the upstream saw its client go");
+    // The endpoint serves on.
+    let (status, _, _) = agent("GET", &format!("{url}/models"), None).await;
+    assert_eq!(status, 502, "no models upstream here, but an answer");
 }

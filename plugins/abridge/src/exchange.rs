@@ -47,3 +47,72 @@ impl UpstreamAnswer {
         }
     }
 }
+
+/// The request that opens a streamed answer (`stream`): answered with the
+/// upstream's [`StreamHead`], its body following as [`StreamItem`]s.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StreamOpen {
+    /// Names the stream in every later event, both ways.
+    pub stream_id: String,
+    /// The agent's request, `"stream": true` and all.
+    pub request: UpstreamRequest,
+}
+
+/// The upstream's status for a streamed request: on 200 the body follows
+/// as items; on anything else `body` holds the whole (error) answer.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StreamHead {
+    /// The HTTP status the agent sees.
+    pub status: u16,
+    /// The upstream's `Retry-After`, if it sent one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_after: Option<String>,
+    /// The whole answer when it is not a stream.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub body: Option<serde_json::Value>,
+}
+
+/// One piece of a streamed body, host to sandbox (`stream:item`). Items are
+/// numbered from 1 so the sandbox replays them in order whatever order its
+/// handlers run in.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StreamItem {
+    /// The stream.
+    pub stream_id: String,
+    /// Its place in the stream, from 1.
+    pub seq: u64,
+    /// What it carries.
+    pub part: StreamPart,
+}
+
+/// What a [`StreamItem`] carries.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StreamPart {
+    /// Whole lines of the upstream's server-sent events, as they came.
+    Lines(String),
+    /// The end: cleanly (`None`) or why it broke off.
+    End(Option<String>),
+}
+
+/// The sandbox has written every item through `seq` to the agent
+/// (`stream:ack`): the host may send up to [`STREAM_WINDOW`] past it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StreamAck {
+    /// The stream.
+    pub stream_id: String,
+    /// The last item written.
+    pub seq: u64,
+}
+
+/// The agent went away (`stream:cancel`): the host drops the upstream
+/// request, closing its connection.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StreamCancel {
+    /// The stream.
+    pub stream_id: String,
+}
+
+/// Items the host may send past the last acknowledged one: a slow agent
+/// slows the upstream read instead of filling memory.
+pub const STREAM_WINDOW: u64 = 64;

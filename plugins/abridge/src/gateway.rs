@@ -4,12 +4,14 @@
 
 use std::time::Duration;
 
-use agentix::ClientNamespace;
+use agentix::{ClientNamespace, HostNamespace};
 use hyper::Method;
+use serde_json::{json, Value};
 
-use crate::exchange::{Api, UpstreamAnswer, UpstreamRequest};
-use crate::upstream::{send, Outgoing};
-use crate::{EVENT_UPSTREAM, NAMESPACE};
+use crate::exchange::{Api, StreamHead, StreamOpen, UpstreamAnswer, UpstreamRequest};
+use crate::gateway_stream::StreamPumps;
+use crate::upstream::{self, send, Outgoing};
+use crate::{EVENT_STREAM, EVENT_STREAM_ACK, EVENT_STREAM_CANCEL, EVENT_UPSTREAM, NAMESPACE};
 
 /// How long an upstream may take to answer in full, unless set.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(600);
@@ -59,11 +61,32 @@ impl OpenAiGateway {
     /// The host half of `/abridge`: register it on the sandbox with
     /// `sandbox.register_namespace(..)`.
     pub fn namespace(&self) -> ClientNamespace {
+        let pumps = StreamPumps::default();
         let gateway = self.clone();
-        ClientNamespace::new(NAMESPACE).request_handler(EVENT_UPSTREAM, move |body| {
+        let whole = ClientNamespace::new(NAMESPACE).request_handler(EVENT_UPSTREAM, move |body| {
             let gateway = gateway.clone();
             async move { Ok::<_, std::convert::Infallible>(gateway.answer(body).await) }
-        })
+        });
+        let gateway = self.clone();
+        let opening = pumps.clone();
+        let acks = pumps.clone();
+        whole
+            .on(EVENT_STREAM, move |ns, envelope| {
+                let (gateway, pumps) = (gateway.clone(), opening.clone());
+                async move { gateway.open_stream(ns, envelope, pumps).await }
+            })
+            .on(EVENT_STREAM_ACK, move |_, data| {
+                if let Ok(ack) = serde_json::from_value(data) {
+                    acks.ack(ack);
+                }
+                std::future::ready(())
+            })
+            .on(EVENT_STREAM_CANCEL, move |_, data| {
+                if let Ok(cancel) = serde_json::from_value(data) {
+                    pumps.cancel(cancel);
+                }
+                std::future::ready(())
+            })
     }
 
     /// Answers one forwarded request.
@@ -74,8 +97,59 @@ impl OpenAiGateway {
                 return UpstreamAnswer::error(400, "invalid_request", format!("not a request: {e}"))
             }
         };
-        let (method, path, body) = match request.api {
-            Api::Models => (Method::GET, "models", None),
+        let (method, url, body) = self.upstream_call(request);
+        send(Outgoing {
+            method,
+            url: &url,
+            key: self.key.as_deref(),
+            body,
+            timeout: self.timeout,
+            accept: "application/json",
+        })
+        .await
+    }
+
+    /// Answers a `stream` request with the upstream's head; its body
+    /// follows through `pumps`.
+    async fn open_stream(&self, ns: HostNamespace, envelope: Value, pumps: StreamPumps) {
+        let request_id = envelope.get("request_id").cloned().unwrap_or(Value::Null);
+        let head = match serde_json::from_value::<StreamOpen>(envelope["data"].clone()) {
+            Err(e) => refused(400, "invalid_request", format!("not a stream request: {e}")),
+            Ok(open) => {
+                let (method, url, body) = self.upstream_call(open.request);
+                let outgoing = Outgoing {
+                    method,
+                    url: &url,
+                    key: self.key.as_deref(),
+                    body,
+                    timeout: self.timeout,
+                    accept: "text/event-stream",
+                };
+                match tokio::time::timeout(self.timeout, upstream::open(outgoing)).await {
+                    Ok(Ok(opened)) => {
+                        pumps
+                            .start(ns.clone(), open.stream_id, opened, self.timeout)
+                            .await
+                    }
+                    Ok(Err(unreachable)) => refused(502, "upstream_unreachable", unreachable),
+                    Err(_) => refused(
+                        504,
+                        "upstream_timeout",
+                        format!("the upstream did not answer within {:?}", self.timeout),
+                    ),
+                }
+            }
+        };
+        let reply = json!({"request_id": request_id, "data": head});
+        if let Err(e) = ns.emit(&format!("{EVENT_STREAM}:result"), reply).await {
+            tracing::debug!("abridge: stream head not sent: {e}");
+        }
+    }
+
+    /// The method, URL and body upstream for an agent's request.
+    fn upstream_call(&self, request: UpstreamRequest) -> (Method, String, Option<Vec<u8>>) {
+        match request.api {
+            Api::Models => (Method::GET, format!("{}/models", self.base_url), None),
             Api::ChatCompletions => {
                 let mut body = request.body;
                 if let (Some(model), Some(fields)) = (&self.model, body.as_object_mut()) {
@@ -83,19 +157,20 @@ impl OpenAiGateway {
                 }
                 (
                     Method::POST,
-                    "chat/completions",
+                    format!("{}/chat/completions", self.base_url),
                     Some(body.to_string().into_bytes()),
                 )
             }
-        };
-        let url = format!("{}/{path}", self.base_url);
-        send(Outgoing {
-            method,
-            url: &url,
-            key: self.key.as_deref(),
-            body,
-            timeout: self.timeout,
-        })
-        .await
+        }
+    }
+}
+
+/// A head that ends a stream before it starts.
+fn refused(status: u16, kind: &str, message: impl Into<String>) -> StreamHead {
+    let answer = UpstreamAnswer::error(status, kind, message);
+    StreamHead {
+        status,
+        retry_after: None,
+        body: Some(answer.body),
     }
 }

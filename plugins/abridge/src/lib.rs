@@ -21,16 +21,23 @@
 //! upstream that cannot be reached is a 502 and one that does not answer in
 //! time a 504, each with an OpenAI-style error body.
 //!
+//! A request with `"stream": true` streams: each piece of the upstream's
+//! server-sent events reaches the agent as it arrives, paced by the agent
+//! (a window of [`exchange::STREAM_WINDOW`] pieces), and an agent that
+//! disconnects closes the upstream connection.
+//!
 //! This version: `POST /v1/chat/completions` and `GET /v1/models`, over
-//! plain HTTP to the upstream. A request with `"stream": true` is answered
-//! with the whole completion sent as one server-sent chunk.
+//! plain HTTP to the upstream.
 //!
 //! Layout: [`exchange`] is what crosses the namespace; [`sandbox_endpoint`]
-//! the sandbox half; [`gateway`] and [`upstream`] the host half.
+//! and [`sandbox_stream`] the sandbox half; [`gateway`], [`gateway_stream`]
+//! and [`upstream`] the host half.
 
 pub mod exchange;
 pub mod gateway;
+pub mod gateway_stream;
 pub mod sandbox_endpoint;
+pub mod sandbox_stream;
 pub mod upstream;
 
 pub use gateway::OpenAiGateway;
@@ -42,3 +49,11 @@ agentix::plugin_crate!();
 pub const NAMESPACE: &str = "/abridge";
 /// The request the sandbox half sends for each HTTP request.
 pub const EVENT_UPSTREAM: &str = "upstream";
+/// The request that opens a streamed answer ([`exchange::StreamOpen`]).
+pub const EVENT_STREAM: &str = "stream";
+/// A piece of a streamed answer, host to sandbox ([`exchange::StreamItem`]).
+pub const EVENT_STREAM_ITEM: &str = "stream:item";
+/// Items written to the agent, sandbox to host ([`exchange::StreamAck`]).
+pub const EVENT_STREAM_ACK: &str = "stream:ack";
+/// The agent went away, sandbox to host ([`exchange::StreamCancel`]).
+pub const EVENT_STREAM_CANCEL: &str = "stream:cancel";

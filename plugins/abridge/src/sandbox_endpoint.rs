@@ -1,5 +1,6 @@
 //! The sandbox half: an OpenAI-compatible HTTP endpoint on 127.0.0.1 that
-//! forwards every request to the host over `/abridge` ([`serve`], [`stop`]).
+//! forwards every request to the host over `/abridge` ([`serve`], [`stop`]);
+//! streamed requests go through [`crate::sandbox_stream`].
 //!
 //! It runs as tasks of the worker's runtime, so it outlives the call that
 //! started it and ends with [`stop`] or the worker. Any API key is
@@ -9,17 +10,17 @@ use std::convert::Infallible;
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
-use agentix::{NamespaceHandle, RemoteSioError};
-use bytes::Bytes;
-use http_body_util::{BodyExt, Full, Limited};
+use agentix::NamespaceHandle;
+use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
-use hyper::{Method, Request, Response, StatusCode};
+use hyper::{Method, Request, Response};
 use hyper_util::rt::TokioIo;
 use serde::{Deserialize, Serialize};
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use crate::exchange::{Api, UpstreamAnswer, UpstreamRequest};
-use crate::{EVENT_UPSTREAM, NAMESPACE};
+use crate::sandbox_stream::{host_failed, on_item, relay, whole, AgentBody};
+use crate::{EVENT_STREAM_ITEM, EVENT_UPSTREAM, NAMESPACE};
 
 /// Largest request body an agent may send.
 const MAX_REQUEST: usize = 32 << 20;
@@ -55,17 +56,17 @@ pub async fn serve(port: u16) -> Result<String, AbridgeError> {
     if let Some((url, _)) = RUNNING.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
         return Ok(url.clone());
     }
-    let handle =
-        match NAMESPACE_HANDLE.get() {
-            Some(handle) => handle.clone(),
-            None => {
-                let handle = agentix::register_namespace(agentix::Namespace::new(NAMESPACE))
-                    .map_err(|e| AbridgeError {
-                        message: format!("cannot open {NAMESPACE}: {e}"),
-                    })?;
-                NAMESPACE_HANDLE.get_or_init(|| handle).clone()
-            }
-        };
+    let handle = match NAMESPACE_HANDLE.get() {
+        Some(handle) => handle.clone(),
+        None => {
+            let namespace = agentix::Namespace::new(NAMESPACE)
+                .on(EVENT_STREAM_ITEM, |_, data| async move { on_item(data) });
+            let handle = agentix::register_namespace(namespace).map_err(|e| AbridgeError {
+                message: format!("cannot open {NAMESPACE}: {e}"),
+            })?;
+            NAMESPACE_HANDLE.get_or_init(|| handle).clone()
+        }
+    };
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
         .await
         .map_err(|e| AbridgeError {
@@ -125,14 +126,14 @@ async fn accept(
 }
 
 /// One agent request, answered.
-async fn respond(handle: &NamespaceHandle, request: Request<Incoming>) -> Response<Full<Bytes>> {
+async fn respond(handle: &NamespaceHandle, request: Request<Incoming>) -> Response<AgentBody> {
     let path = request.uri().path().trim_end_matches('/').to_owned();
     let method = request.method().clone();
     let api = match (method, path.as_str()) {
         (Method::POST, "/v1/chat/completions") => Api::ChatCompletions,
         (Method::GET, "/v1/models") => Api::Models,
         (method, path) => {
-            return reply(UpstreamAnswer::error(
+            return whole(UpstreamAnswer::error(
                 404,
                 "not_found",
                 format!(
@@ -149,7 +150,7 @@ async fn respond(handle: &NamespaceHandle, request: Request<Incoming>) -> Respon
         {
             Ok(collected) => collected.to_bytes(),
             Err(e) => {
-                return reply(UpstreamAnswer::error(
+                return whole(UpstreamAnswer::error(
                     413,
                     "invalid_request",
                     format!("the request body could not be read: {e}"),
@@ -159,7 +160,7 @@ async fn respond(handle: &NamespaceHandle, request: Request<Incoming>) -> Respon
         body = match serde_json::from_slice(&bytes) {
             Ok(body) => body,
             Err(e) => {
-                return reply(UpstreamAnswer::error(
+                return whole(UpstreamAnswer::error(
                     400,
                     "invalid_request",
                     format!("the request body is not JSON: {e}"),
@@ -167,89 +168,23 @@ async fn respond(handle: &NamespaceHandle, request: Request<Incoming>) -> Respon
             }
         };
     }
-    let streamed = body.get("stream") == Some(&Value::Bool(true));
-    if streamed {
-        // Asked upstream whole, replayed as one chunk (see the crate docs).
-        body["stream"] = Value::Bool(false);
-        if let Some(fields) = body.as_object_mut() {
-            fields.remove("stream_options");
-        }
+    let request = UpstreamRequest { api, body };
+    if request.body.get("stream") == Some(&Value::Bool(true)) {
+        return relay(handle, request, HOST_TIMEOUT).await;
     }
-    let forwarded = serde_json::to_value(UpstreamRequest { api, body }).unwrap_or(Value::Null);
+    let forwarded = serde_json::to_value(request).unwrap_or(Value::Null);
     let answer = match handle
         .request_with_timeout(EVENT_UPSTREAM, forwarded, HOST_TIMEOUT)
         .await
     {
         Ok(answer) => serde_json::from_value(answer).unwrap_or_else(|e| {
-            UpstreamAnswer::error(502, "gateway_error", format!("the host's answer is not one: {e}"))
+            UpstreamAnswer::error(
+                502,
+                "gateway_error",
+                format!("the host's answer is not one: {e}"),
+            )
         }),
-        Err(RemoteSioError::Timeout { .. }) => UpstreamAnswer::error(
-            504,
-            "upstream_timeout",
-            format!("the host did not answer within {HOST_TIMEOUT:?}"),
-        ),
-        Err(e) => UpstreamAnswer::error(
-            502,
-            "gateway_unreachable",
-            format!("the host's abridge gateway did not answer ({e}); register OpenAiGateway::namespace() on this sandbox"),
-        ),
+        Err(e) => host_failed(e, HOST_TIMEOUT),
     };
-    if streamed && answer.status == 200 {
-        return sse(&answer.body);
-    }
-    reply(answer)
-}
-
-fn reply(answer: UpstreamAnswer) -> Response<Full<Bytes>> {
-    let status = StatusCode::from_u16(answer.status).unwrap_or(StatusCode::BAD_GATEWAY);
-    let mut response = Response::builder()
-        .status(status)
-        .header(hyper::header::CONTENT_TYPE, "application/json");
-    if let Some(retry_after) = &answer.retry_after {
-        response = response.header(hyper::header::RETRY_AFTER, retry_after.as_str());
-    }
-    response
-        .body(Full::new(Bytes::from(answer.body.to_string())))
-        .unwrap_or_else(|_| Response::new(Full::new(Bytes::new())))
-}
-
-/// A whole completion as server-sent chunks: one with every choice's full
-/// message as its delta, then `[DONE]`.
-fn sse(completion: &Value) -> Response<Full<Bytes>> {
-    let choices: Vec<Value> = completion["choices"]
-        .as_array()
-        .map(|choices| {
-            choices
-                .iter()
-                .map(|choice| {
-                    let mut delta = choice["message"].clone();
-                    if let Some(calls) = delta.get_mut("tool_calls").and_then(Value::as_array_mut) {
-                        for (i, call) in calls.iter_mut().enumerate() {
-                            call["index"] = json!(i);
-                        }
-                    }
-                    json!({
-                        "index": choice["index"],
-                        "delta": delta,
-                        "finish_reason": choice["finish_reason"],
-                    })
-                })
-                .collect()
-        })
-        .unwrap_or_default();
-    let mut chunk = json!({
-        "id": completion["id"],
-        "object": "chat.completion.chunk",
-        "created": completion["created"],
-        "model": completion["model"],
-        "choices": choices,
-    });
-    if let Some(usage) = completion.get("usage") {
-        chunk["usage"] = usage.clone();
-    }
-    let text = format!("data: {chunk}\n\ndata: [DONE]\n\n");
-    Response::builder()
-        .header(hyper::header::CONTENT_TYPE, "text/event-stream")
-        .body(Full::new(Bytes::from(text)))
-        .unwrap_or_else(|_| Response::new(Full::new(Bytes::new())))
+    whole(answer)
 }

@@ -1,12 +1,13 @@
-//! [`send`]: one HTTP/1.1 request to an upstream over plain HTTP, answered
-//! as an [`UpstreamAnswer`] whatever happens: the upstream's own status
-//! and body, or 502 when it cannot be reached and 504 when it does not
-//! answer in time.
+//! One HTTP/1.1 request to an upstream over plain HTTP: [`send`] answers
+//! it whole as an [`UpstreamAnswer`] whatever happens (the upstream's own
+//! status and body, or 502 when it cannot be reached and 504 when it does
+//! not answer in time); [`open`] stops at the headers, for a stream.
 
 use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Incoming;
 use hyper::{Method, Request};
 use hyper_util::rt::TokioIo;
 
@@ -27,6 +28,8 @@ pub struct Outgoing<'a> {
     pub body: Option<Vec<u8>>,
     /// How long the upstream may take to answer in full.
     pub timeout: Duration,
+    /// The `Accept` header: JSON, or server-sent events for a stream.
+    pub accept: &'static str,
 }
 
 /// Sends `out` and turns every outcome into an answer for the agent.
@@ -44,6 +47,51 @@ pub async fn send(out: Outgoing<'_>) -> UpstreamAnswer {
 }
 
 async fn exchange(out: Outgoing<'_>) -> Result<UpstreamAnswer, String> {
+    let opened = open(out).await?;
+    let (status, retry_after) = (opened.status, opened.retry_after.clone());
+    let body = opened.whole_body().await?;
+    Ok(UpstreamAnswer {
+        status,
+        body,
+        retry_after,
+    })
+}
+
+/// An upstream response whose body is still to be read.
+pub struct Opened {
+    /// Its HTTP status.
+    pub status: u16,
+    /// Its `Retry-After`, if any.
+    pub retry_after: Option<String>,
+    /// The body, read as it arrives.
+    pub body: Incoming,
+    /// The connection's task: aborting it closes the connection, which is
+    /// how an abandoned stream tells the upstream to stop.
+    pub connection: tokio::task::AbortHandle,
+}
+
+impl Opened {
+    /// The whole body as JSON; a body that is not JSON (an HTML error page)
+    /// becomes an OpenAI-style error carrying its text.
+    pub async fn whole_body(self) -> Result<serde_json::Value, String> {
+        let bytes = Limited::new(self.body, MAX_ANSWER)
+            .collect()
+            .await
+            .map_err(|e| format!("the upstream's answer broke off: {e}"))?
+            .to_bytes();
+        Ok(serde_json::from_slice(&bytes).unwrap_or_else(|_| {
+            serde_json::json!({
+                "error": {
+                    "message": String::from_utf8_lossy(&bytes),
+                    "type": "upstream_error",
+                }
+            })
+        }))
+    }
+}
+
+/// Sends `out` and returns once the upstream's status and headers are in.
+pub async fn open(out: Outgoing<'_>) -> Result<Opened, String> {
     let uri: hyper::Uri = out
         .url
         .parse()
@@ -66,16 +114,17 @@ async fn exchange(out: Outgoing<'_>) -> Result<UpstreamAnswer, String> {
     let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
         .await
         .map_err(|e| format!("the upstream at {host}:{port} broke the handshake: {e}"))?;
-    tokio::spawn(async move {
+    let connection = tokio::spawn(async move {
         let _ = connection.await;
-    });
+    })
+    .abort_handle();
     let authority = uri.authority().map(|a| a.to_string()).unwrap_or_default();
     let path = uri.path_and_query().map(|p| p.as_str()).unwrap_or("/");
     let mut request = Request::builder()
         .method(out.method)
         .uri(path)
         .header(hyper::header::HOST, authority)
-        .header(hyper::header::ACCEPT, "application/json");
+        .header(hyper::header::ACCEPT, out.accept);
     if let Some(key) = out.key {
         request = request.header(hyper::header::AUTHORIZATION, format!("Bearer {key}"));
     }
@@ -99,23 +148,10 @@ async fn exchange(out: Outgoing<'_>) -> Result<UpstreamAnswer, String> {
         .get(hyper::header::RETRY_AFTER)
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
-    let bytes = Limited::new(response.into_body(), MAX_ANSWER)
-        .collect()
-        .await
-        .map_err(|e| format!("the upstream's answer broke off: {e}"))?
-        .to_bytes();
-    // A body that is not JSON (an HTML error page) is passed on as text.
-    let body = serde_json::from_slice(&bytes).unwrap_or_else(|_| {
-        serde_json::json!({
-            "error": {
-                "message": String::from_utf8_lossy(&bytes),
-                "type": "upstream_error",
-            }
-        })
-    });
-    Ok(UpstreamAnswer {
+    Ok(Opened {
         status,
-        body,
         retry_after,
+        body: response.into_body(),
+        connection,
     })
 }

@@ -1,0 +1,263 @@
+//! The sandbox half of a streamed answer: [`relay`] asks the host to open
+//! the upstream stream, then writes the `stream:item`s it sends to the
+//! agent as server-sent events, in their order, as they come.
+//!
+//! Items may reach [`on_item`] out of order (each namespace event is
+//! handled on a task of its own), so they are put back in order by number.
+//! The agent's pace sets the host's: an acknowledgement goes back every
+//! few items written, and the host sends no more than [`STREAM_WINDOW`]
+//! past it. An agent that disconnects drops the response body, which tells
+//! the host to drop the upstream request.
+
+use std::collections::{BTreeMap, HashMap};
+use std::convert::Infallible;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use agentix::{NamespaceHandle, RemoteSioError};
+use bytes::Bytes;
+use http_body_util::combinators::UnsyncBoxBody;
+use http_body_util::{BodyExt, StreamBody};
+use hyper::body::Frame;
+use hyper::Response;
+use serde_json::{json, Value};
+use tokio::sync::mpsc;
+
+use crate::exchange::{
+    StreamAck, StreamCancel, StreamHead, StreamItem, StreamOpen, StreamPart, UpstreamAnswer,
+    UpstreamRequest, STREAM_WINDOW,
+};
+use crate::{EVENT_STREAM, EVENT_STREAM_ACK, EVENT_STREAM_CANCEL};
+
+/// A response body the endpoint sends: whole or streamed.
+pub type AgentBody = UnsyncBoxBody<Bytes, Infallible>;
+
+/// Items written between two acknowledgements.
+const ACK_EVERY: u64 = STREAM_WINDOW / 4;
+/// Items kept out of order before the stream is given up as broken: the
+/// window, and the one end item the host may send past it.
+const MOST_EARLY: u64 = STREAM_WINDOW + 1;
+
+/// Streams whose items are arriving, by id.
+static ARRIVING: Mutex<Option<HashMap<String, Arriving>>> = Mutex::new(None);
+
+/// One stream's items on their way to the agent.
+struct Arriving {
+    /// The number of the next item the agent gets.
+    next: u64,
+    /// Items that came before their turn.
+    early: BTreeMap<u64, StreamPart>,
+    /// Items in order, to the response body.
+    to_agent: mpsc::Sender<StreamPart>,
+}
+
+/// The `stream:item` handler: puts the item in its place and passes on
+/// whatever is now in order.
+pub fn on_item(data: Value) {
+    let item: StreamItem = match serde_json::from_value(data) {
+        Ok(item) => item,
+        Err(e) => {
+            tracing::debug!("abridge: malformed stream item dropped: {e}");
+            return;
+        }
+    };
+    let mut table = ARRIVING.lock().unwrap_or_else(|p| p.into_inner());
+    let Some(streams) = table.as_mut() else {
+        return;
+    };
+    let Some(stream) = streams.get_mut(&item.stream_id) else {
+        tracing::debug!(
+            stream = item.stream_id,
+            "abridge: item for a stream that ended"
+        );
+        return;
+    };
+    let over = if item.seq < stream.next {
+        false
+    } else if item.seq >= stream.next + MOST_EARLY {
+        let why = format!(
+            "the host sent item {} while item {} was awaited",
+            item.seq, stream.next
+        );
+        let _ = stream.to_agent.try_send(StreamPart::End(Some(why)));
+        true
+    } else {
+        stream.early.insert(item.seq, item.part);
+        let mut over = false;
+        while let Some(part) = stream.early.remove(&stream.next) {
+            stream.next += 1;
+            over = matches!(part, StreamPart::End(_));
+            // Room is certain: the channel holds more than the window.
+            if stream.to_agent.try_send(part).is_err() || over {
+                over = true;
+                break;
+            }
+        }
+        over
+    };
+    if over {
+        streams.remove(&item.stream_id);
+    }
+}
+
+/// Forgets a stream and, unless it ended, tells the host to stop it.
+struct Abandon {
+    id: String,
+    handle: NamespaceHandle,
+    ended: bool,
+}
+
+impl Drop for Abandon {
+    fn drop(&mut self) {
+        let mut table = ARRIVING.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(streams) = table.as_mut() {
+            streams.remove(&self.id);
+        }
+        if !self.ended {
+            let cancel = StreamCancel {
+                stream_id: self.id.clone(),
+            };
+            self.handle.emit(
+                EVENT_STREAM_CANCEL,
+                serde_json::to_value(cancel).unwrap_or(Value::Null),
+            );
+        }
+    }
+}
+
+/// Answers a streamed request: the upstream's error whole, or its events
+/// as they arrive.
+pub async fn relay(
+    handle: &NamespaceHandle,
+    request: UpstreamRequest,
+    host_timeout: Duration,
+) -> Response<AgentBody> {
+    let id = agentix::random_hex(8);
+    let (to_agent, arriving) = mpsc::channel((2 * STREAM_WINDOW) as usize);
+    ARRIVING
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .get_or_insert_with(HashMap::new)
+        .insert(
+            id.clone(),
+            Arriving {
+                next: 1,
+                early: BTreeMap::new(),
+                to_agent,
+            },
+        );
+    let mut abandon = Abandon {
+        id: id.clone(),
+        handle: handle.clone(),
+        ended: false,
+    };
+    let open = StreamOpen {
+        stream_id: id,
+        request,
+    };
+    let head = handle
+        .request_with_timeout(
+            EVENT_STREAM,
+            serde_json::to_value(open).unwrap_or(Value::Null),
+            host_timeout,
+        )
+        .await;
+    let head: StreamHead = match head {
+        Ok(head) => match serde_json::from_value(head) {
+            Ok(head) => head,
+            Err(e) => {
+                return whole(UpstreamAnswer::error(
+                    502,
+                    "gateway_error",
+                    format!("the host's answer is not a stream head: {e}"),
+                ))
+            }
+        },
+        Err(e) => return whole(host_failed(e, host_timeout)),
+    };
+    if head.status != 200 {
+        abandon.ended = true;
+        return whole(UpstreamAnswer {
+            status: head.status,
+            body: head.body.unwrap_or(Value::Null),
+            retry_after: head.retry_after,
+        });
+    }
+    let events = agentix::stream::unfold(Some((arriving, abandon, 0u64)), |state| async move {
+        let (mut arriving, mut abandon, mut written) = state?;
+        let part = arriving
+            .recv()
+            .await
+            .unwrap_or_else(|| StreamPart::End(Some("the host stopped sending the stream".into())));
+        let text = match part {
+            StreamPart::Lines(lines) => lines,
+            StreamPart::End(None) => {
+                abandon.ended = true;
+                return None;
+            }
+            StreamPart::End(Some(why)) => {
+                abandon.ended = true;
+                let error = json!({"error": {"message": why, "type": "upstream_error"}});
+                let event = Frame::data(Bytes::from(format!("data: {error}\n\n")));
+                return Some((Ok(event), None));
+            }
+        };
+        written += 1;
+        if written % ACK_EVERY == 0 {
+            let ack = StreamAck {
+                stream_id: abandon.id.clone(),
+                seq: written,
+            };
+            abandon.handle.emit(
+                EVENT_STREAM_ACK,
+                serde_json::to_value(ack).unwrap_or(Value::Null),
+            );
+        }
+        let event = Frame::data(Bytes::from(text));
+        Some((Ok(event), Some((arriving, abandon, written))))
+    });
+    Response::builder()
+        .header(hyper::header::CONTENT_TYPE, "text/event-stream")
+        .header(hyper::header::CACHE_CONTROL, "no-cache")
+        .body(BodyExt::boxed_unsync(StreamBody::new(events)))
+        .unwrap_or_else(|_| Response::new(empty()))
+}
+
+/// The answer when the host could not be asked.
+pub fn host_failed(e: RemoteSioError, host_timeout: Duration) -> UpstreamAnswer {
+    match e {
+        RemoteSioError::Timeout { .. } => UpstreamAnswer::error(
+            504,
+            "upstream_timeout",
+            format!("the host did not answer within {host_timeout:?}"),
+        ),
+        e => UpstreamAnswer::error(
+            502,
+            "gateway_unreachable",
+            format!(
+                "the host's abridge gateway did not answer ({e}); register \
+                 OpenAiGateway::namespace() on this sandbox"
+            ),
+        ),
+    }
+}
+
+/// A whole JSON answer.
+pub fn whole(answer: UpstreamAnswer) -> Response<AgentBody> {
+    let status =
+        hyper::StatusCode::from_u16(answer.status).unwrap_or(hyper::StatusCode::BAD_GATEWAY);
+    let mut response = Response::builder()
+        .status(status)
+        .header(hyper::header::CONTENT_TYPE, "application/json");
+    if let Some(retry_after) = &answer.retry_after {
+        response = response.header(hyper::header::RETRY_AFTER, retry_after.as_str());
+    }
+    let body = http_body_util::Full::new(Bytes::from(answer.body.to_string()));
+    response
+        .body(BodyExt::boxed_unsync(body))
+        .unwrap_or_else(|_| Response::new(empty()))
+}
+
+fn empty() -> AgentBody {
+    BodyExt::boxed_unsync(http_body_util::Empty::new())
+}
