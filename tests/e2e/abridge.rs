@@ -440,3 +440,149 @@ async fn an_agent_that_leaves_mid_stream_closes_the_upstream_connection() {
     let (status, _, _) = agent("GET", &format!("{url}/models"), None).await;
     assert_eq!(status, 502, "no models upstream here, but an answer");
 }
+
+/// An upstream for the SDKs: model `limited` gets a 429 (`Retry-After: 1`);
+/// with tools offered and no tool result yet it calls `weather` for Oslo;
+/// otherwise it answers "hello from upstream", whole or as a stream of
+/// three pieces with usage. Records each request's key and body.
+async fn sdk_upstream(seen: Seen) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}/v1", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let seen = seen.clone();
+            let service = hyper::service::service_fn(
+                move |request: Request<hyper::body::Incoming>| {
+                    let seen = seen.clone();
+                    async move {
+                        let auth = request
+                            .headers()
+                            .get("authorization")
+                            .map(|v| v.to_str().unwrap().to_owned())
+                            .unwrap_or_default();
+                        let bytes = request.into_body().collect().await.unwrap().to_bytes();
+                        let body: Value = serde_json::from_slice(&bytes).unwrap();
+                        seen.lock().unwrap().push((auth, body.clone()));
+                        let messages = body["messages"].as_array().cloned().unwrap_or_default();
+                        let answered_tool = messages.iter().any(|m| m["role"] == "tool");
+                        let response = if body["model"] == "limited" {
+                            Response::builder()
+                                .status(429)
+                                .header("retry-after", "1")
+                                .body(full(json!({"error": {"message": "slow down", "type": "rate_limit"}})))
+                                .unwrap()
+                        } else if body["stream"] == true {
+                            let mut text = String::new();
+                            for piece in ["hello ", "from ", "upstream"] {
+                                let chunk = json!({"id": "s1", "object": "chat.completion.chunk",
+                                    "created": 1, "model": "m1",
+                                    "choices": [{"index": 0, "delta": {"content": piece}, "finish_reason": null}]});
+                                text.push_str(&format!("data: {chunk}\n\n"));
+                            }
+                            let last = json!({"id": "s1", "object": "chat.completion.chunk", "created": 1,
+                                "model": "m1", "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]});
+                            let usage = json!({"id": "s1", "object": "chat.completion.chunk", "created": 1,
+                                "model": "m1", "choices": [],
+                                "usage": {"prompt_tokens": 4, "completion_tokens": 3, "total_tokens": 7}});
+                            text.push_str(&format!(
+                                "data: {last}\n\ndata: {usage}\n\ndata: [DONE]\n\n"
+                            ));
+                            Response::builder()
+                                .header("content-type", "text/event-stream")
+                                .body(Full::new(Bytes::from(text)))
+                                .unwrap()
+                        } else {
+                            let (message, finish) = if body["tools"].is_array() && !answered_tool {
+                                (
+                                    json!({"role": "assistant", "content": null, "tool_calls": [{
+                                    "id": "call_1", "type": "function",
+                                    "function": {"name": "weather", "arguments": "{\"city\": \"Oslo\"}"}}]}),
+                                    "tool_calls",
+                                )
+                            } else {
+                                (
+                                    json!({"role": "assistant", "content": "hello from upstream"}),
+                                    "stop",
+                                )
+                            };
+                            Response::new(full(json!({
+                                "id": "c1", "object": "chat.completion", "created": 1, "model": "m1",
+                                "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+                                "usage": {"prompt_tokens": 4, "completion_tokens": 3, "total_tokens": 7}
+                            })))
+                        };
+                        Ok::<_, Infallible>(response)
+                    }
+                },
+            );
+            tokio::spawn(async move {
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    });
+    base
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_official_openai_and_anthropic_sdks_in_the_sandbox_work_through_abridge_without_the_key(
+) {
+    let seen: Seen = Arc::default();
+    let base = sdk_upstream(seen.clone()).await;
+    let sb = support::sandbox().await;
+    sb.register_namespace(OpenAiGateway::new(&base).key("host-secret").namespace())
+        .unwrap();
+    let url = sb.remote(agentix_abridge::serve, 0u16).await.unwrap();
+    let python = support::python();
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("interop/llm_sdk_agent.py");
+    // What a user sets for an agent inside the sandbox.
+    let opts = agentix_bash::BashOptions::new()
+        .env("OPENAI_BASE_URL", &url)
+        .env("OPENAI_API_KEY", "placeholder")
+        .env("ANTHROPIC_BASE_URL", url.trim_end_matches("/v1"))
+        .env("ANTHROPIC_API_KEY", "placeholder")
+        .timeout(std::time::Duration::from_secs(120));
+    let command = format!("{} {}", python.display(), script.display());
+    let ran = sb.remote(agentix_bash::run, (command, opts)).await.unwrap();
+    assert_eq!(
+        ran.exit_code,
+        Some(0),
+        "the agent failed: {}",
+        String::from_utf8_lossy(&ran.stderr)
+    );
+    let saw: Value = serde_json::from_slice(&ran.stdout).unwrap();
+    assert_eq!(saw["openai_text"], "hello from upstream");
+    assert_eq!(saw["openai_stream"], json!(["hello ", "from ", "upstream"]));
+    assert_eq!(saw["openai_429"], json!(["RateLimitError", 429, "1"]));
+    assert_eq!(
+        saw["anthropic_tool"],
+        json!(["tool_use", "weather", {"city": "Oslo"}])
+    );
+    assert_eq!(
+        saw["anthropic_after_tool"],
+        json!(["end_turn", "hello from upstream"])
+    );
+    assert_eq!(
+        saw["anthropic_stream"],
+        json!([["hello ", "from ", "upstream"], "end_turn", 3])
+    );
+    assert_eq!(saw["anthropic_429"], json!(["RateLimitError", 429]));
+    assert_eq!(
+        saw["env_values_with_secret"],
+        json!([]),
+        "the key is not in the sandbox"
+    );
+
+    let seen = seen.lock().unwrap();
+    assert_eq!(seen.len(), 7, "every request reached the upstream once");
+    assert!(seen.iter().all(|(auth, _)| auth == "Bearer host-secret"));
+    // The Anthropic tool round reached the upstream in OpenAI's words.
+    let after_tool = &seen[4].1;
+    assert_eq!(after_tool["messages"][2]["role"], "tool");
+    assert_eq!(after_tool["messages"][2]["content"], "cold");
+    assert_eq!(
+        seen[3].1["messages"][0],
+        json!({"role": "system", "content": "be brief"})
+    );
+}

@@ -4,25 +4,12 @@
 
 mod support;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use agentix::JsonValue;
 use serde_json::json;
-use support::sandbox;
-
-/// The interop venv's python, set up on first use.
-fn python() -> PathBuf {
-    let interop = Path::new(env!("CARGO_MANIFEST_DIR")).join("interop");
-    let setup = std::process::Command::new(interop.join("setup-venv.sh"))
-        .status()
-        .expect("run tests/interop/setup-venv.sh");
-    assert!(
-        setup.success(),
-        "the interop venv could not be created (needs python3 with venv and PyPI access)"
-    );
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/interop-venv/bin/python")
-}
+use support::{python, sandbox};
 
 /// Runs `script ARGS..` from tests/interop; returns what it printed, as JSON.
 async fn run_python(script: &str, args: &[&str]) -> JsonValue {

@@ -11,6 +11,9 @@ pub enum Api {
     ChatCompletions,
     /// `GET /models`.
     Models,
+    /// Anthropic's `POST /messages`, served by an OpenAI-compatible
+    /// upstream through [`crate::anthropic`].
+    Messages,
 }
 
 /// An agent's request, as the sandbox half forwards it.

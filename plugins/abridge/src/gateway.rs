@@ -8,6 +8,8 @@ use agentix::{ClientNamespace, HostNamespace};
 use hyper::Method;
 use serde_json::{json, Value};
 
+use crate::anthropic;
+use crate::anthropic_stream::StreamTranslator;
 use crate::exchange::{Api, StreamHead, StreamOpen, UpstreamAnswer, UpstreamRequest};
 use crate::gateway_stream::StreamPumps;
 use crate::upstream::{self, send, Outgoing};
@@ -97,8 +99,12 @@ impl OpenAiGateway {
                 return UpstreamAnswer::error(400, "invalid_request", format!("not a request: {e}"))
             }
         };
-        let (method, url, body) = self.upstream_call(request);
-        send(Outgoing {
+        let api = request.api;
+        let (method, url, body) = match self.upstream_call(request) {
+            Ok(call) => call,
+            Err(refused) => return refused,
+        };
+        let answer = send(Outgoing {
             method,
             url: &url,
             key: self.key.as_deref(),
@@ -106,7 +112,18 @@ impl OpenAiGateway {
             timeout: self.timeout,
             accept: "application/json",
         })
-        .await
+        .await;
+        match api {
+            Api::Messages if answer.status == 200 => UpstreamAnswer {
+                body: anthropic::answer_from_openai(&answer.body),
+                ..answer
+            },
+            Api::Messages => UpstreamAnswer {
+                body: anthropic::error_from_openai(answer.status, &answer.body),
+                ..answer
+            },
+            Api::ChatCompletions | Api::Models => answer,
+        }
     }
 
     /// Answers a `stream` request with the upstream's head; its body
@@ -115,30 +132,7 @@ impl OpenAiGateway {
         let request_id = envelope.get("request_id").cloned().unwrap_or(Value::Null);
         let head = match serde_json::from_value::<StreamOpen>(envelope["data"].clone()) {
             Err(e) => refused(400, "invalid_request", format!("not a stream request: {e}")),
-            Ok(open) => {
-                let (method, url, body) = self.upstream_call(open.request);
-                let outgoing = Outgoing {
-                    method,
-                    url: &url,
-                    key: self.key.as_deref(),
-                    body,
-                    timeout: self.timeout,
-                    accept: "text/event-stream",
-                };
-                match tokio::time::timeout(self.timeout, upstream::open(outgoing)).await {
-                    Ok(Ok(opened)) => {
-                        pumps
-                            .start(ns.clone(), open.stream_id, opened, self.timeout)
-                            .await
-                    }
-                    Ok(Err(unreachable)) => refused(502, "upstream_unreachable", unreachable),
-                    Err(_) => refused(
-                        504,
-                        "upstream_timeout",
-                        format!("the upstream did not answer within {:?}", self.timeout),
-                    ),
-                }
-            }
+            Ok(open) => self.stream_head(ns.clone(), open, pumps).await,
         };
         let reply = json!({"request_id": request_id, "data": head});
         if let Err(e) = ns.emit(&format!("{EVENT_STREAM}:result"), reply).await {
@@ -146,22 +140,76 @@ impl OpenAiGateway {
         }
     }
 
-    /// The method, URL and body upstream for an agent's request.
-    fn upstream_call(&self, request: UpstreamRequest) -> (Method, String, Option<Vec<u8>>) {
-        match request.api {
-            Api::Models => (Method::GET, format!("{}/models", self.base_url), None),
-            Api::ChatCompletions => {
-                let mut body = request.body;
-                if let (Some(model), Some(fields)) = (&self.model, body.as_object_mut()) {
-                    fields.insert("model".into(), model.clone().into());
+    async fn stream_head(
+        &self,
+        ns: HostNamespace,
+        open: StreamOpen,
+        pumps: StreamPumps,
+    ) -> StreamHead {
+        let api = open.request.api;
+        let (method, url, body) = match self.upstream_call(open.request) {
+            Ok(call) => call,
+            Err(refused) => {
+                return StreamHead {
+                    status: refused.status,
+                    retry_after: None,
+                    body: Some(refused.body),
                 }
-                (
-                    Method::POST,
-                    format!("{}/chat/completions", self.base_url),
-                    Some(body.to_string().into_bytes()),
-                )
+            }
+        };
+        let outgoing = Outgoing {
+            method,
+            url: &url,
+            key: self.key.as_deref(),
+            body,
+            timeout: self.timeout,
+            accept: "text/event-stream",
+        };
+        let translate = (api == Api::Messages).then(StreamTranslator::default);
+        let mut head = match tokio::time::timeout(self.timeout, upstream::open(outgoing)).await {
+            Ok(Ok(opened)) => {
+                pumps
+                    .start(ns, open.stream_id, opened, self.timeout, translate)
+                    .await
+            }
+            Ok(Err(unreachable)) => refused(502, "upstream_unreachable", unreachable),
+            Err(_) => refused(
+                504,
+                "upstream_timeout",
+                format!("the upstream did not answer within {:?}", self.timeout),
+            ),
+        };
+        if api == Api::Messages {
+            if let Some(body) = head.body.as_mut() {
+                *body = anthropic::error_from_openai(head.status, body);
             }
         }
+        head
+    }
+
+    /// The method, URL and body upstream for an agent's request, or the
+    /// answer that refuses it.
+    fn upstream_call(
+        &self,
+        request: UpstreamRequest,
+    ) -> Result<(Method, String, Option<Vec<u8>>), UpstreamAnswer> {
+        let mut body = match request.api {
+            Api::Models => return Ok((Method::GET, format!("{}/models", self.base_url), None)),
+            Api::ChatCompletions => request.body,
+            Api::Messages => anthropic::request_to_openai(&request.body).map_err(|why| {
+                let mut refused = UpstreamAnswer::error(400, "invalid_request", why);
+                refused.body = anthropic::error_from_openai(400, &refused.body);
+                refused
+            })?,
+        };
+        if let (Some(model), Some(fields)) = (&self.model, body.as_object_mut()) {
+            fields.insert("model".into(), model.clone().into());
+        }
+        Ok((
+            Method::POST,
+            format!("{}/chat/completions", self.base_url),
+            Some(body.to_string().into_bytes()),
+        ))
     }
 }
 

@@ -16,6 +16,7 @@ use http_body_util::BodyExt;
 use serde_json::json;
 use tokio::sync::watch;
 
+use crate::anthropic_stream::StreamTranslator;
 use crate::exchange::{StreamAck, StreamCancel, StreamHead, StreamItem, StreamPart, STREAM_WINDOW};
 use crate::upstream::Opened;
 use crate::EVENT_STREAM_ITEM;
@@ -62,6 +63,7 @@ impl StreamPumps {
         stream_id: String,
         opened: Opened,
         limit: Duration,
+        translate: Option<StreamTranslator>,
     ) -> StreamHead {
         if opened.status != 200 {
             let (status, retry_after) = (opened.status, opened.retry_after.clone());
@@ -86,7 +88,14 @@ impl StreamPumps {
             let mut seq = 0;
             let pumped = tokio::time::timeout(
                 limit,
-                pump(&ns, &stream_id, opened.body, watching.clone(), &mut seq),
+                pump(
+                    &ns,
+                    &stream_id,
+                    opened.body,
+                    watching.clone(),
+                    &mut seq,
+                    translate,
+                ),
             )
             .await;
             if pumped.is_err() {
@@ -112,15 +121,16 @@ impl StreamPumps {
     }
 }
 
-/// Sends the body's whole lines as they arrive, then the end; stops early
-/// when the agent goes away or the sandbox cannot be reached. `seq` is the
-/// last item sent.
+/// Sends the body's whole lines as they arrive (rewritten by `translate`,
+/// if given), then the end; stops early when the agent goes away or the
+/// sandbox cannot be reached. `seq` is the last item sent.
 async fn pump(
     ns: &HostNamespace,
     id: &str,
     mut body: hyper::body::Incoming,
     mut watching: watch::Receiver<Control>,
     seq: &mut u64,
+    mut translate: Option<StreamTranslator>,
 ) {
     let mut pending: Vec<u8> = Vec::new();
     let end = loop {
@@ -128,13 +138,16 @@ async fn pump(
             frame = body.frame() => frame,
             _ = watching.wait_for(|c| c.cancelled) => return,
         };
-        match frame {
+        let lines = match frame {
             None => {
-                if !pending.is_empty() {
-                    let rest = String::from_utf8_lossy(&pending).into_owned();
-                    if !send(ns, id, seq, StreamPart::Lines(rest), &mut watching).await {
-                        return;
-                    }
+                let mut rest = String::from_utf8_lossy(&pending).into_owned();
+                if let Some(translate) = translate.as_mut() {
+                    rest = translate.feed(&rest) + &translate.finish();
+                }
+                if !rest.is_empty()
+                    && !send(ns, id, seq, StreamPart::Lines(rest), &mut watching).await
+                {
+                    return;
                 }
                 break None;
             }
@@ -145,14 +158,19 @@ async fn pump(
                 };
                 pending.extend_from_slice(&data);
                 // Whole lines only: an event is never cut inside a character.
-                if let Some(cut) = pending.iter().rposition(|&b| b == b'\n') {
-                    let lines: Vec<u8> = pending.drain(..=cut).collect();
-                    let lines = String::from_utf8_lossy(&lines).into_owned();
-                    if !send(ns, id, seq, StreamPart::Lines(lines), &mut watching).await {
-                        return;
-                    }
-                }
+                let Some(cut) = pending.iter().rposition(|&b| b == b'\n') else {
+                    continue;
+                };
+                let lines: Vec<u8> = pending.drain(..=cut).collect();
+                String::from_utf8_lossy(&lines).into_owned()
             }
+        };
+        let lines = match translate.as_mut() {
+            Some(translate) => translate.feed(&lines),
+            None => lines,
+        };
+        if !lines.is_empty() && !send(ns, id, seq, StreamPart::Lines(lines), &mut watching).await {
+            return;
         }
     };
     send(ns, id, seq, StreamPart::End(end), &mut watching).await;

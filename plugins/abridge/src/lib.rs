@@ -26,13 +26,19 @@
 //! (a window of [`exchange::STREAM_WINDOW`] pieces), and an agent that
 //! disconnects closes the upstream connection.
 //!
-//! This version: `POST /v1/chat/completions` and `GET /v1/models`, over
-//! plain HTTP to the upstream.
+//! An agent that speaks Anthropic's Messages API (`POST /v1/messages`,
+//! `ANTHROPIC_BASE_URL=<url without /v1>`) is served by the same
+//! OpenAI-compatible upstream: [`anthropic`] and [`anthropic_stream`]
+//! translate requests, answers, errors and stream events.
+//!
+//! This version speaks plain HTTP to the upstream.
 //!
 //! Layout: [`exchange`] is what crosses the namespace; [`sandbox_endpoint`]
 //! and [`sandbox_stream`] the sandbox half; [`gateway`], [`gateway_stream`]
 //! and [`upstream`] the host half.
 
+pub mod anthropic;
+pub mod anthropic_stream;
 pub mod exchange;
 pub mod gateway;
 pub mod gateway_stream;

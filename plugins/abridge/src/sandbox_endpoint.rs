@@ -132,18 +132,20 @@ async fn respond(handle: &NamespaceHandle, request: Request<Incoming>) -> Respon
     let api = match (method, path.as_str()) {
         (Method::POST, "/v1/chat/completions") => Api::ChatCompletions,
         (Method::GET, "/v1/models") => Api::Models,
+        (Method::POST, "/v1/messages") => Api::Messages,
         (method, path) => {
             return whole(UpstreamAnswer::error(
                 404,
                 "not_found",
                 format!(
-                "abridge serves POST /v1/chat/completions and GET /v1/models, not {method} {path}"
+                "abridge serves POST /v1/chat/completions, POST /v1/messages and GET /v1/models, \
+                 not {method} {path}"
             ),
             ))
         }
     };
     let mut body = Value::Null;
-    if api == Api::ChatCompletions {
+    if api != Api::Models {
         let bytes = match Limited::new(request.into_body(), MAX_REQUEST)
             .collect()
             .await

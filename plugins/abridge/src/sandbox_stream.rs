@@ -24,7 +24,7 @@ use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
 use crate::exchange::{
-    StreamAck, StreamCancel, StreamHead, StreamItem, StreamOpen, StreamPart, UpstreamAnswer,
+    Api, StreamAck, StreamCancel, StreamHead, StreamItem, StreamOpen, StreamPart, UpstreamAnswer,
     UpstreamRequest, STREAM_WINDOW,
 };
 use crate::{EVENT_STREAM, EVENT_STREAM_ACK, EVENT_STREAM_CANCEL};
@@ -133,6 +133,7 @@ pub async fn relay(
     host_timeout: Duration,
 ) -> Response<AgentBody> {
     let id = agentix::random_hex(8);
+    let api = request.api;
     let (to_agent, arriving) = mpsc::channel((2 * STREAM_WINDOW) as usize);
     ARRIVING
         .lock()
@@ -183,44 +184,57 @@ pub async fn relay(
             retry_after: head.retry_after,
         });
     }
-    let events = agentix::stream::unfold(Some((arriving, abandon, 0u64)), |state| async move {
-        let (mut arriving, mut abandon, mut written) = state?;
-        let part = arriving
-            .recv()
-            .await
-            .unwrap_or_else(|| StreamPart::End(Some("the host stopped sending the stream".into())));
-        let text = match part {
-            StreamPart::Lines(lines) => lines,
-            StreamPart::End(None) => {
-                abandon.ended = true;
-                return None;
-            }
-            StreamPart::End(Some(why)) => {
-                abandon.ended = true;
-                let error = json!({"error": {"message": why, "type": "upstream_error"}});
-                let event = Frame::data(Bytes::from(format!("data: {error}\n\n")));
-                return Some((Ok(event), None));
-            }
-        };
-        written += 1;
-        if written % ACK_EVERY == 0 {
-            let ack = StreamAck {
-                stream_id: abandon.id.clone(),
-                seq: written,
+    let events =
+        agentix::stream::unfold(Some((arriving, abandon, 0u64)), move |state| async move {
+            let (mut arriving, mut abandon, mut written) = state?;
+            let part = arriving.recv().await.unwrap_or_else(|| {
+                StreamPart::End(Some("the host stopped sending the stream".into()))
+            });
+            let text = match part {
+                StreamPart::Lines(lines) => lines,
+                StreamPart::End(None) => {
+                    abandon.ended = true;
+                    return None;
+                }
+                StreamPart::End(Some(why)) => {
+                    abandon.ended = true;
+                    let event = Frame::data(Bytes::from(broken_stream_event(api, &why)));
+                    return Some((Ok(event), None));
+                }
             };
-            abandon.handle.emit(
-                EVENT_STREAM_ACK,
-                serde_json::to_value(ack).unwrap_or(Value::Null),
-            );
-        }
-        let event = Frame::data(Bytes::from(text));
-        Some((Ok(event), Some((arriving, abandon, written))))
-    });
+            written += 1;
+            if written % ACK_EVERY == 0 {
+                let ack = StreamAck {
+                    stream_id: abandon.id.clone(),
+                    seq: written,
+                };
+                abandon.handle.emit(
+                    EVENT_STREAM_ACK,
+                    serde_json::to_value(ack).unwrap_or(Value::Null),
+                );
+            }
+            let event = Frame::data(Bytes::from(text));
+            Some((Ok(event), Some((arriving, abandon, written))))
+        });
     Response::builder()
         .header(hyper::header::CONTENT_TYPE, "text/event-stream")
         .header(hyper::header::CACHE_CONTROL, "no-cache")
         .body(BodyExt::boxed_unsync(StreamBody::new(events)))
         .unwrap_or_else(|_| Response::new(empty()))
+}
+
+/// The event that tells the agent its stream broke off, in its API's words.
+fn broken_stream_event(api: Api, why: &str) -> String {
+    match api {
+        Api::Messages => {
+            let error = json!({"type": "error", "error": {"type": "api_error", "message": why}});
+            format!("event: error\ndata: {error}\n\n")
+        }
+        Api::ChatCompletions | Api::Models => {
+            let error = json!({"error": {"message": why, "type": "upstream_error"}});
+            format!("data: {error}\n\n")
+        }
+    }
 }
 
 /// The answer when the host could not be asked.

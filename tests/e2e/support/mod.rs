@@ -14,6 +14,20 @@ pub(crate) fn bundle_path() -> &'static str {
     env!("CARGO_BIN_EXE_e2e-bundle")
 }
 
+/// The interop venv's python (python-socketio, cbor2, the openai and
+/// anthropic SDKs), set up on first use by `tests/interop/setup-venv.sh`.
+pub(crate) fn python() -> std::path::PathBuf {
+    let tests = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let setup = std::process::Command::new(tests.join("interop/setup-venv.sh"))
+        .status()
+        .expect("run tests/interop/setup-venv.sh");
+    assert!(
+        setup.success(),
+        "the interop venv could not be created (needs python3 with venv and PyPI access)"
+    );
+    tests.join("../target/interop-venv/bin/python")
+}
+
 /// A fresh local sandbox running the e2e bundle.
 pub(crate) async fn sandbox() -> Sandbox {
     sandbox_with(SandboxConfig::new(bundle_path())).await
