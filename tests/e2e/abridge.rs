@@ -8,7 +8,8 @@ mod support;
 use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
 
-use agentix_abridge::OpenAiGateway;
+use agentix_abridge::exchange::Api;
+use agentix_abridge::{Exchange, ExchangeLog, JsonLinesRecorder, OpenAiGateway};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::{Request, Response};
@@ -531,10 +532,21 @@ async fn the_official_openai_and_anthropic_sdks_in_the_sandbox_work_through_abri
     let seen: Seen = Arc::default();
     let base = sdk_upstream(seen.clone()).await;
     let sb = support::sandbox().await;
-    sb.register_namespace(OpenAiGateway::new(&base).key("host-secret").namespace())
-        .unwrap();
+    let ended = Arc::new(Mutex::new(Vec::new()));
+    agentix::trace::add_processor(EndedSpans(ended.clone()));
+    let transcript = support::scratch_dir("abridge-transcript").join("exchanges.jsonl");
+    let log = ExchangeLog::start(JsonLinesRecorder::create(&transcript).unwrap()).unwrap();
+    let gateway = OpenAiGateway::new(&base).key("host-secret").record_to(log);
+    // The rollout's span is current where the namespace is made.
+    let rollout = agentix::trace::trace("rollout");
+    let namespace = {
+        let _current = rollout.enter();
+        gateway.namespace()
+    };
+    sb.register_namespace(namespace).unwrap();
     let url = sb.remote(agentix_abridge::serve, 0u16).await.unwrap();
     let python = support::python();
+
     let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("interop/llm_sdk_agent.py");
     // What a user sets for an agent inside the sandbox.
     let opts = agentix_bash::BashOptions::new()
@@ -574,15 +586,126 @@ async fn the_official_openai_and_anthropic_sdks_in_the_sandbox_work_through_abri
         "the key is not in the sandbox"
     );
 
-    let seen = seen.lock().unwrap();
-    assert_eq!(seen.len(), 7, "every request reached the upstream once");
-    assert!(seen.iter().all(|(auth, _)| auth == "Bearer host-secret"));
-    // The Anthropic tool round reached the upstream in OpenAI's words.
-    let after_tool = &seen[4].1;
-    assert_eq!(after_tool["messages"][2]["role"], "tool");
-    assert_eq!(after_tool["messages"][2]["content"], "cold");
+    {
+        let seen = seen.lock().unwrap();
+        assert_eq!(seen.len(), 7, "every request reached the upstream once");
+        assert!(seen.iter().all(|(auth, _)| auth == "Bearer host-secret"));
+        // The Anthropic tool round reached the upstream in OpenAI's words.
+        let after_tool = &seen[4].1;
+        assert_eq!(after_tool["messages"][2]["role"], "tool");
+        assert_eq!(after_tool["messages"][2]["content"], "cold");
+        assert_eq!(
+            seen[3].1["messages"][0],
+            json!({"role": "system", "content": "be brief"})
+        );
+    }
+
+    // Every exchange is a span under the rollout, with its model, status,
+    // tokens and timings; streams have a time to first piece.
+    agentix::trace::force_flush();
+    let spans: Vec<agentix::trace::SpanData> = ended
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|s| s.trace_id == rollout.id() && s.name.starts_with("abridge."))
+        .cloned()
+        .collect();
+    let named = |name: &str| spans.iter().filter(|s| s.name == name).count();
+    assert_eq!(named("abridge.chat_completions"), 3);
+    assert_eq!(named("abridge.messages"), 4);
+    assert!(spans
+        .iter()
+        .all(|s| s.parent_id.is_none() && s.end_us.is_some()));
+    let limited = spans
+        .iter()
+        .filter(|s| s.attributes["http.status_code"] == 429)
+        .count();
+    assert_eq!(limited, 2);
+    let streamed: Vec<_> = spans
+        .iter()
+        .filter(|s| s.attributes["llm.streamed"] == true)
+        .collect();
+    assert_eq!(streamed.len(), 2);
+    for span in &streamed {
+        let ttft = span.attributes["llm.ttft_ms"].as_f64().unwrap();
+        assert!(ttft > 0.0);
+        assert!(span.attributes["llm.latency_ms"].as_f64().unwrap() >= ttft);
+        assert!(span.events.iter().any(|e| e.name == "first_piece"));
+    }
+    let whole_ok = spans
+        .iter()
+        .find(|s| {
+            s.name == "abridge.chat_completions"
+                && s.attributes["llm.streamed"] == false
+                && s.attributes["http.status_code"] == 200
+        })
+        .unwrap();
+    assert_eq!(whole_ok.attributes["llm.prompt_tokens"], 4);
+    assert_eq!(whole_ok.attributes["llm.completion_tokens"], 3);
+    assert_eq!(whole_ok.attributes["llm.model"], "m1");
+
+    // The transcript: one line per exchange, matching what the SDKs saw.
+    let records: Vec<Exchange> = wait_for_lines(&transcript, 7).await;
+    // Found by what they are: a stream's record is written when its pump
+    // ends, which may be after the agent's next request.
+    let find = |api: Api, streamed: bool, status: u16| -> Vec<&Exchange> {
+        records
+            .iter()
+            .filter(|r| r.api == api && r.stream.is_some() == streamed && r.status == status)
+            .collect()
+    };
+    let whole = find(Api::ChatCompletions, false, 200)[0];
     assert_eq!(
-        seen[3].1["messages"][0],
-        json!({"role": "system", "content": "be brief"})
+        whole.response.as_ref().unwrap()["choices"][0]["message"]["content"],
+        "hello from upstream"
     );
+    assert_eq!(
+        (whole.prompt_tokens, whole.completion_tokens),
+        (Some(4), Some(3))
+    );
+    let stream = find(Api::ChatCompletions, true, 200)[0]
+        .stream
+        .as_deref()
+        .unwrap();
+    assert!(stream.ends_with("data: [DONE]\n\n"), "{stream}");
+    assert!(stream.contains("\"upstream\""), "{stream}");
+    assert_eq!(find(Api::ChatCompletions, false, 429).len(), 1);
+    assert_eq!(find(Api::Messages, false, 429).len(), 1);
+    let tools = find(Api::Messages, false, 200);
+    assert_eq!(tools.len(), 2);
+    assert_eq!(
+        tools[0].response.as_ref().unwrap()["content"][0]["name"],
+        "weather"
+    );
+    let anthropic = find(Api::Messages, true, 200)[0];
+    assert!(anthropic
+        .stream
+        .as_deref()
+        .unwrap()
+        .contains("event: message_stop"));
+    assert_eq!(anthropic.completion_tokens, Some(3));
+    let text = std::fs::read_to_string(&transcript).unwrap();
+    assert!(!text.contains("host-secret"), "the key is not recorded");
+}
+
+/// Keeps every span that ends.
+struct EndedSpans(Arc<Mutex<Vec<agentix::trace::SpanData>>>);
+
+impl agentix::trace::Processor for EndedSpans {
+    fn on_span_end(&mut self, span: &agentix::trace::SpanData) {
+        self.0.lock().unwrap().push(span.clone());
+    }
+}
+
+/// The exchanges in the JSON-lines file at `path` once it holds `n`.
+async fn wait_for_lines(path: &std::path::Path, n: usize) -> Vec<Exchange> {
+    support::wait_until_async("the recorder to write every exchange", || async {
+        std::fs::read_to_string(path).is_ok_and(|t| t.lines().count() >= n)
+    })
+    .await;
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
 }

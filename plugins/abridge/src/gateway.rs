@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use agentix::trace::{self, SpanContext};
 use agentix::{ClientNamespace, HostNamespace};
 use hyper::Method;
 use serde_json::{json, Value};
@@ -11,7 +12,9 @@ use serde_json::{json, Value};
 use crate::anthropic;
 use crate::anthropic_stream::StreamTranslator;
 use crate::exchange::{Api, StreamHead, StreamOpen, UpstreamAnswer, UpstreamRequest};
-use crate::gateway_stream::StreamPumps;
+use crate::exchange_log::ExchangeLog;
+use crate::gateway_stream::{Pumping, StreamPumps};
+use crate::observation::Observation;
 use crate::upstream::{self, send, Outgoing};
 use crate::{EVENT_STREAM, EVENT_STREAM_ACK, EVENT_STREAM_CANCEL, EVENT_UPSTREAM, NAMESPACE};
 
@@ -26,6 +29,7 @@ pub struct OpenAiGateway {
     key: Option<String>,
     model: Option<String>,
     timeout: Duration,
+    log: Option<ExchangeLog>,
 }
 
 impl OpenAiGateway {
@@ -37,6 +41,7 @@ impl OpenAiGateway {
             key: None,
             model: None,
             timeout: DEFAULT_TIMEOUT,
+            log: None,
         }
     }
 
@@ -60,22 +65,35 @@ impl OpenAiGateway {
         self
     }
 
+    /// Sends a record of every exchange to `log` (see
+    /// [`crate::exchange_log`]).
+    pub fn record_to(mut self, log: ExchangeLog) -> Self {
+        self.log = Some(log);
+        self
+    }
+
     /// The host half of `/abridge`: register it on the sandbox with
-    /// `sandbox.register_namespace(..)`.
+    /// `sandbox.register_namespace(..)`. Each exchange's span goes under the
+    /// span current here (a rollout's, say).
     pub fn namespace(&self) -> ClientNamespace {
+        let parent = trace::current();
         let pumps = StreamPumps::default();
         let gateway = self.clone();
-        let whole = ClientNamespace::new(NAMESPACE).request_handler(EVENT_UPSTREAM, move |body| {
-            let gateway = gateway.clone();
-            async move { Ok::<_, std::convert::Infallible>(gateway.answer(body).await) }
-        });
+        let under = parent.clone();
+        let whole =
+            ClientNamespace::new(NAMESPACE).request_handler(EVENT_UPSTREAM, move |body| {
+                let (gateway, parent) = (gateway.clone(), under.clone());
+                async move {
+                    Ok::<_, std::convert::Infallible>(gateway.answer_under(body, parent).await)
+                }
+            });
         let gateway = self.clone();
         let opening = pumps.clone();
         let acks = pumps.clone();
         whole
             .on(EVENT_STREAM, move |ns, envelope| {
-                let (gateway, pumps) = (gateway.clone(), opening.clone());
-                async move { gateway.open_stream(ns, envelope, pumps).await }
+                let (gateway, pumps, parent) = (gateway.clone(), opening.clone(), parent.clone());
+                async move { gateway.open_stream(ns, envelope, pumps, parent).await }
             })
             .on(EVENT_STREAM_ACK, move |_, data| {
                 if let Ok(ack) = serde_json::from_value(data) {
@@ -91,8 +109,12 @@ impl OpenAiGateway {
             })
     }
 
-    /// Answers one forwarded request.
-    pub async fn answer(&self, request: serde_json::Value) -> UpstreamAnswer {
+    /// Answers one forwarded request, its span under the current one.
+    pub async fn answer(&self, request: Value) -> UpstreamAnswer {
+        self.answer_under(request, trace::current()).await
+    }
+
+    async fn answer_under(&self, request: Value, parent: Option<SpanContext>) -> UpstreamAnswer {
         let request: UpstreamRequest = match serde_json::from_value(request) {
             Ok(r) => r,
             Err(e) => {
@@ -100,9 +122,16 @@ impl OpenAiGateway {
             }
         };
         let api = request.api;
+        let mut watch = self.observe(&request, parent);
         let (method, url, body) = match self.upstream_call(request) {
             Ok(call) => call,
-            Err(refused) => return refused,
+            Err(refused) => {
+                let why = refused.body["error"]["message"].as_str().map(str::to_owned);
+                watch
+                    .end(refused.status, Some(refused.body.clone()), None, why)
+                    .await;
+                return refused;
+            }
         };
         let answer = send(Outgoing {
             method,
@@ -113,7 +142,8 @@ impl OpenAiGateway {
             accept: "application/json",
         })
         .await;
-        match api {
+        watch.usage(&answer.body["usage"]);
+        let answer = match api {
             Api::Messages if answer.status == 200 => UpstreamAnswer {
                 body: anthropic::answer_from_openai(&answer.body),
                 ..answer
@@ -123,16 +153,39 @@ impl OpenAiGateway {
                 ..answer
             },
             Api::ChatCompletions | Api::Models => answer,
-        }
+        };
+        watch
+            .end(answer.status, Some(answer.body.clone()), None, None)
+            .await;
+        answer
+    }
+
+    fn observe(&self, request: &UpstreamRequest, parent: Option<SpanContext>) -> Observation {
+        Observation::begin(
+            request.api,
+            &request.body,
+            self.model.as_deref(),
+            parent,
+            self.log.clone(),
+        )
     }
 
     /// Answers a `stream` request with the upstream's head; its body
     /// follows through `pumps`.
-    async fn open_stream(&self, ns: HostNamespace, envelope: Value, pumps: StreamPumps) {
+    async fn open_stream(
+        &self,
+        ns: HostNamespace,
+        envelope: Value,
+        pumps: StreamPumps,
+        parent: Option<SpanContext>,
+    ) {
         let request_id = envelope.get("request_id").cloned().unwrap_or(Value::Null);
         let head = match serde_json::from_value::<StreamOpen>(envelope["data"].clone()) {
             Err(e) => refused(400, "invalid_request", format!("not a stream request: {e}")),
-            Ok(open) => self.stream_head(ns.clone(), open, pumps).await,
+            Ok(open) => {
+                let watch = self.observe(&open.request, parent);
+                self.stream_head(ns.clone(), open, pumps, watch).await
+            }
         };
         let reply = json!({"request_id": request_id, "data": head});
         if let Err(e) = ns.emit(&format!("{EVENT_STREAM}:result"), reply).await {
@@ -145,16 +198,20 @@ impl OpenAiGateway {
         ns: HostNamespace,
         open: StreamOpen,
         pumps: StreamPumps,
+        watch: Observation,
     ) -> StreamHead {
         let api = open.request.api;
         let (method, url, body) = match self.upstream_call(open.request) {
             Ok(call) => call,
             Err(refused) => {
+                watch
+                    .end(refused.status, Some(refused.body.clone()), None, None)
+                    .await;
                 return StreamHead {
                     status: refused.status,
                     retry_after: None,
                     body: Some(refused.body),
-                }
+                };
             }
         };
         let outgoing = Outgoing {
@@ -166,23 +223,36 @@ impl OpenAiGateway {
             accept: "text/event-stream",
         };
         let translate = (api == Api::Messages).then(StreamTranslator::default);
-        let mut head = match tokio::time::timeout(self.timeout, upstream::open(outgoing)).await {
+        let opened = tokio::time::timeout(self.timeout, upstream::open(outgoing)).await;
+        let (mut head, watch) = match opened {
             Ok(Ok(opened)) => {
-                pumps
-                    .start(ns, open.stream_id, opened, self.timeout, translate)
-                    .await
+                let pumping = Pumping {
+                    limit: self.timeout,
+                    translate,
+                    watch,
+                };
+                pumps.start(ns, open.stream_id, opened, pumping).await
             }
-            Ok(Err(unreachable)) => refused(502, "upstream_unreachable", unreachable),
-            Err(_) => refused(
-                504,
-                "upstream_timeout",
-                format!("the upstream did not answer within {:?}", self.timeout),
+            Ok(Err(unreachable)) => (
+                refused(502, "upstream_unreachable", unreachable),
+                Some(watch),
+            ),
+            Err(_) => (
+                refused(
+                    504,
+                    "upstream_timeout",
+                    format!("the upstream did not answer within {:?}", self.timeout),
+                ),
+                Some(watch),
             ),
         };
         if api == Api::Messages {
             if let Some(body) = head.body.as_mut() {
                 *body = anthropic::error_from_openai(head.status, body);
             }
+        }
+        if let Some(watch) = watch {
+            watch.end(head.status, head.body.clone(), None, None).await;
         }
         head
     }

@@ -18,6 +18,7 @@ use tokio::sync::watch;
 
 use crate::anthropic_stream::StreamTranslator;
 use crate::exchange::{StreamAck, StreamCancel, StreamHead, StreamItem, StreamPart, STREAM_WINDOW};
+use crate::observation::Observation;
 use crate::upstream::Opened;
 use crate::EVENT_STREAM_ITEM;
 
@@ -56,26 +57,27 @@ impl StreamPumps {
     }
 
     /// The head for an opened upstream answer; on 200 its body is pumped to
-    /// the sandbox from a task of its own until it ends or `limit` passes.
+    /// the sandbox from a task of its own, which also ends the observation
+    /// (else it is handed back to be ended with the head).
     pub async fn start(
         &self,
         ns: HostNamespace,
         stream_id: String,
         opened: Opened,
-        limit: Duration,
-        translate: Option<StreamTranslator>,
-    ) -> StreamHead {
+        pumping: Pumping,
+    ) -> (StreamHead, Option<Observation>) {
         if opened.status != 200 {
             let (status, retry_after) = (opened.status, opened.retry_after.clone());
             let body = opened
                 .whole_body()
                 .await
                 .unwrap_or_else(|e| json!({"error": {"message": e, "type": "upstream_error"}}));
-            return StreamHead {
+            let head = StreamHead {
                 status,
                 retry_after,
                 body: Some(body),
             };
+            return (head, Some(pumping.watch));
         }
         let (control, watching) = watch::channel(Control::default());
         self.running
@@ -85,24 +87,33 @@ impl StreamPumps {
         let pumps = self.clone();
         tokio::spawn(async move {
             let connection = opened.connection.clone();
-            let mut seq = 0;
+            let Pumping {
+                limit,
+                translate,
+                watch,
+            } = pumping;
+            let mut state = PumpState {
+                seq: 0,
+                translate,
+                watch,
+                sent: String::new(),
+                end: None,
+            };
             let pumped = tokio::time::timeout(
                 limit,
-                pump(
-                    &ns,
-                    &stream_id,
-                    opened.body,
-                    watching.clone(),
-                    &mut seq,
-                    translate,
-                ),
+                pump(&ns, &stream_id, opened.body, watching.clone(), &mut state),
             )
             .await;
             if pumped.is_err() {
                 let why = format!("the upstream did not finish within {limit:?}");
                 // Past the window by one at most: the sandbox allows for it.
-                let end = item(&stream_id, seq + 1, StreamPart::End(Some(why)));
+                let end = item(
+                    &stream_id,
+                    state.seq + 1,
+                    StreamPart::End(Some(why.clone())),
+                );
                 let _ = ns.emit(EVENT_STREAM_ITEM, end).await;
+                state.end = Some(why);
             }
             pumps
                 .running
@@ -112,45 +123,61 @@ impl StreamPumps {
             // Whatever the outcome the upstream connection is done: closing
             // it stops an upstream that is still generating.
             connection.abort();
+            let sent = state.watch.recording().then_some(state.sent);
+            state.watch.end(200, None, sent, state.end).await;
         });
-        StreamHead {
+        let head = StreamHead {
             status: 200,
             retry_after: None,
             body: None,
-        }
+        };
+        (head, None)
     }
 }
 
-/// Sends the body's whole lines as they arrive (rewritten by `translate`,
-/// if given), then the end; stops early when the agent goes away or the
-/// sandbox cannot be reached. `seq` is the last item sent.
+/// How to pump one stream.
+pub struct Pumping {
+    /// The longest the whole stream may take.
+    pub limit: Duration,
+    /// Rewrites the events for another API, if the agent speaks one.
+    pub translate: Option<StreamTranslator>,
+    /// The exchange's span and record.
+    pub watch: Observation,
+}
+
+/// A pump's progress, kept outside it so a timeout can end the stream.
+struct PumpState {
+    /// The last item sent.
+    seq: u64,
+    translate: Option<StreamTranslator>,
+    watch: Observation,
+    /// What the agent was sent, for the record.
+    sent: String,
+    /// Why the stream ended early, if it did.
+    end: Option<String>,
+}
+
+/// Sends the body's whole lines as they arrive (rewritten by the state's
+/// translator, if any), then the end; stops early when the agent goes away
+/// or the sandbox cannot be reached.
 async fn pump(
     ns: &HostNamespace,
     id: &str,
     mut body: hyper::body::Incoming,
     mut watching: watch::Receiver<Control>,
-    seq: &mut u64,
-    mut translate: Option<StreamTranslator>,
+    state: &mut PumpState,
 ) {
     let mut pending: Vec<u8> = Vec::new();
     let end = loop {
         let frame = tokio::select! {
             frame = body.frame() => frame,
-            _ = watching.wait_for(|c| c.cancelled) => return,
-        };
-        let lines = match frame {
-            None => {
-                let mut rest = String::from_utf8_lossy(&pending).into_owned();
-                if let Some(translate) = translate.as_mut() {
-                    rest = translate.feed(&rest) + &translate.finish();
-                }
-                if !rest.is_empty()
-                    && !send(ns, id, seq, StreamPart::Lines(rest), &mut watching).await
-                {
-                    return;
-                }
-                break None;
+            _ = watching.wait_for(|c| c.cancelled) => {
+                state.end = Some("the agent went away".into());
+                return;
             }
+        };
+        let (lines, last) = match frame {
+            None => (String::from_utf8_lossy(&pending).into_owned(), true),
             Some(Err(e)) => break Some(format!("the upstream broke off: {e}")),
             Some(Ok(frame)) => {
                 let Ok(data) = frame.into_data() else {
@@ -162,18 +189,56 @@ async fn pump(
                     continue;
                 };
                 let lines: Vec<u8> = pending.drain(..=cut).collect();
-                String::from_utf8_lossy(&lines).into_owned()
+                (String::from_utf8_lossy(&lines).into_owned(), false)
             }
         };
-        let lines = match translate.as_mut() {
+        note_usage(&lines, &mut state.watch);
+        let lines = match state.translate.as_mut() {
+            Some(translate) if last => translate.feed(&lines) + &translate.finish(),
             Some(translate) => translate.feed(&lines),
             None => lines,
         };
-        if !lines.is_empty() && !send(ns, id, seq, StreamPart::Lines(lines), &mut watching).await {
-            return;
+        if !lines.is_empty() {
+            state.watch.first_piece();
+            if state.watch.recording() && state.sent.len() < MOST_RECORDED {
+                state.sent.push_str(&lines);
+            }
+            if !send(
+                ns,
+                id,
+                &mut state.seq,
+                StreamPart::Lines(lines),
+                &mut watching,
+            )
+            .await
+            {
+                state.end = Some("the sandbox stopped listening".into());
+                return;
+            }
+        }
+        if last {
+            break None;
         }
     };
-    send(ns, id, seq, StreamPart::End(end), &mut watching).await;
+    state.end = end.clone();
+    send(ns, id, &mut state.seq, StreamPart::End(end), &mut watching).await;
+}
+
+/// Most of a stream's text kept for its record.
+const MOST_RECORDED: usize = 16 << 20;
+
+/// Takes token counts from any OpenAI chunk in `lines` that carries usage.
+fn note_usage(lines: &str, watch: &mut Observation) {
+    if !lines.contains("\"usage\"") {
+        return;
+    }
+    for data in lines.lines().filter_map(|l| l.strip_prefix("data:")) {
+        if let Ok(chunk) = serde_json::from_str::<serde_json::Value>(data.trim()) {
+            if chunk["usage"].is_object() {
+                watch.usage(&chunk["usage"]);
+            }
+        }
+    }
 }
 
 /// Sends the next item once the window allows; false if the stream is over

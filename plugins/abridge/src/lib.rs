@@ -40,12 +40,15 @@
 pub mod anthropic;
 pub mod anthropic_stream;
 pub mod exchange;
+pub mod exchange_log;
 pub mod gateway;
 pub mod gateway_stream;
+pub mod observation;
 pub mod sandbox_endpoint;
 pub mod sandbox_stream;
 pub mod upstream;
 
+pub use exchange_log::{Exchange, ExchangeLog, JsonLinesRecorder, Recorder};
 pub use gateway::OpenAiGateway;
 pub use sandbox_endpoint::{serve, stop, AbridgeError};
 

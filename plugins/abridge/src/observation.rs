@@ -1,0 +1,135 @@
+//! [`Observation`]: one exchange watched from the gateway, as a span on the
+//! host's `/trace` (under the span that was current when the gateway's
+//! namespace was made) and, if the gateway has one, a record in its
+//! [`ExchangeLog`].
+//!
+//! The span is `abridge.<api>` with `llm.model`, `http.status_code`,
+//! `llm.prompt_tokens`, `llm.completion_tokens`, `llm.latency_ms` and, for
+//! streams, `llm.ttft_ms` and a `first_piece` event.
+
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use agentix::trace::{self, SpanContext};
+use serde_json::Value;
+
+use crate::exchange::Api;
+use crate::exchange_log::{Exchange, ExchangeLog};
+
+/// An exchange under way.
+pub struct Observation {
+    span: trace::Span,
+    log: Option<ExchangeLog>,
+    began: Instant,
+    record: Exchange,
+}
+
+impl Observation {
+    /// Starts watching `request` for `api`.
+    pub fn begin(
+        api: Api,
+        request: &Value,
+        upstream_model: Option<&str>,
+        parent: Option<SpanContext>,
+        log: Option<ExchangeLog>,
+    ) -> Self {
+        let name = match api {
+            Api::ChatCompletions => "abridge.chat_completions",
+            Api::Messages => "abridge.messages",
+            Api::Models => "abridge.models",
+        };
+        let model = request.get("model").cloned().unwrap_or(Value::Null);
+        let span = trace::span_under(name, parent)
+            .attr(
+                "llm.model",
+                upstream_model.map(Value::from).unwrap_or(model.clone()),
+            )
+            .attr(
+                "llm.streamed",
+                request.get("stream") == Some(&Value::Bool(true)),
+            );
+        let started_at_ms = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_millis() as u64)
+            .unwrap_or(0);
+        Observation {
+            span,
+            log,
+            began: Instant::now(),
+            record: Exchange {
+                api,
+                model,
+                upstream_model: upstream_model.map(str::to_owned),
+                request: request.clone(),
+                response: None,
+                stream: None,
+                status: 0,
+                error: None,
+                prompt_tokens: None,
+                completion_tokens: None,
+                started_at_ms,
+                latency_ms: 0.0,
+                ttft_ms: None,
+            },
+        }
+    }
+
+    /// Whether a record of this exchange will be kept.
+    pub fn recording(&self) -> bool {
+        self.log.is_some()
+    }
+
+    /// Notes the first streamed piece.
+    pub fn first_piece(&mut self) {
+        if self.record.ttft_ms.is_none() {
+            let ms = self.began.elapsed().as_secs_f64() * 1e3;
+            self.record.ttft_ms = Some(ms);
+            self.span.set_attr("llm.ttft_ms", ms);
+            self.span.add_event("first_piece");
+        }
+    }
+
+    /// Takes the token counts from an OpenAI `usage` object.
+    pub fn usage(&mut self, usage: &Value) {
+        if let Some(prompt) = usage["prompt_tokens"].as_u64() {
+            self.record.prompt_tokens = Some(prompt);
+        }
+        if let Some(completion) = usage["completion_tokens"].as_u64() {
+            self.record.completion_tokens = Some(completion);
+        }
+    }
+
+    /// Ends the exchange with the agent's `status`, a whole `response` or
+    /// the `stream` text, and why it failed if it did.
+    pub async fn end(
+        mut self,
+        status: u16,
+        response: Option<Value>,
+        stream: Option<String>,
+        error: Option<String>,
+    ) {
+        let record = &mut self.record;
+        record.status = status;
+        record.latency_ms = self.began.elapsed().as_secs_f64() * 1e3;
+        record.response = response;
+        record.stream = stream;
+        self.span.set_attr("http.status_code", status);
+        self.span.set_attr("llm.latency_ms", record.latency_ms);
+        if let Some(tokens) = record.prompt_tokens {
+            self.span.set_attr("llm.prompt_tokens", tokens);
+        }
+        if let Some(tokens) = record.completion_tokens {
+            self.span.set_attr("llm.completion_tokens", tokens);
+        }
+        match (&error, status) {
+            (Some(why), _) => self.span.set_error(why.clone()),
+            (None, 200..=299) => self.span.set_status(trace::SpanStatus::Ok),
+            (None, _) => self
+                .span
+                .set_error(format!("the upstream answered {status}")),
+        }
+        record.error = error;
+        if let Some(log) = self.log.take() {
+            log.send(self.record).await;
+        }
+    }
+}
