@@ -709,3 +709,80 @@ async fn wait_for_lines(path: &std::path::Path, n: usize) -> Vec<Exchange> {
         .map(|l| serde_json::from_str(l).unwrap())
         .collect()
 }
+
+/// Posts `text` as the body, whatever it is; status and body text.
+async fn post_text(url: &str, text: &str) -> (u16, String) {
+    let uri: hyper::Uri = url.parse().unwrap();
+    let stream = tokio::net::TcpStream::connect((uri.host().unwrap(), uri.port_u16().unwrap()))
+        .await
+        .unwrap();
+    let (mut sender, connection) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+            .await
+            .unwrap();
+    tokio::spawn(connection);
+    let request = Request::builder()
+        .method("POST")
+        .uri(uri.path())
+        .header("host", uri.authority().unwrap().as_str())
+        .body(Full::new(Bytes::from(text.to_owned())))
+        .unwrap();
+    let response = sender.send_request(request).await.unwrap();
+    let status = response.status().as_u16();
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    (status, String::from_utf8_lossy(&body).into_owned())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn limits_answer_at_once_a_busy_sandbox_429_a_large_body_413_a_bad_one_400() {
+    let script = Arc::new(StreamScript::default());
+    let base = streaming_upstream(script.clone()).await;
+    let sb = support::sandbox().await;
+    sb.register_namespace(OpenAiGateway::new(&base).max_concurrent(1).namespace())
+        .unwrap();
+    let options = agentix_abridge::EndpointOptions {
+        max_request_bytes: 4096,
+        ..Default::default()
+    };
+    let url = sb
+        .remote(agentix_abridge::serve_with, options)
+        .await
+        .unwrap();
+    let completions = format!("{url}/chat/completions");
+
+    // The sandbox's one slot is held by a paused stream.
+    let (status, _, mut held) = agent_stream(&completions, "paused").await;
+    assert_eq!(status, 200);
+    let whole = json!({"model": "paused", "messages": []});
+    let (status, retry, text) = agent("POST", &completions, Some(whole)).await;
+    assert_eq!((status, retry.as_deref()), (429, Some("1")), "{text}");
+    assert!(text.contains("already has 1 requests in flight"), "{text}");
+    let (status, retry, _) = agent_stream(&completions, "paused").await;
+    assert_eq!((status, retry.as_deref()), (429, Some("1")));
+    script.release.notify_one();
+    let mut text = Vec::new();
+    assert!(!read_at_least(&mut held, &mut text, usize::MAX).await);
+
+    // Once it ends the slot is free again.
+    support::wait_until_async("the slot to be free", || async {
+        let (status, _, mut body) = agent_stream(&completions, "long").await;
+        let mut text = Vec::new();
+        read_at_least(&mut body, &mut text, usize::MAX).await;
+        status == 200
+    })
+    .await;
+
+    // Bodies past the limit, or not JSON, get a readable error.
+    let big = json!({"model": "m", "messages": [{"role": "user", "content": "x".repeat(5000)}]});
+    let (status, text) = post_text(&completions, &big.to_string()).await;
+    assert_eq!(status, 413, "{text}");
+    assert!(text.contains("limit of 4096 bytes"), "{text}");
+    let (status, text) = post_text(&completions, "{\"model\": ").await;
+    assert_eq!(status, 400, "{text}");
+    assert!(text.contains("not JSON"), "{text}");
+    let (status, text) = post_text(&format!("{url}/messages"), "{\"messages\": 3}").await;
+    assert_eq!(status, 400, "{text}");
+    let error: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(error["type"], "error", "in Anthropic's words: {text}");
+    assert_eq!(error["error"]["type"], "invalid_request_error");
+}

@@ -2,12 +2,14 @@
 //! API (OpenAI, vLLM, SGLang, any compatible server). It holds the key;
 //! the sandbox never sees it.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use agentix::trace::{self, SpanContext};
 use agentix::{ClientNamespace, HostNamespace};
 use hyper::Method;
 use serde_json::{json, Value};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::anthropic;
 use crate::anthropic_stream::StreamTranslator;
@@ -20,6 +22,8 @@ use crate::{EVENT_STREAM, EVENT_STREAM_ACK, EVENT_STREAM_CANCEL, EVENT_UPSTREAM,
 
 /// How long an upstream may take to answer in full, unless set.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(600);
+/// Requests one sandbox may have in flight at once, unless set.
+pub const DEFAULT_MAX_CONCURRENT: usize = 64;
 
 /// An OpenAI-compatible upstream, with its key and an optional model that
 /// replaces whatever model the agent asked for.
@@ -30,6 +34,7 @@ pub struct OpenAiGateway {
     model: Option<String>,
     timeout: Duration,
     log: Option<ExchangeLog>,
+    max_concurrent: usize,
 }
 
 impl OpenAiGateway {
@@ -42,6 +47,7 @@ impl OpenAiGateway {
             model: None,
             timeout: DEFAULT_TIMEOUT,
             log: None,
+            max_concurrent: DEFAULT_MAX_CONCURRENT,
         }
     }
 
@@ -65,6 +71,14 @@ impl OpenAiGateway {
         self
     }
 
+    /// How many requests one sandbox may have in flight at once (64 unless
+    /// set); past it the agent gets a 429 with `Retry-After: 1`, which the
+    /// SDKs retry.
+    pub fn max_concurrent(mut self, requests: usize) -> Self {
+        self.max_concurrent = requests;
+        self
+    }
+
     /// Sends a record of every exchange to `log` (see
     /// [`crate::exchange_log`]).
     pub fn record_to(mut self, log: ExchangeLog) -> Self {
@@ -78,22 +92,29 @@ impl OpenAiGateway {
     pub fn namespace(&self) -> ClientNamespace {
         let parent = trace::current();
         let pumps = StreamPumps::default();
+        // One namespace per sandbox: the limit is the sandbox's.
+        let slots = Arc::new(Semaphore::new(self.max_concurrent));
         let gateway = self.clone();
-        let under = parent.clone();
-        let whole =
-            ClientNamespace::new(NAMESPACE).request_handler(EVENT_UPSTREAM, move |body| {
-                let (gateway, parent) = (gateway.clone(), under.clone());
-                async move {
-                    Ok::<_, std::convert::Infallible>(gateway.answer_under(body, parent).await)
-                }
-            });
+        let (under, whole_slots) = (parent.clone(), slots.clone());
+        let whole = ClientNamespace::new(NAMESPACE).request_handler(EVENT_UPSTREAM, move |body| {
+            let (gateway, parent) = (gateway.clone(), under.clone());
+            let slot = whole_slots.clone().try_acquire_owned();
+            async move {
+                let answer = match slot {
+                    Ok(_slot) => gateway.answer_under(body, parent).await,
+                    Err(_) => gateway.busy(body["api"] == "messages"),
+                };
+                Ok::<_, std::convert::Infallible>(answer)
+            }
+        });
         let gateway = self.clone();
         let opening = pumps.clone();
         let acks = pumps.clone();
         whole
             .on(EVENT_STREAM, move |ns, envelope| {
                 let (gateway, pumps, parent) = (gateway.clone(), opening.clone(), parent.clone());
-                async move { gateway.open_stream(ns, envelope, pumps, parent).await }
+                let slot = slots.clone().try_acquire_owned().ok();
+                async move { gateway.open_stream(ns, envelope, pumps, parent, slot).await }
             })
             .on(EVENT_STREAM_ACK, move |_, data| {
                 if let Ok(ack) = serde_json::from_value(data) {
@@ -107,6 +128,20 @@ impl OpenAiGateway {
                 }
                 std::future::ready(())
             })
+    }
+
+    /// The answer past the concurrency limit, in the agent's API's words.
+    fn busy(&self, anthropic: bool) -> UpstreamAnswer {
+        let message = format!(
+            "this sandbox already has {} requests in flight, the gateway's limit; retry",
+            self.max_concurrent
+        );
+        let mut answer = UpstreamAnswer::error(429, "too_many_requests", message);
+        if anthropic {
+            answer.body = anthropic::error_from_openai(429, &answer.body);
+        }
+        answer.retry_after = Some("1".into());
+        answer
     }
 
     /// Answers one forwarded request, its span under the current one.
@@ -178,13 +213,25 @@ impl OpenAiGateway {
         envelope: Value,
         pumps: StreamPumps,
         parent: Option<SpanContext>,
+        slot: Option<OwnedSemaphorePermit>,
     ) {
         let request_id = envelope.get("request_id").cloned().unwrap_or(Value::Null);
-        let head = match serde_json::from_value::<StreamOpen>(envelope["data"].clone()) {
-            Err(e) => refused(400, "invalid_request", format!("not a stream request: {e}")),
-            Ok(open) => {
+        let head = match (
+            serde_json::from_value::<StreamOpen>(envelope["data"].clone()),
+            slot,
+        ) {
+            (Err(e), _) => refused(400, "invalid_request", format!("not a stream request: {e}")),
+            (Ok(open), None) => {
+                let busy = self.busy(open.request.api == Api::Messages);
+                StreamHead {
+                    status: busy.status,
+                    retry_after: busy.retry_after,
+                    body: Some(busy.body),
+                }
+            }
+            (Ok(open), Some(slot)) => {
                 let watch = self.observe(&open.request, parent);
-                self.stream_head(ns.clone(), open, pumps, watch).await
+                self.stream_head(ns.clone(), open, pumps, watch, slot).await
             }
         };
         let reply = json!({"request_id": request_id, "data": head});
@@ -199,6 +246,7 @@ impl OpenAiGateway {
         open: StreamOpen,
         pumps: StreamPumps,
         watch: Observation,
+        slot: OwnedSemaphorePermit,
     ) -> StreamHead {
         let api = open.request.api;
         let (method, url, body) = match self.upstream_call(open.request) {
@@ -230,6 +278,7 @@ impl OpenAiGateway {
                     limit: self.timeout,
                     translate,
                     watch,
+                    slot,
                 };
                 pumps.start(ns, open.stream_id, opened, pumping).await
             }

@@ -91,6 +91,7 @@ impl StreamPumps {
                 limit,
                 translate,
                 watch,
+                slot,
             } = pumping;
             let mut state = PumpState {
                 seq: 0,
@@ -123,6 +124,7 @@ impl StreamPumps {
             // Whatever the outcome the upstream connection is done: closing
             // it stops an upstream that is still generating.
             connection.abort();
+            drop(slot);
             let sent = state.watch.recording().then_some(state.sent);
             state.watch.end(200, None, sent, state.end).await;
         });
@@ -143,6 +145,8 @@ pub struct Pumping {
     pub translate: Option<StreamTranslator>,
     /// The exchange's span and record.
     pub watch: Observation,
+    /// The sandbox's slot for this request, held until the stream ends.
+    pub slot: tokio::sync::OwnedSemaphorePermit,
 }
 
 /// A pump's progress, kept outside it so a timeout can end the stream.

@@ -50,7 +50,7 @@ pub mod upstream;
 
 pub use exchange_log::{Exchange, ExchangeLog, JsonLinesRecorder, Recorder};
 pub use gateway::OpenAiGateway;
-pub use sandbox_endpoint::{serve, stop, AbridgeError};
+pub use sandbox_endpoint::{serve, serve_with, stop, AbridgeError, EndpointOptions};
 
 agentix::plugin_crate!();
 

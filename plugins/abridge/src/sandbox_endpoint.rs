@@ -22,11 +22,41 @@ use crate::exchange::{Api, UpstreamAnswer, UpstreamRequest};
 use crate::sandbox_stream::{host_failed, on_item, relay, whole, AgentBody};
 use crate::{EVENT_STREAM_ITEM, EVENT_UPSTREAM, NAMESPACE};
 
-/// Largest request body an agent may send.
-const MAX_REQUEST: usize = 32 << 20;
-/// How long a request waits for the host: past the gateway's own default
-/// timeout, so the host's 504 arrives first.
-const HOST_TIMEOUT: Duration = Duration::from_secs(660);
+/// Largest request body an agent may send, unless set.
+pub const DEFAULT_MAX_REQUEST_BYTES: u64 = 32 << 20;
+/// How long a request waits for the host, unless set: past the gateway's
+/// own default timeout, so the host's 504 arrives first.
+pub const DEFAULT_HOST_TIMEOUT_MS: u64 = 660_000;
+
+/// How the endpoint serves ([`serve_with`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EndpointOptions {
+    /// The port on 127.0.0.1; 0 for any free one.
+    pub port: u16,
+    /// Largest request body an agent may send; past it, a 413.
+    pub max_request_bytes: u64,
+    /// How long a request waits for the host before the agent gets a 504;
+    /// keep it past the gateway's timeout.
+    pub host_timeout_ms: u64,
+}
+
+impl Default for EndpointOptions {
+    fn default() -> Self {
+        EndpointOptions {
+            port: 0,
+            max_request_bytes: DEFAULT_MAX_REQUEST_BYTES,
+            host_timeout_ms: DEFAULT_HOST_TIMEOUT_MS,
+        }
+    }
+}
+
+/// What every connection of the running endpoint shares.
+#[derive(Clone)]
+struct Serving {
+    handle: NamespaceHandle,
+    max_request_bytes: usize,
+    host_timeout: Duration,
+}
 
 /// Why the endpoint could not start.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -53,6 +83,21 @@ static RUNNING: Mutex<Option<(String, tokio::sync::watch::Sender<bool>)>> = Mute
 /// already runs, returns its URL.
 #[agentix::remote]
 pub async fn serve(port: u16) -> Result<String, AbridgeError> {
+    start(EndpointOptions {
+        port,
+        ..EndpointOptions::default()
+    })
+    .await
+}
+
+/// [`serve`] with every option.
+#[agentix::remote]
+pub async fn serve_with(options: EndpointOptions) -> Result<String, AbridgeError> {
+    start(options).await
+}
+
+async fn start(options: EndpointOptions) -> Result<String, AbridgeError> {
+    let port = options.port;
     if let Some((url, _)) = RUNNING.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
         return Ok(url.clone());
     }
@@ -77,7 +122,12 @@ pub async fn serve(port: u16) -> Result<String, AbridgeError> {
     })?;
     let url = format!("http://{addr}/v1");
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    tokio::spawn(accept(listener, handle, stop_rx));
+    let serving = Serving {
+        handle,
+        max_request_bytes: usize::try_from(options.max_request_bytes).unwrap_or(usize::MAX),
+        host_timeout: Duration::from_millis(options.host_timeout_ms),
+    };
+    tokio::spawn(accept(listener, serving, stop_rx));
     *RUNNING.lock().unwrap_or_else(|p| p.into_inner()) = Some((url.clone(), stop_tx));
     tracing::info!(%url, "abridge endpoint listening");
     Ok(url)
@@ -98,7 +148,7 @@ pub async fn stop() -> bool {
 
 async fn accept(
     listener: tokio::net::TcpListener,
-    handle: NamespaceHandle,
+    serving: Serving,
     mut stopping: tokio::sync::watch::Receiver<bool>,
 ) {
     loop {
@@ -112,10 +162,10 @@ async fn accept(
             },
             _ = stopping.changed() => return,
         };
-        let handle = handle.clone();
+        let serving = serving.clone();
         let service = hyper::service::service_fn(move |request| {
-            let handle = handle.clone();
-            async move { Ok::<_, Infallible>(respond(&handle, request).await) }
+            let serving = serving.clone();
+            async move { Ok::<_, Infallible>(respond(&serving, request).await) }
         });
         tokio::spawn(async move {
             let _ = hyper::server::conn::http1::Builder::new()
@@ -126,7 +176,8 @@ async fn accept(
 }
 
 /// One agent request, answered.
-async fn respond(handle: &NamespaceHandle, request: Request<Incoming>) -> Response<AgentBody> {
+async fn respond(serving: &Serving, request: Request<Incoming>) -> Response<AgentBody> {
+    let (handle, host_timeout) = (&serving.handle, serving.host_timeout);
     let path = request.uri().path().trim_end_matches('/').to_owned();
     let method = request.method().clone();
     let api = match (method, path.as_str()) {
@@ -146,14 +197,24 @@ async fn respond(handle: &NamespaceHandle, request: Request<Incoming>) -> Respon
     };
     let mut body = Value::Null;
     if api != Api::Models {
-        let bytes = match Limited::new(request.into_body(), MAX_REQUEST)
+        let bytes = match Limited::new(request.into_body(), serving.max_request_bytes)
             .collect()
             .await
         {
             Ok(collected) => collected.to_bytes(),
-            Err(e) => {
+            Err(e) if e.is::<http_body_util::LengthLimitError>() => {
                 return whole(UpstreamAnswer::error(
                     413,
+                    "invalid_request",
+                    format!(
+                        "the request body is larger than this endpoint's limit of {} bytes",
+                        serving.max_request_bytes
+                    ),
+                ))
+            }
+            Err(e) => {
+                return whole(UpstreamAnswer::error(
+                    400,
                     "invalid_request",
                     format!("the request body could not be read: {e}"),
                 ))
@@ -172,11 +233,11 @@ async fn respond(handle: &NamespaceHandle, request: Request<Incoming>) -> Respon
     }
     let request = UpstreamRequest { api, body };
     if request.body.get("stream") == Some(&Value::Bool(true)) {
-        return relay(handle, request, HOST_TIMEOUT).await;
+        return relay(handle, request, host_timeout).await;
     }
     let forwarded = serde_json::to_value(request).unwrap_or(Value::Null);
     let answer = match handle
-        .request_with_timeout(EVENT_UPSTREAM, forwarded, HOST_TIMEOUT)
+        .request_with_timeout(EVENT_UPSTREAM, forwarded, host_timeout)
         .await
     {
         Ok(answer) => serde_json::from_value(answer).unwrap_or_else(|e| {
@@ -186,7 +247,7 @@ async fn respond(handle: &NamespaceHandle, request: Request<Incoming>) -> Respon
                 format!("the host's answer is not one: {e}"),
             )
         }),
-        Err(e) => host_failed(e, HOST_TIMEOUT),
+        Err(e) => host_failed(e, host_timeout),
     };
     whole(answer)
 }
