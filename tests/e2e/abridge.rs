@@ -786,3 +786,78 @@ async fn limits_answer_at_once_a_busy_sandbox_429_a_large_body_413_a_bad_one_400
     assert_eq!(error["type"], "error", "in Anthropic's words: {text}");
     assert_eq!(error["error"]["type"], "invalid_request_error");
 }
+
+/// A TLS upstream for `localhost` with a certificate of its own making,
+/// answering every request with a completion; its base URL and the
+/// certificate (DER).
+async fn tls_upstream() -> (String, Vec<u8>) {
+    use tokio_rustls::rustls;
+    let made = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).unwrap();
+    let cert = made.cert.der().to_vec();
+    let key = rustls::pki_types::PrivateKeyDer::Pkcs8(made.signing_key.serialize_der().into());
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(vec![cert.clone().into()], key)
+        .unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!(
+        "https://localhost:{}/v1",
+        listener.local_addr().unwrap().port()
+    );
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move {
+                let Ok(tls) = acceptor.accept(stream).await else {
+                    return;
+                };
+                let service =
+                    hyper::service::service_fn(|_: Request<hyper::body::Incoming>| async {
+                        Ok::<_, Infallible>(Response::new(full(json!({
+                            "id": "t1", "object": "chat.completion", "model": "m1",
+                            "choices": [{"index": 0, "finish_reason": "stop",
+                                "message": {"role": "assistant", "content": "over TLS"}}]
+                        }))))
+                    });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(tls), service)
+                    .await;
+            });
+        }
+    });
+    (base, cert)
+}
+
+#[tokio::test]
+async fn an_https_upstream_is_reached_over_tls_and_an_unknown_certificate_is_a_502_saying_so() {
+    let (base, cert) = tls_upstream().await;
+    let request = json!({"api": "chat_completions", "body": {"model": "m1", "messages": []}});
+    let answer = OpenAiGateway::new(&base)
+        .add_root_certificate(cert)
+        .answer(request.clone())
+        .await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    assert_eq!(answer.body["choices"][0]["message"]["content"], "over TLS");
+
+    let untrusted = OpenAiGateway::new(&base).answer(request.clone()).await;
+    assert_eq!(untrusted.status, 502);
+    let message = untrusted.body["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("TLS") && message.contains("certificate"),
+        "{message}"
+    );
+
+    let garbage = OpenAiGateway::new(&base)
+        .add_root_certificate(b"not a certificate".to_vec())
+        .answer(request)
+        .await;
+    assert_eq!(garbage.status, 502);
+    assert!(garbage.body["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("root certificate"));
+}

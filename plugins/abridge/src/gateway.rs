@@ -10,6 +10,7 @@ use agentix::{ClientNamespace, HostNamespace};
 use hyper::Method;
 use serde_json::{json, Value};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio_rustls::rustls::ClientConfig;
 
 use crate::anthropic;
 use crate::anthropic_stream::StreamTranslator;
@@ -17,6 +18,7 @@ use crate::exchange::{Api, StreamHead, StreamOpen, UpstreamAnswer, UpstreamReque
 use crate::exchange_log::ExchangeLog;
 use crate::gateway_stream::{Pumping, StreamPumps};
 use crate::observation::Observation;
+use crate::tls;
 use crate::upstream::{self, send, Outgoing};
 use crate::{EVENT_STREAM, EVENT_STREAM_ACK, EVENT_STREAM_CANCEL, EVENT_UPSTREAM, NAMESPACE};
 
@@ -35,6 +37,8 @@ pub struct OpenAiGateway {
     timeout: Duration,
     log: Option<ExchangeLog>,
     max_concurrent: usize,
+    extra_roots: Vec<Vec<u8>>,
+    tls: Result<Arc<ClientConfig>, String>,
 }
 
 impl OpenAiGateway {
@@ -48,6 +52,8 @@ impl OpenAiGateway {
             timeout: DEFAULT_TIMEOUT,
             log: None,
             max_concurrent: DEFAULT_MAX_CONCURRENT,
+            extra_roots: Vec::new(),
+            tls: tls::client_config(&[]),
         }
     }
 
@@ -68,6 +74,16 @@ impl OpenAiGateway {
     /// it the agent gets a 504.
     pub fn timeout(mut self, limit: Duration) -> Self {
         self.timeout = limit;
+        self
+    }
+
+    /// Also trusts the DER-encoded certificate `der` for `https://`
+    /// upstreams (a private CA's, say); the public roots are trusted
+    /// anyway. A certificate that does not parse makes every request a 502
+    /// saying so.
+    pub fn add_root_certificate(mut self, der: impl Into<Vec<u8>>) -> Self {
+        self.extra_roots.push(der.into());
+        self.tls = tls::client_config(&self.extra_roots);
         self
     }
 
@@ -158,7 +174,7 @@ impl OpenAiGateway {
         };
         let api = request.api;
         let mut watch = self.observe(&request, parent);
-        let (method, url, body) = match self.upstream_call(request) {
+        let (method, url, body, tls) = match self.upstream_call(request) {
             Ok(call) => call,
             Err(refused) => {
                 let why = refused.body["error"]["message"].as_str().map(str::to_owned);
@@ -175,6 +191,7 @@ impl OpenAiGateway {
             body,
             timeout: self.timeout,
             accept: "application/json",
+            tls: &tls,
         })
         .await;
         watch.usage(&answer.body["usage"]);
@@ -249,7 +266,7 @@ impl OpenAiGateway {
         slot: OwnedSemaphorePermit,
     ) -> StreamHead {
         let api = open.request.api;
-        let (method, url, body) = match self.upstream_call(open.request) {
+        let (method, url, body, tls) = match self.upstream_call(open.request) {
             Ok(call) => call,
             Err(refused) => {
                 watch
@@ -269,6 +286,7 @@ impl OpenAiGateway {
             body,
             timeout: self.timeout,
             accept: "text/event-stream",
+            tls: &tls,
         };
         let translate = (api == Api::Messages).then(StreamTranslator::default);
         let opened = tokio::time::timeout(self.timeout, upstream::open(outgoing)).await;
@@ -306,14 +324,17 @@ impl OpenAiGateway {
         head
     }
 
-    /// The method, URL and body upstream for an agent's request, or the
-    /// answer that refuses it.
-    fn upstream_call(
-        &self,
-        request: UpstreamRequest,
-    ) -> Result<(Method, String, Option<Vec<u8>>), UpstreamAnswer> {
+    /// The method, URL, body and TLS settings upstream for an agent's
+    /// request, or the answer that refuses it.
+    fn upstream_call(&self, request: UpstreamRequest) -> Result<UpstreamCall, UpstreamAnswer> {
+        let tls = self
+            .tls
+            .clone()
+            .map_err(|why| UpstreamAnswer::error(502, "gateway_misconfigured", why))?;
         let mut body = match request.api {
-            Api::Models => return Ok((Method::GET, format!("{}/models", self.base_url), None)),
+            Api::Models => {
+                return Ok((Method::GET, format!("{}/models", self.base_url), None, tls))
+            }
             Api::ChatCompletions => request.body,
             Api::Messages => anthropic::request_to_openai(&request.body).map_err(|why| {
                 let mut refused = UpstreamAnswer::error(400, "invalid_request", why);
@@ -328,9 +349,13 @@ impl OpenAiGateway {
             Method::POST,
             format!("{}/chat/completions", self.base_url),
             Some(body.to_string().into_bytes()),
+            tls,
         ))
     }
 }
+
+/// What goes upstream: method, URL, body, TLS settings.
+type UpstreamCall = (Method, String, Option<Vec<u8>>, Arc<ClientConfig>);
 
 /// A head that ends a stream before it starts.
 fn refused(status: u16, kind: &str, message: impl Into<String>) -> StreamHead {

@@ -31,7 +31,8 @@
 //! OpenAI-compatible upstream: [`anthropic`] and [`anthropic_stream`]
 //! translate requests, answers, errors and stream events.
 //!
-//! This version speaks plain HTTP to the upstream.
+//! Upstreams are reached over plain HTTP or TLS (rustls, the public roots
+//! and any a gateway adds).
 //!
 //! Layout: [`exchange`] is what crosses the namespace; [`sandbox_endpoint`]
 //! and [`sandbox_stream`] the sandbox half; [`gateway`], [`gateway_stream`]
@@ -46,6 +47,7 @@ pub mod gateway_stream;
 pub mod observation;
 pub mod sandbox_endpoint;
 pub mod sandbox_stream;
+pub mod tls;
 pub mod upstream;
 
 pub use exchange_log::{Exchange, ExchangeLog, JsonLinesRecorder, Recorder};

@@ -1,15 +1,22 @@
-//! One HTTP/1.1 request to an upstream over plain HTTP: [`send`] answers
+//! One HTTP/1.1 request to an upstream, over plain HTTP or TLS
+//! ([`crate::tls`]): [`send`] answers
 //! it whole as an [`UpstreamAnswer`] whatever happens (the upstream's own
 //! status and body, or 502 when it cannot be reached and 504 when it does
 //! not answer in time); [`open`] stops at the headers, for a stream.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
+use hyper::client::conn::http1::SendRequest;
 use hyper::{Method, Request};
 use hyper_util::rt::TokioIo;
+
+use tokio_rustls::rustls::pki_types::ServerName;
+use tokio_rustls::rustls::ClientConfig;
+use tokio_rustls::TlsConnector;
 
 use crate::exchange::UpstreamAnswer;
 
@@ -30,6 +37,8 @@ pub struct Outgoing<'a> {
     pub timeout: Duration,
     /// The `Accept` header: JSON, or server-sent events for a stream.
     pub accept: &'static str,
+    /// How to check an `https://` upstream.
+    pub tls: &'a Arc<ClientConfig>,
 }
 
 /// Sends `out` and turns every outcome into an answer for the agent.
@@ -90,34 +99,55 @@ impl Opened {
     }
 }
 
-/// Sends `out` and returns once the upstream's status and headers are in.
-pub async fn open(out: Outgoing<'_>) -> Result<Opened, String> {
-    let uri: hyper::Uri = out
-        .url
-        .parse()
-        .map_err(|e| format!("`{}` is not a URL: {e}", out.url))?;
-    if uri.scheme_str() != Some("http") {
-        return Err(format!(
-            "`{}`: this gateway speaks plain HTTP to its upstream (a local vLLM or SGLang, or a \
-             proxy in front of a TLS one)",
-            out.url
-        ));
-    }
-    let host = uri
-        .host()
-        .ok_or_else(|| format!("`{}` has no host", out.url))?;
-    let port = uri.port_u16().unwrap_or(80);
-    let stream = tokio::net::TcpStream::connect((host, port))
-        .await
-        .map_err(|e| format!("cannot connect to the upstream at {host}:{port}: {e}"))?;
-    let _ = stream.set_nodelay(true);
-    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+/// An HTTP/1.1 connection over `io`, driven by a task of its own.
+async fn handshake<IO>(
+    io: IO,
+    host: &str,
+    port: u16,
+) -> Result<(SendRequest<Full<Bytes>>, tokio::task::AbortHandle), String>
+where
+    IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(io))
         .await
         .map_err(|e| format!("the upstream at {host}:{port} broke the handshake: {e}"))?;
     let connection = tokio::spawn(async move {
         let _ = connection.await;
     })
     .abort_handle();
+    Ok((sender, connection))
+}
+
+/// Sends `out` and returns once the upstream's status and headers are in.
+pub async fn open(out: Outgoing<'_>) -> Result<Opened, String> {
+    let uri: hyper::Uri = out
+        .url
+        .parse()
+        .map_err(|e| format!("`{}` is not a URL: {e}", out.url))?;
+    let host = uri
+        .host()
+        .ok_or_else(|| format!("`{}` has no host", out.url))?;
+    let secure = match uri.scheme_str() {
+        Some("http") => false,
+        Some("https") => true,
+        _ => return Err(format!("`{}` is neither http:// nor https://", out.url)),
+    };
+    let port = uri.port_u16().unwrap_or(if secure { 443 } else { 80 });
+    let stream = tokio::net::TcpStream::connect((host, port))
+        .await
+        .map_err(|e| format!("cannot connect to the upstream at {host}:{port}: {e}"))?;
+    let _ = stream.set_nodelay(true);
+    let (mut sender, connection) = if secure {
+        let name = ServerName::try_from(host.trim_matches(['[', ']']).to_owned())
+            .map_err(|e| format!("`{host}` cannot be checked against a certificate: {e}"))?;
+        let tls = TlsConnector::from(out.tls.clone())
+            .connect(name, stream)
+            .await
+            .map_err(|e| format!("TLS with the upstream at {host}:{port} failed: {e}"))?;
+        handshake(tls, host, port).await?
+    } else {
+        handshake(stream, host, port).await?
+    };
     let authority = uri.authority().map(|a| a.to_string()).unwrap_or_default();
     let path = uri.path_and_query().map(|p| p.as_str()).unwrap_or("/");
     let mut request = Request::builder()
