@@ -9,7 +9,7 @@ use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
 
 use agentix_abridge::exchange::Api;
-use agentix_abridge::{Exchange, ExchangeLog, JsonLinesRecorder, OpenAiGateway};
+use agentix_abridge::{Exchange, ExchangeLog, Gateway, JsonLinesRecorder};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::{Request, Response};
@@ -114,7 +114,7 @@ async fn an_agents_request_reaches_the_upstream_through_the_host_with_the_hosts_
     let seen: Seen = Arc::default();
     let base = upstream(seen.clone()).await;
     let sb = support::sandbox().await;
-    sb.register_namespace(OpenAiGateway::new(&base).key("host-secret").namespace())
+    sb.register_namespace(Gateway::openai(&base).key("host-secret").namespace())
         .unwrap();
     let url = sb
         .remote(agentix_abridge::serve, 0u16)
@@ -181,7 +181,7 @@ async fn the_gateway_overrides_the_model_and_names_a_dead_upstream_502() {
     let seen: Seen = Arc::default();
     let base = upstream(seen.clone()).await;
     let request = json!({"api": "chat_completions", "body": {"model": "asked", "messages": []}});
-    let answer = OpenAiGateway::new(&base)
+    let answer = Gateway::openai(&base)
         .model("the-policy")
         .answer(request.clone())
         .await;
@@ -195,7 +195,7 @@ async fn the_gateway_overrides_the_model_and_names_a_dead_upstream_502() {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         listener.local_addr().unwrap().port()
     };
-    let dead = OpenAiGateway::new(format!("http://127.0.0.1:{closed}/v1"))
+    let dead = Gateway::openai(format!("http://127.0.0.1:{closed}/v1"))
         .answer(request)
         .await;
     assert_eq!(dead.status, 502);
@@ -220,7 +220,7 @@ async fn an_endpoint_with_no_gateway_on_the_host_answers_502_and_says_why() {
     )
     .await;
     assert_eq!(status, 502, "{text}");
-    assert!(text.contains("OpenAiGateway"), "{text}");
+    assert!(text.contains("a Gateway's namespace()"), "{text}");
 }
 
 /// What the streaming upstream is told and tells: `release` lets a paused
@@ -374,7 +374,7 @@ async fn a_streamed_answer_reaches_the_agent_event_by_event_as_the_upstream_send
     let script = Arc::new(StreamScript::default());
     let base = streaming_upstream(script.clone()).await;
     let sb = support::sandbox().await;
-    sb.register_namespace(OpenAiGateway::new(&base).namespace())
+    sb.register_namespace(Gateway::openai(&base).namespace())
         .unwrap();
     let url = sb.remote(agentix_abridge::serve, 0u16).await.unwrap();
     let completions = format!("{url}/chat/completions");
@@ -426,7 +426,7 @@ async fn an_agent_that_leaves_mid_stream_closes_the_upstream_connection() {
     let script = Arc::new(StreamScript::default());
     let base = streaming_upstream(script.clone()).await;
     let sb = support::sandbox().await;
-    sb.register_namespace(OpenAiGateway::new(&base).namespace())
+    sb.register_namespace(Gateway::openai(&base).namespace())
         .unwrap();
     let url = sb.remote(agentix_abridge::serve, 0u16).await.unwrap();
     let (status, _, mut body) = agent_stream(&format!("{url}/chat/completions"), "endless").await;
@@ -461,9 +461,15 @@ async fn sdk_upstream(seen: Seen) -> String {
                             .get("authorization")
                             .map(|v| v.to_str().unwrap().to_owned())
                             .unwrap_or_default();
+                        let path = request.uri().path().to_owned();
                         let bytes = request.into_body().collect().await.unwrap().to_bytes();
                         let body: Value = serde_json::from_slice(&bytes).unwrap();
                         seen.lock().unwrap().push((auth, body.clone()));
+                        if path == "/tokenize" {
+                            // vLLM's, beside /v1.
+                            let counted = json!({"count": 12, "max_model_len": 4096, "tokens": []});
+                            return Ok(Response::new(full(counted)));
+                        }
                         let messages = body["messages"].as_array().cloned().unwrap_or_default();
                         let answered_tool = messages.iter().any(|m| m["role"] == "tool");
                         let response = if body["model"] == "limited" {
@@ -536,7 +542,7 @@ async fn the_official_openai_and_anthropic_sdks_in_the_sandbox_work_through_abri
     agentix::trace::add_processor(EndedSpans(ended.clone()));
     let transcript = support::scratch_dir("abridge-transcript").join("exchanges.jsonl");
     let log = ExchangeLog::start(JsonLinesRecorder::create(&transcript).unwrap()).unwrap();
-    let gateway = OpenAiGateway::new(&base).key("host-secret").record_to(log);
+    let gateway = Gateway::openai(&base).key("host-secret").record_to(log);
     // The rollout's span is current where the namespace is made.
     let rollout = agentix::trace::trace("rollout");
     let namespace = {
@@ -581,6 +587,10 @@ async fn the_official_openai_and_anthropic_sdks_in_the_sandbox_work_through_abri
     );
     assert_eq!(saw["anthropic_429"], json!(["RateLimitError", 429]));
     assert_eq!(
+        saw["anthropic_count"], 12,
+        "counted by the upstream's /tokenize"
+    );
+    assert_eq!(
         saw["env_values_with_secret"],
         json!([]),
         "the key is not in the sandbox"
@@ -588,7 +598,7 @@ async fn the_official_openai_and_anthropic_sdks_in_the_sandbox_work_through_abri
 
     {
         let seen = seen.lock().unwrap();
-        assert_eq!(seen.len(), 7, "every request reached the upstream once");
+        assert_eq!(seen.len(), 8, "every request reached the upstream once");
         assert!(seen.iter().all(|(auth, _)| auth == "Bearer host-secret"));
         // The Anthropic tool round reached the upstream in OpenAI's words.
         let after_tool = &seen[4].1;
@@ -613,6 +623,7 @@ async fn the_official_openai_and_anthropic_sdks_in_the_sandbox_work_through_abri
     let named = |name: &str| spans.iter().filter(|s| s.name == name).count();
     assert_eq!(named("abridge.chat_completions"), 3);
     assert_eq!(named("abridge.messages"), 4);
+    assert_eq!(named("abridge.count_tokens"), 1);
     assert!(spans
         .iter()
         .all(|s| s.parent_id.is_none() && s.end_us.is_some()));
@@ -645,7 +656,7 @@ async fn the_official_openai_and_anthropic_sdks_in_the_sandbox_work_through_abri
     assert_eq!(whole_ok.attributes["llm.model"], "m1");
 
     // The transcript: one line per exchange, matching what the SDKs saw.
-    let records: Vec<Exchange> = wait_for_lines(&transcript, 7).await;
+    let records: Vec<Exchange> = wait_for_lines(&transcript, 8).await;
     // Found by what they are: a stream's record is written when its pump
     // ends, which may be after the agent's next request.
     let find = |api: Api, streamed: bool, status: u16| -> Vec<&Exchange> {
@@ -738,7 +749,7 @@ async fn limits_answer_at_once_a_busy_sandbox_429_a_large_body_413_a_bad_one_400
     let script = Arc::new(StreamScript::default());
     let base = streaming_upstream(script.clone()).await;
     let sb = support::sandbox().await;
-    sb.register_namespace(OpenAiGateway::new(&base).max_concurrent(1).namespace())
+    sb.register_namespace(Gateway::openai(&base).max_concurrent(1).namespace())
         .unwrap();
     let options = agentix_abridge::EndpointOptions {
         max_request_bytes: 4096,
@@ -836,14 +847,14 @@ async fn tls_upstream() -> (String, Vec<u8>) {
 async fn an_https_upstream_is_reached_over_tls_and_an_unknown_certificate_is_a_502_saying_so() {
     let (base, cert) = tls_upstream().await;
     let request = json!({"api": "chat_completions", "body": {"model": "m1", "messages": []}});
-    let answer = OpenAiGateway::new(&base)
+    let answer = Gateway::openai(&base)
         .add_root_certificate(cert)
         .answer(request.clone())
         .await;
     assert_eq!(answer.status, 200, "{}", answer.body);
     assert_eq!(answer.body["choices"][0]["message"]["content"], "over TLS");
 
-    let untrusted = OpenAiGateway::new(&base).answer(request.clone()).await;
+    let untrusted = Gateway::openai(&base).answer(request.clone()).await;
     assert_eq!(untrusted.status, 502);
     let message = untrusted.body["error"]["message"].as_str().unwrap();
     assert!(
@@ -851,7 +862,7 @@ async fn an_https_upstream_is_reached_over_tls_and_an_unknown_certificate_is_a_5
         "{message}"
     );
 
-    let garbage = OpenAiGateway::new(&base)
+    let garbage = Gateway::openai(&base)
         .add_root_certificate(b"not a certificate".to_vec())
         .answer(request)
         .await;
@@ -860,4 +871,123 @@ async fn an_https_upstream_is_reached_over_tls_and_an_unknown_certificate_is_a_5
         .as_str()
         .unwrap()
         .contains("root certificate"));
+}
+
+/// What the Anthropic upstream saw: path, `x-api-key`, `anthropic-version`.
+type SeenHeaders = Arc<Mutex<Vec<(String, String, String)>>>;
+
+/// A stand-in for Anthropic's API: messages whole and streamed, token
+/// counts, and a 529 for `max_tokens: 1`.
+async fn anthropic_upstream(seen: SeenHeaders) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}/v1", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let seen = seen.clone();
+            let service = hyper::service::service_fn(
+                move |request: Request<hyper::body::Incoming>| {
+                    let seen = seen.clone();
+                    async move {
+                        let header = |name: &str| {
+                            request
+                                .headers()
+                                .get(name)
+                                .map(|v| v.to_str().unwrap().to_owned())
+                                .unwrap_or_default()
+                        };
+                        let path = request.uri().path().to_owned();
+                        seen.lock().unwrap().push((
+                            path.clone(),
+                            header("x-api-key"),
+                            header("anthropic-version"),
+                        ));
+                        let bytes = request.into_body().collect().await.unwrap().to_bytes();
+                        let body: Value = serde_json::from_slice(&bytes).unwrap();
+                        let response = if body["max_tokens"] == 1 {
+                            Response::builder()
+                                .status(529)
+                                .body(full(json!({"type": "error",
+                                    "error": {"type": "overloaded_error", "message": "busy"}})))
+                                .unwrap()
+                        } else if path == "/v1/messages/count_tokens" {
+                            Response::new(full(json!({"input_tokens": 5})))
+                        } else if body["stream"] == true {
+                            let text = "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"m\",\"usage\":{\"input_tokens\":5,\"output_tokens\":0}}}\n\n\
+                                        event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"native\"}}\n\n\
+                                        event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\"},\"usage\":{\"output_tokens\":1}}\n\n\
+                                        event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n";
+                            Response::new(Full::new(Bytes::from(text)))
+                        } else {
+                            Response::new(full(
+                                json!({"id": "m", "type": "message", "role": "assistant",
+                                "model": body["model"], "content": [{"type": "text", "text": "native"}],
+                                "stop_reason": "end_turn",
+                                "usage": {"input_tokens": 5, "output_tokens": 1}}),
+                            ))
+                        };
+                        Ok::<_, Infallible>(response)
+                    }
+                },
+            );
+            tokio::spawn(async move {
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    });
+    base
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_anthropic_upstream_gets_messages_as_they_are_with_its_key_and_version() {
+    let seen: SeenHeaders = Arc::default();
+    let base = anthropic_upstream(seen.clone()).await;
+    let sb = support::sandbox().await;
+    let gateway = Gateway::anthropic(&base)
+        .key("sk-ant-host")
+        .model("claude-policy");
+    sb.register_namespace(gateway.namespace()).unwrap();
+    let url = sb.remote(agentix_abridge::serve, 0u16).await.unwrap();
+    let messages = format!("{url}/messages");
+    let ask =
+        json!({"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]});
+
+    let (status, _, text) = agent("POST", &messages, Some(ask.clone())).await;
+    assert_eq!(status, 200, "{text}");
+    let answer: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(answer["content"][0]["text"], "native");
+    assert_eq!(answer["model"], "claude-policy", "the model was overridden");
+
+    let (status, _, mut body) = agent_stream(&messages, "m").await;
+    assert_eq!(status, 200);
+    let mut streamed = Vec::new();
+    read_at_least(&mut body, &mut streamed, usize::MAX).await;
+    let streamed = String::from_utf8(streamed).unwrap();
+    assert!(streamed.starts_with("event: message_start"), "{streamed}");
+    assert!(streamed.ends_with("event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"));
+
+    let (status, _, text) = agent("POST", &format!("{messages}/count_tokens"), Some(ask)).await;
+    assert_eq!((status, text.as_str()), (200, "{\"input_tokens\":5}"));
+
+    // Its own errors pass as they are; an OpenAI agent is told what to do.
+    let overloaded = json!({"model": "m", "max_tokens": 1, "messages": []});
+    let (status, _, text) = agent("POST", &messages, Some(overloaded)).await;
+    assert_eq!(status, 529);
+    assert!(text.contains("overloaded_error"), "{text}");
+    let chat = json!({"model": "m", "messages": []});
+    let (status, _, text) = agent("POST", &format!("{url}/chat/completions"), Some(chat)).await;
+    assert_eq!(status, 400);
+    assert!(text.contains("POST /v1/messages"), "{text}");
+
+    let seen = seen.lock().unwrap();
+    assert_eq!(
+        seen.len(),
+        4,
+        "the refused chat request never went upstream"
+    );
+    assert!(seen
+        .iter()
+        .all(|(_, key, version)| key == "sk-ant-host" && version == "2023-06-01"));
+    assert_eq!(seen[2].0, "/v1/messages/count_tokens");
 }

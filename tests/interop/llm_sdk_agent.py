@@ -68,6 +68,9 @@ with an.messages.stream(
     final = stream.get_final_message()
 seen["anthropic_stream"] = [texts, final.stop_reason, final.usage.output_tokens]
 
+counted = an.messages.count_tokens(model="m1", messages=[{"role": "user", "content": "hi"}])
+seen["anthropic_count"] = counted.input_tokens
+
 try:
     an.messages.create(model="limited", max_tokens=10, messages=[{"role": "user", "content": "x"}])
     seen["anthropic_429"] = None

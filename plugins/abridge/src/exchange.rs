@@ -11,9 +11,10 @@ pub enum Api {
     ChatCompletions,
     /// `GET /models`.
     Models,
-    /// Anthropic's `POST /messages`, served by an OpenAI-compatible
-    /// upstream through [`crate::anthropic`].
+    /// Anthropic's `POST /messages`.
     Messages,
+    /// Anthropic's `POST /messages/count_tokens`.
+    CountTokens,
 }
 
 /// An agent's request, as the sandbox half forwards it.

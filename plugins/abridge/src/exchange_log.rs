@@ -60,7 +60,7 @@ pub trait Recorder: Send + 'static {
 }
 
 /// The mailbox of a running [`Recorder`]; give it to a gateway with
-/// `OpenAiGateway::record_to`. Cloning shares the recorder.
+/// `Gateway::record_to`. Cloning shares the recorder.
 #[derive(Clone, Debug)]
 pub struct ExchangeLog {
     mailbox: mpsc::Sender<Exchange>,

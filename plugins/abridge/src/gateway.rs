@@ -1,25 +1,24 @@
-//! [`OpenAiGateway`]: the host half, for an upstream that speaks the OpenAI
-//! API (OpenAI, vLLM, SGLang, any compatible server). It holds the key;
-//! the sandbox never sees it.
+//! [`Gateway`]: the host half, one per upstream: an OpenAI-compatible one
+//! (OpenAI, vLLM, SGLang, any compatible server) or Anthropic's (see
+//! [`crate::upstream_shape`]). It holds the key; the sandbox never sees it.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use agentix::trace::{self, SpanContext};
 use agentix::{ClientNamespace, HostNamespace};
-use hyper::Method;
 use serde_json::{json, Value};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_rustls::rustls::ClientConfig;
 
 use crate::anthropic;
-use crate::anthropic_stream::StreamTranslator;
 use crate::exchange::{Api, StreamHead, StreamOpen, UpstreamAnswer, UpstreamRequest};
 use crate::exchange_log::ExchangeLog;
 use crate::gateway_stream::{Pumping, StreamPumps};
 use crate::observation::Observation;
 use crate::tls;
 use crate::upstream::{self, send, Outgoing};
+use crate::upstream_shape::{UpstreamCall, UpstreamShape};
 use crate::{EVENT_STREAM, EVENT_STREAM_ACK, EVENT_STREAM_CANCEL, EVENT_UPSTREAM, NAMESPACE};
 
 /// How long an upstream may take to answer in full, unless set.
@@ -27,10 +26,11 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(600);
 /// Requests one sandbox may have in flight at once, unless set.
 pub const DEFAULT_MAX_CONCURRENT: usize = 64;
 
-/// An OpenAI-compatible upstream, with its key and an optional model that
-/// replaces whatever model the agent asked for.
+/// An upstream, with its key and an optional model that replaces whatever
+/// model the agent asked for, and how sandboxes reach it.
 #[derive(Debug, Clone)]
-pub struct OpenAiGateway {
+pub struct Gateway {
+    shape: UpstreamShape,
     base_url: String,
     key: Option<String>,
     model: Option<String>,
@@ -41,12 +41,23 @@ pub struct OpenAiGateway {
     tls: Result<Arc<ClientConfig>, String>,
 }
 
-impl OpenAiGateway {
-    /// A gateway to the API at `base_url` (`http://127.0.0.1:8000/v1`: the
-    /// part before `/chat/completions`).
-    pub fn new(base_url: impl Into<String>) -> Self {
-        OpenAiGateway {
-            base_url: base_url.into().trim_end_matches('/').to_owned(),
+impl Gateway {
+    /// A gateway to the OpenAI-compatible API at `base_url`
+    /// (`http://127.0.0.1:8000/v1`: the part before `/chat/completions`).
+    pub fn openai(base_url: impl Into<String>) -> Self {
+        Gateway::new(UpstreamShape::OpenAi, base_url.into())
+    }
+
+    /// A gateway to Anthropic's Messages API at `base_url`
+    /// (`https://api.anthropic.com/v1`: the part before `/messages`).
+    pub fn anthropic(base_url: impl Into<String>) -> Self {
+        Gateway::new(UpstreamShape::Anthropic, base_url.into())
+    }
+
+    fn new(shape: UpstreamShape, base_url: String) -> Self {
+        Gateway {
+            shape,
+            base_url: base_url.trim_end_matches('/').to_owned(),
             key: None,
             model: None,
             timeout: DEFAULT_TIMEOUT,
@@ -57,7 +68,8 @@ impl OpenAiGateway {
         }
     }
 
-    /// The key sent upstream as `Authorization: Bearer`.
+    /// The key sent upstream: as `Authorization: Bearer` to an OpenAI
+    /// upstream, as `x-api-key` to Anthropic.
     pub fn key(mut self, key: impl Into<String>) -> Self {
         self.key = Some(key.into());
         self
@@ -118,7 +130,10 @@ impl OpenAiGateway {
             async move {
                 let answer = match slot {
                     Ok(_slot) => gateway.answer_under(body, parent).await,
-                    Err(_) => gateway.busy(body["api"] == "messages"),
+                    Err(_) => {
+                        let api = serde_json::from_value(body["api"].clone());
+                        gateway.busy(api.unwrap_or(Api::ChatCompletions))
+                    }
                 };
                 Ok::<_, std::convert::Infallible>(answer)
             }
@@ -147,15 +162,15 @@ impl OpenAiGateway {
     }
 
     /// The answer past the concurrency limit, in the agent's API's words.
-    fn busy(&self, anthropic: bool) -> UpstreamAnswer {
+    fn busy(&self, api: Api) -> UpstreamAnswer {
         let message = format!(
             "this sandbox already has {} requests in flight, the gateway's limit; retry",
             self.max_concurrent
         );
-        let mut answer = UpstreamAnswer::error(429, "too_many_requests", message);
-        if anthropic {
-            answer.body = anthropic::error_from_openai(429, &answer.body);
-        }
+        let mut answer = for_agent(
+            api,
+            UpstreamAnswer::error(429, "too_many_requests", message),
+        );
         answer.retry_after = Some("1".into());
         answer
     }
@@ -174,7 +189,7 @@ impl OpenAiGateway {
         };
         let api = request.api;
         let mut watch = self.observe(&request, parent);
-        let (method, url, body, tls) = match self.upstream_call(request) {
+        let (call, tls) = match self.upstream_call(request) {
             Ok(call) => call,
             Err(refused) => {
                 let why = refused.body["error"]["message"].as_str().map(str::to_owned);
@@ -185,27 +200,17 @@ impl OpenAiGateway {
             }
         };
         let answer = send(Outgoing {
-            method,
-            url: &url,
-            key: self.key.as_deref(),
-            body,
+            method: call.method,
+            url: &call.url,
+            headers: self.shape.auth_headers(self.key.as_deref()),
+            body: call.body.map(|b| b.to_string().into_bytes()),
             timeout: self.timeout,
             accept: "application/json",
             tls: &tls,
         })
         .await;
         watch.usage(&answer.body["usage"]);
-        let answer = match api {
-            Api::Messages if answer.status == 200 => UpstreamAnswer {
-                body: anthropic::answer_from_openai(&answer.body),
-                ..answer
-            },
-            Api::Messages => UpstreamAnswer {
-                body: anthropic::error_from_openai(answer.status, &answer.body),
-                ..answer
-            },
-            Api::ChatCompletions | Api::Models => answer,
-        };
+        let answer = for_agent(api, self.shape.answer(api, answer));
         watch
             .end(answer.status, Some(answer.body.clone()), None, None)
             .await;
@@ -239,7 +244,7 @@ impl OpenAiGateway {
         ) {
             (Err(e), _) => refused(400, "invalid_request", format!("not a stream request: {e}")),
             (Ok(open), None) => {
-                let busy = self.busy(open.request.api == Api::Messages);
+                let busy = self.busy(open.request.api);
                 StreamHead {
                     status: busy.status,
                     retry_after: busy.retry_after,
@@ -266,7 +271,7 @@ impl OpenAiGateway {
         slot: OwnedSemaphorePermit,
     ) -> StreamHead {
         let api = open.request.api;
-        let (method, url, body, tls) = match self.upstream_call(open.request) {
+        let (call, tls) = match self.upstream_call(open.request) {
             Ok(call) => call,
             Err(refused) => {
                 watch
@@ -280,15 +285,15 @@ impl OpenAiGateway {
             }
         };
         let outgoing = Outgoing {
-            method,
-            url: &url,
-            key: self.key.as_deref(),
-            body,
+            method: call.method,
+            url: &call.url,
+            headers: self.shape.auth_headers(self.key.as_deref()),
+            body: call.body.map(|b| b.to_string().into_bytes()),
             timeout: self.timeout,
             accept: "text/event-stream",
             tls: &tls,
         };
-        let translate = (api == Api::Messages).then(StreamTranslator::default);
+        let translate = self.shape.stream_translator(api);
         let opened = tokio::time::timeout(self.timeout, upstream::open(outgoing)).await;
         let (mut head, watch) = match opened {
             Ok(Ok(opened)) => {
@@ -313,10 +318,13 @@ impl OpenAiGateway {
                 Some(watch),
             ),
         };
-        if api == Api::Messages {
-            if let Some(body) = head.body.as_mut() {
-                *body = anthropic::error_from_openai(head.status, body);
-            }
+        if let Some(body) = head.body.take() {
+            let answer = UpstreamAnswer {
+                status: head.status,
+                body,
+                retry_after: None,
+            };
+            head.body = Some(for_agent(api, answer).body);
         }
         if let Some(watch) = watch {
             watch.end(head.status, head.body.clone(), None, None).await;
@@ -324,38 +332,44 @@ impl OpenAiGateway {
         head
     }
 
-    /// The method, URL, body and TLS settings upstream for an agent's
-    /// request, or the answer that refuses it.
-    fn upstream_call(&self, request: UpstreamRequest) -> Result<UpstreamCall, UpstreamAnswer> {
-        let tls = self
-            .tls
-            .clone()
-            .map_err(|why| UpstreamAnswer::error(502, "gateway_misconfigured", why))?;
-        let mut body = match request.api {
-            Api::Models => {
-                return Ok((Method::GET, format!("{}/models", self.base_url), None, tls))
-            }
-            Api::ChatCompletions => request.body,
-            Api::Messages => anthropic::request_to_openai(&request.body).map_err(|why| {
-                let mut refused = UpstreamAnswer::error(400, "invalid_request", why);
-                refused.body = anthropic::error_from_openai(400, &refused.body);
-                refused
-            })?,
-        };
+    /// The upstream call for an agent's request (the model overridden if
+    /// the gateway says so) and the TLS settings, or the answer that
+    /// refuses it.
+    fn upstream_call(
+        &self,
+        request: UpstreamRequest,
+    ) -> Result<(UpstreamCall, Arc<ClientConfig>), UpstreamAnswer> {
+        let api = request.api;
+        let tls = self.tls.clone().map_err(|why| {
+            for_agent(
+                api,
+                UpstreamAnswer::error(502, "gateway_misconfigured", why),
+            )
+        })?;
+        let mut body = request.body;
         if let (Some(model), Some(fields)) = (&self.model, body.as_object_mut()) {
             fields.insert("model".into(), model.clone().into());
         }
-        Ok((
-            Method::POST,
-            format!("{}/chat/completions", self.base_url),
-            Some(body.to_string().into_bytes()),
-            tls,
-        ))
+        let call = self
+            .shape
+            .call(&self.base_url, api, body)
+            .map_err(|refused| for_agent(api, refused))?;
+        Ok((call, tls))
     }
 }
 
-/// What goes upstream: method, URL, body, TLS settings.
-type UpstreamCall = (Method, String, Option<Vec<u8>>, Arc<ClientConfig>);
+/// `answer` as an agent of `api` reads it: an error in Anthropic's words
+/// for an Anthropic agent, unless it already is.
+fn for_agent(api: Api, answer: UpstreamAnswer) -> UpstreamAnswer {
+    let anthropic_agent = matches!(api, Api::Messages | Api::CountTokens);
+    if anthropic_agent && answer.status >= 400 && answer.body["type"] != "error" {
+        return UpstreamAnswer {
+            body: anthropic::error_from_openai(answer.status, &answer.body),
+            ..answer
+        };
+    }
+    answer
+}
 
 /// A head that ends a stream before it starts.
 fn refused(status: u16, kind: &str, message: impl Into<String>) -> StreamHead {

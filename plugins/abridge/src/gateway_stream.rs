@@ -238,8 +238,12 @@ fn note_usage(lines: &str, watch: &mut Observation) {
     }
     for data in lines.lines().filter_map(|l| l.strip_prefix("data:")) {
         if let Ok(chunk) = serde_json::from_str::<serde_json::Value>(data.trim()) {
-            if chunk["usage"].is_object() {
-                watch.usage(&chunk["usage"]);
+            // OpenAI's last chunk and Anthropic's message_delta carry it at
+            // the top, Anthropic's message_start in its message.
+            for usage in [&chunk["usage"], &chunk["message"]["usage"]] {
+                if usage.is_object() {
+                    watch.usage(usage);
+                }
             }
         }
     }

@@ -3,14 +3,15 @@
 //! Inside the sandbox, [`serve`] starts an OpenAI-compatible HTTP endpoint
 //! on 127.0.0.1 and returns its base URL; any agent that speaks the OpenAI
 //! API (`OPENAI_BASE_URL=<url>`, any key) talks to it. Each request crosses
-//! to the host on the `/abridge` namespace, where an [`OpenAiGateway`]
-//! calls the real upstream (OpenAI, vLLM, SGLang, any compatible server)
-//! with the key only the host holds, and the answer comes back on the same
-//! namespace while the agent keeps running.
+//! to the host on the `/abridge` namespace, where a [`Gateway`] calls the
+//! real upstream (`Gateway::openai`: OpenAI, vLLM, SGLang, any compatible
+//! server; `Gateway::anthropic`: Anthropic's API) with the key only the
+//! host holds, and the answer comes back on the same namespace while the
+//! agent keeps running.
 //!
 //! ```ignore
 //! // host
-//! let gateway = OpenAiGateway::new("http://127.0.0.1:8000/v1").key(key);
+//! let gateway = Gateway::openai("http://127.0.0.1:8000/v1").key(key);
 //! sandbox.register_namespace(gateway.namespace())?;
 //! let url = sandbox.remote(agentix_abridge::serve, 0u16).await?;
 //! // in the sandbox: OPENAI_BASE_URL=$url OPENAI_API_KEY=placeholder agent ...
@@ -27,9 +28,10 @@
 //! disconnects closes the upstream connection.
 //!
 //! An agent that speaks Anthropic's Messages API (`POST /v1/messages`,
-//! `ANTHROPIC_BASE_URL=<url without /v1>`) is served by the same
-//! OpenAI-compatible upstream: [`anthropic`] and [`anthropic_stream`]
-//! translate requests, answers, errors and stream events.
+//! `POST /v1/messages/count_tokens`, `ANTHROPIC_BASE_URL=<url without
+//! /v1>`) is served by either: to an OpenAI-compatible upstream,
+//! [`anthropic`] and [`anthropic_stream`] translate requests, answers,
+//! errors and stream events ([`upstream_shape`] says what goes where).
 //!
 //! Upstreams are reached over plain HTTP or TLS (rustls, the public roots
 //! and any a gateway adds).
@@ -49,10 +51,12 @@ pub mod sandbox_endpoint;
 pub mod sandbox_stream;
 pub mod tls;
 pub mod upstream;
+pub mod upstream_shape;
 
 pub use exchange_log::{Exchange, ExchangeLog, JsonLinesRecorder, Recorder};
-pub use gateway::OpenAiGateway;
+pub use gateway::Gateway;
 pub use sandbox_endpoint::{serve, serve_with, stop, AbridgeError, EndpointOptions};
+pub use upstream_shape::UpstreamShape;
 
 agentix::plugin_crate!();
 

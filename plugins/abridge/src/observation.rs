@@ -36,6 +36,7 @@ impl Observation {
             Api::ChatCompletions => "abridge.chat_completions",
             Api::Messages => "abridge.messages",
             Api::Models => "abridge.models",
+            Api::CountTokens => "abridge.count_tokens",
         };
         let model = request.get("model").cloned().unwrap_or(Value::Null);
         let span = trace::span_under(name, parent)
@@ -88,12 +89,17 @@ impl Observation {
         }
     }
 
-    /// Takes the token counts from an OpenAI `usage` object.
+    /// Takes the token counts from a `usage` object, OpenAI's
+    /// (`prompt_tokens`, `completion_tokens`) or Anthropic's (`input_tokens`,
+    /// `output_tokens`).
     pub fn usage(&mut self, usage: &Value) {
-        if let Some(prompt) = usage["prompt_tokens"].as_u64() {
+        let count = |openai: &str, anthropic: &str| {
+            usage[openai].as_u64().or_else(|| usage[anthropic].as_u64())
+        };
+        if let Some(prompt) = count("prompt_tokens", "input_tokens") {
             self.record.prompt_tokens = Some(prompt);
         }
-        if let Some(completion) = usage["completion_tokens"].as_u64() {
+        if let Some(completion) = count("completion_tokens", "output_tokens") {
             self.record.completion_tokens = Some(completion);
         }
     }

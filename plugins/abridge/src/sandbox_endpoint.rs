@@ -184,14 +184,15 @@ async fn respond(serving: &Serving, request: Request<Incoming>) -> Response<Agen
         (Method::POST, "/v1/chat/completions") => Api::ChatCompletions,
         (Method::GET, "/v1/models") => Api::Models,
         (Method::POST, "/v1/messages") => Api::Messages,
+        (Method::POST, "/v1/messages/count_tokens") => Api::CountTokens,
         (method, path) => {
             return whole(UpstreamAnswer::error(
                 404,
                 "not_found",
                 format!(
-                "abridge serves POST /v1/chat/completions, POST /v1/messages and GET /v1/models, \
-                 not {method} {path}"
-            ),
+                    "abridge serves POST /v1/chat/completions, POST /v1/messages, \
+                 POST /v1/messages/count_tokens and GET /v1/models, not {method} {path}"
+                ),
             ))
         }
     };

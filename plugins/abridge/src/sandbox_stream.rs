@@ -226,7 +226,7 @@ pub async fn relay(
 /// The event that tells the agent its stream broke off, in its API's words.
 fn broken_stream_event(api: Api, why: &str) -> String {
     match api {
-        Api::Messages => {
+        Api::Messages | Api::CountTokens => {
             let error = json!({"type": "error", "error": {"type": "api_error", "message": why}});
             format!("event: error\ndata: {error}\n\n")
         }
@@ -250,7 +250,7 @@ pub fn host_failed(e: RemoteSioError, host_timeout: Duration) -> UpstreamAnswer 
             "gateway_unreachable",
             format!(
                 "the host's abridge gateway did not answer ({e}); register \
-                 OpenAiGateway::namespace() on this sandbox"
+                 a Gateway's namespace() on this sandbox"
             ),
         ),
     }

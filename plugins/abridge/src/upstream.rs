@@ -29,8 +29,8 @@ pub struct Outgoing<'a> {
     pub method: Method,
     /// The full URL (`http://host:port/v1/chat/completions`).
     pub url: &'a str,
-    /// The bearer key, if any.
-    pub key: Option<&'a str>,
+    /// Headers that carry the key (and the API version, for Anthropic).
+    pub headers: Vec<(&'static str, String)>,
     /// The JSON body of a `POST`.
     pub body: Option<Vec<u8>>,
     /// How long the upstream may take to answer in full.
@@ -155,8 +155,8 @@ pub async fn open(out: Outgoing<'_>) -> Result<Opened, String> {
         .uri(path)
         .header(hyper::header::HOST, authority)
         .header(hyper::header::ACCEPT, out.accept);
-    if let Some(key) = out.key {
-        request = request.header(hyper::header::AUTHORIZATION, format!("Bearer {key}"));
+    for (name, value) in out.headers {
+        request = request.header(name, value);
     }
     let body = match out.body {
         Some(body) => {
