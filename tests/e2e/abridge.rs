@@ -243,8 +243,10 @@ fn event(i: usize) -> String {
 
 /// A streaming upstream. Model `paused`: event 0, then the rest (5 in all)
 /// once released. `endless`: an event every 20 ms until its client goes.
-/// `long`: 2,000 events at once, cut into odd-sized writes. Anything else:
-/// a 429 with `Retry-After: 3`. Every finished stream ends `data: [DONE]`.
+/// `long`: 2,000 events at once, cut into odd-sized writes. `dropped`:
+/// event 0, then the connection breaks. `slow`: headers after 3 s.
+/// Anything else: a 429 with `Retry-After: 3`. Every finished stream ends
+/// `data: [DONE]`.
 async fn streaming_upstream(script: Arc<StreamScript>) -> String {
     use futures_util::StreamExt;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -259,9 +261,13 @@ async fn streaming_upstream(script: Arc<StreamScript>) -> String {
                         let bytes = request.into_body().collect().await.unwrap().to_bytes();
                         let body: Value = serde_json::from_slice(&bytes).unwrap();
                         assert_eq!(body["stream"], true, "asked upstream as a stream");
-                        let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(4);
+                        let (tx, rx) = tokio::sync::mpsc::channel::<std::io::Result<Bytes>>(4);
                         let model = body["model"].as_str().unwrap_or_default().to_owned();
-                        if !["paused", "endless", "long"].contains(&model.as_str()) {
+                        if model == "slow" {
+                            tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+                        }
+                        let streams = ["paused", "endless", "long", "dropped", "slow"];
+                        if !streams.contains(&model.as_str()) {
                             let limited = Response::builder()
                                 .status(429)
                                 .header("retry-after", "3")
@@ -272,8 +278,16 @@ async fn streaming_upstream(script: Arc<StreamScript>) -> String {
                             return Ok::<_, Infallible>(limited);
                         }
                         tokio::spawn(async move {
-                            let send = |text: String| tx.send(Bytes::from(text));
+                            let send = |text: String| tx.send(Ok(Bytes::from(text)));
                             match model.as_str() {
+                                "dropped" => {
+                                    send(event(0)).await.unwrap();
+                                    // Written out before the break, not lost in a buffer.
+                                    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+                                    let broken = std::io::Error::other("the upstream died");
+                                    let _ = tx.send(Err(broken)).await;
+                                    return;
+                                }
                                 "paused" => {
                                     send(event(0)).await.unwrap();
                                     script.release.notified().await;
@@ -296,7 +310,7 @@ async fn streaming_upstream(script: Arc<StreamScript>) -> String {
                                     let all = all.into_bytes();
                                     for piece in all.chunks(1_000 + 7) {
                                         let piece = Bytes::copy_from_slice(piece);
-                                        if tx.send(piece).await.is_err() {
+                                        if tx.send(Ok(piece)).await.is_err() {
                                             return;
                                         }
                                     }
@@ -306,7 +320,7 @@ async fn streaming_upstream(script: Arc<StreamScript>) -> String {
                         });
                         let frames = futures_util::stream::unfold(rx, |mut rx| async move {
                             let bytes = rx.recv().await?;
-                            Some((Ok::<_, Infallible>(hyper::body::Frame::data(bytes)), rx))
+                            Some((bytes.map(hyper::body::Frame::data), rx))
                         })
                         .boxed();
                         let body = http_body_util::StreamBody::new(frames);
@@ -990,4 +1004,88 @@ async fn an_anthropic_upstream_gets_messages_as_they_are_with_its_key_and_versio
         .iter()
         .all(|(_, key, version)| key == "sk-ant-host" && version == "2023-06-01"));
     assert_eq!(seen[2].0, "/v1/messages/count_tokens");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upstream_that_breaks_mid_stream_or_answers_late_is_told_to_the_agent() {
+    let script = Arc::new(StreamScript::default());
+    let base = streaming_upstream(script).await;
+    let sb = support::sandbox().await;
+    let gateway = Gateway::openai(&base).timeout(std::time::Duration::from_millis(500));
+    sb.register_namespace(gateway.namespace()).unwrap();
+    let url = sb.remote(agentix_abridge::serve, 0u16).await.unwrap();
+    let completions = format!("{url}/chat/completions");
+
+    // The first event arrives, then an error event, then the end.
+    let (status, _, mut body) = agent_stream(&completions, "dropped").await;
+    assert_eq!(status, 200);
+    let mut text = Vec::new();
+    assert!(!read_at_least(&mut body, &mut text, usize::MAX).await);
+    let text = String::from_utf8(text).unwrap();
+    let (first, rest) = text.split_at(event(0).len());
+    assert_eq!(first, event(0));
+    let error: Value = serde_json::from_str(rest.trim().strip_prefix("data: ").unwrap()).unwrap();
+    assert!(
+        error["error"]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("the upstream broke off"),
+        "{rest}"
+    );
+
+    // Headers later than the gateway's timeout: a 504 saying so.
+    let (status, _, mut body) = agent_stream(&completions, "slow").await;
+    let mut text = Vec::new();
+    read_at_least(&mut body, &mut text, usize::MAX).await;
+    let text = String::from_utf8(text).unwrap();
+    assert_eq!(status, 504, "{text}");
+    assert!(text.contains("did not answer within 500ms"), "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_openai_sdk_gets_the_first_piece_before_the_upstream_finishes_and_leaving_closes_it() {
+    let script = Arc::new(StreamScript::default());
+    let base = streaming_upstream(script.clone()).await;
+    let sb = support::sandbox().await;
+    sb.register_namespace(Gateway::openai(&base).namespace())
+        .unwrap();
+    let url = sb.remote(agentix_abridge::serve, 0u16).await.unwrap();
+    let marker = support::scratch_dir("abridge-sdk-stream").join("first-piece");
+    let python = support::python();
+    let agent_script =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("interop/llm_sdk_stream_agent.py");
+    let opts = agentix_bash::BashOptions::new()
+        .env("OPENAI_BASE_URL", &url)
+        .env("OPENAI_API_KEY", "placeholder")
+        .timeout(std::time::Duration::from_secs(120));
+    let command = format!(
+        "{} {} {}",
+        python.display(),
+        agent_script.display(),
+        marker.display()
+    );
+    let agent = std::future::IntoFuture::into_future(sb.remote(agentix_bash::run, (command, opts)));
+    let upstream = async {
+        // The SDK holds the first piece while the upstream holds the rest.
+        support::wait_until_async("the SDK to read the first piece", || async {
+            marker.exists()
+        })
+        .await;
+        script.release.notify_one();
+    };
+    let (ran, ()) = tokio::join!(agent, upstream);
+    let ran = ran.unwrap();
+    assert_eq!(
+        ran.exit_code,
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&ran.stderr)
+    );
+    let read: Value = serde_json::from_slice(&ran.stdout).unwrap();
+    let pieces: Vec<String> = (0..5).map(|i| format!("piece {i} ✓")).collect();
+    assert_eq!(read["paused"], json!(pieces));
+    assert_eq!(read["endless_read"], 3);
+    tokio::time::timeout(std::time::Duration::from_secs(30), script.closed.notified())
+        .await
+        .expect("the upstream saw the SDK leave");
 }
