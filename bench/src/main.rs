@@ -1,13 +1,14 @@
 //! `cargo run --release -p agentix-bench [-- --json] [--only SECTION,..]`:
 //! measures Agentix on this machine with the embedded local provider.
 //! Sections: boot, echo, inflight, blob, blob64, loaded, stream, cancel, bash, files,
-//! rss, kill, side, ns, faults, docker.
+//! abridge, rss, kill, side, ns, faults, docker.
 //!
 //! The binary is its own bundle (it calls `agentix::bundle::dispatch` first),
 //! so the sandbox runs exactly the code measured here. It prints a table; with
 //! `--json` the last line is one JSON object with every figure. Figures are
 //! medians or totals over many calls; nothing here asserts a target.
 
+mod abridge;
 mod bench_fns;
 mod docker;
 mod faults;
@@ -25,7 +26,7 @@ use futures_util::stream;
 use report::Report;
 
 fn main() {
-    agentix::link_plugins!(agentix_bash, agentix_files);
+    agentix::link_plugins!(agentix_bash, agentix_files, agentix_abridge);
     agentix::bundle::dispatch_with(bench_fns::worker_setup);
     let args: Vec<String> = std::env::args().collect();
     let json = args.iter().any(|a| a == "--json");
@@ -105,6 +106,9 @@ async fn run(sections: Sections) -> Report {
     sb.delete().await;
     if sections.wants("kill") {
         kill_to_recovered(&provider, &mut report).await;
+    }
+    if sections.wants("abridge") {
+        abridge::abridge(&provider, &mut report).await;
     }
     if sections.wants("side") {
         side_channels(&provider, &mut report).await;

@@ -9,7 +9,6 @@ use agentix::trace::{self, SpanContext};
 use agentix::{ClientNamespace, HostNamespace};
 use serde_json::{json, Value};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
-use tokio_rustls::rustls::ClientConfig;
 
 use crate::anthropic;
 use crate::exchange::{Api, StreamHead, StreamOpen, UpstreamAnswer, UpstreamRequest};
@@ -17,7 +16,7 @@ use crate::exchange_log::ExchangeLog;
 use crate::gateway_stream::{Pumping, StreamPumps};
 use crate::observation::Observation;
 use crate::tls;
-use crate::upstream::{self, send, Outgoing};
+use crate::upstream::{self, send, Outgoing, UpstreamClient};
 use crate::upstream_shape::{UpstreamCall, UpstreamShape};
 use crate::{EVENT_STREAM, EVENT_STREAM_ACK, EVENT_STREAM_CANCEL, EVENT_UPSTREAM, NAMESPACE};
 
@@ -38,7 +37,7 @@ pub struct Gateway {
     log: Option<ExchangeLog>,
     max_concurrent: usize,
     extra_roots: Vec<Vec<u8>>,
-    tls: Result<Arc<ClientConfig>, String>,
+    client: Result<UpstreamClient, String>,
 }
 
 impl Gateway {
@@ -64,7 +63,7 @@ impl Gateway {
             log: None,
             max_concurrent: DEFAULT_MAX_CONCURRENT,
             extra_roots: Vec::new(),
-            tls: tls::client_config(&[]),
+            client: tls::client_config(&[]).map(upstream::client),
         }
     }
 
@@ -95,7 +94,7 @@ impl Gateway {
     /// saying so.
     pub fn add_root_certificate(mut self, der: impl Into<Vec<u8>>) -> Self {
         self.extra_roots.push(der.into());
-        self.tls = tls::client_config(&self.extra_roots);
+        self.client = tls::client_config(&self.extra_roots).map(upstream::client);
         self
     }
 
@@ -189,7 +188,7 @@ impl Gateway {
         };
         let api = request.api;
         let mut watch = self.observe(&request, parent);
-        let (call, tls) = match self.upstream_call(request) {
+        let (call, client) = match self.upstream_call(request) {
             Ok(call) => call,
             Err(refused) => {
                 let why = refused.body["error"]["message"].as_str().map(str::to_owned);
@@ -206,7 +205,7 @@ impl Gateway {
             body: call.body.map(|b| b.to_string().into_bytes()),
             timeout: self.timeout,
             accept: "application/json",
-            tls: &tls,
+            client: &client,
         })
         .await;
         watch.usage(&answer.body["usage"]);
@@ -271,7 +270,7 @@ impl Gateway {
         slot: OwnedSemaphorePermit,
     ) -> StreamHead {
         let api = open.request.api;
-        let (call, tls) = match self.upstream_call(open.request) {
+        let (call, client) = match self.upstream_call(open.request) {
             Ok(call) => call,
             Err(refused) => {
                 watch
@@ -291,7 +290,7 @@ impl Gateway {
             body: call.body.map(|b| b.to_string().into_bytes()),
             timeout: self.timeout,
             accept: "text/event-stream",
-            tls: &tls,
+            client: &client,
         };
         let translate = self.shape.stream_translator(api);
         let opened = tokio::time::timeout(self.timeout, upstream::open(outgoing)).await;
@@ -333,14 +332,14 @@ impl Gateway {
     }
 
     /// The upstream call for an agent's request (the model overridden if
-    /// the gateway says so) and the TLS settings, or the answer that
-    /// refuses it.
+    /// the gateway says so) and the connections to make it on, or the
+    /// answer that refuses it.
     fn upstream_call(
         &self,
         request: UpstreamRequest,
-    ) -> Result<(UpstreamCall, Arc<ClientConfig>), UpstreamAnswer> {
+    ) -> Result<(UpstreamCall, UpstreamClient), UpstreamAnswer> {
         let api = request.api;
-        let tls = self.tls.clone().map_err(|why| {
+        let client = self.client.clone().map_err(|why| {
             for_agent(
                 api,
                 UpstreamAnswer::error(502, "gateway_misconfigured", why),
@@ -354,7 +353,7 @@ impl Gateway {
             .shape
             .call(&self.base_url, api, body)
             .map_err(|refused| for_agent(api, refused))?;
-        Ok((call, tls))
+        Ok((call, client))
     }
 }
 

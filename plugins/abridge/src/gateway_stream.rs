@@ -86,7 +86,6 @@ impl StreamPumps {
             .insert(stream_id.clone(), control);
         let pumps = self.clone();
         tokio::spawn(async move {
-            let connection = opened.connection.clone();
             let Pumping {
                 limit,
                 translate,
@@ -121,9 +120,6 @@ impl StreamPumps {
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .remove(&stream_id);
-            // Whatever the outcome the upstream connection is done: closing
-            // it stops an upstream that is still generating.
-            connection.abort();
             drop(slot);
             let sent = state.watch.recording().then_some(state.sent);
             state.watch.end(200, None, sent, state.end).await;

@@ -1,22 +1,22 @@
-//! One HTTP/1.1 request to an upstream, over plain HTTP or TLS
-//! ([`crate::tls`]): [`send`] answers
-//! it whole as an [`UpstreamAnswer`] whatever happens (the upstream's own
-//! status and body, or 502 when it cannot be reached and 504 when it does
-//! not answer in time); [`open`] stops at the headers, for a stream.
+//! Requests to an upstream, over plain HTTP or TLS ([`crate::tls`]), on
+//! kept-alive connections ([`UpstreamClient`], hyper-util's pooling client):
+//! [`send`] answers one whole as an [`UpstreamAnswer`] whatever happens
+//! (the upstream's own status and body, or 502 when it cannot be reached
+//! and 504 when it does not answer in time); [`open`] stops at the
+//! headers, for a stream. A response body dropped before its end closes
+//! its connection, which is how an abandoned stream stops the upstream.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
-use hyper::client::conn::http1::SendRequest;
 use hyper::{Method, Request};
-use hyper_util::rt::TokioIo;
-
-use tokio_rustls::rustls::pki_types::ServerName;
+use hyper_rustls::HttpsConnector;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
 use tokio_rustls::rustls::ClientConfig;
-use tokio_rustls::TlsConnector;
 
 use crate::exchange::UpstreamAnswer;
 
@@ -37,8 +37,24 @@ pub struct Outgoing<'a> {
     pub timeout: Duration,
     /// The `Accept` header: JSON, or server-sent events for a stream.
     pub accept: &'static str,
-    /// How to check an `https://` upstream.
-    pub tls: &'a Arc<ClientConfig>,
+    /// The connections to use.
+    pub client: &'a UpstreamClient,
+}
+
+/// Kept-alive connections to upstreams, shared by a gateway's clones.
+pub type UpstreamClient = Client<HttpsConnector<HttpConnector>, Full<Bytes>>;
+
+/// A client for `http://` and `https://` upstreams, TLS checked by `tls`.
+pub fn client(tls: ClientConfig) -> UpstreamClient {
+    let mut tcp = HttpConnector::new();
+    tcp.set_nodelay(true);
+    tcp.enforce_http(false);
+    let connector = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config(tls)
+        .https_or_http()
+        .enable_http1()
+        .wrap_connector(tcp);
+    Client::builder(TokioExecutor::new()).build(connector)
 }
 
 /// Sends `out` and turns every outcome into an answer for the agent.
@@ -72,11 +88,9 @@ pub struct Opened {
     pub status: u16,
     /// Its `Retry-After`, if any.
     pub retry_after: Option<String>,
-    /// The body, read as it arrives.
+    /// The body, read as it arrives; dropping it early closes the
+    /// connection.
     pub body: Incoming,
-    /// The connection's task: aborting it closes the connection, which is
-    /// how an abandoned stream tells the upstream to stop.
-    pub connection: tokio::task::AbortHandle,
 }
 
 impl Opened {
@@ -99,61 +113,24 @@ impl Opened {
     }
 }
 
-/// An HTTP/1.1 connection over `io`, driven by a task of its own.
-async fn handshake<IO>(
-    io: IO,
-    host: &str,
-    port: u16,
-) -> Result<(SendRequest<Full<Bytes>>, tokio::task::AbortHandle), String>
-where
-    IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
-{
-    let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(io))
-        .await
-        .map_err(|e| format!("the upstream at {host}:{port} broke the handshake: {e}"))?;
-    let connection = tokio::spawn(async move {
-        let _ = connection.await;
-    })
-    .abort_handle();
-    Ok((sender, connection))
-}
-
 /// Sends `out` and returns once the upstream's status and headers are in.
 pub async fn open(out: Outgoing<'_>) -> Result<Opened, String> {
     let uri: hyper::Uri = out
         .url
         .parse()
         .map_err(|e| format!("`{}` is not a URL: {e}", out.url))?;
-    let host = uri
-        .host()
-        .ok_or_else(|| format!("`{}` has no host", out.url))?;
     let secure = match uri.scheme_str() {
         Some("http") => false,
         Some("https") => true,
         _ => return Err(format!("`{}` is neither http:// nor https://", out.url)),
     };
-    let port = uri.port_u16().unwrap_or(if secure { 443 } else { 80 });
-    let stream = tokio::net::TcpStream::connect((host, port))
-        .await
-        .map_err(|e| format!("cannot connect to the upstream at {host}:{port}: {e}"))?;
-    let _ = stream.set_nodelay(true);
-    let (mut sender, connection) = if secure {
-        let name = ServerName::try_from(host.trim_matches(['[', ']']).to_owned())
-            .map_err(|e| format!("`{host}` cannot be checked against a certificate: {e}"))?;
-        let tls = TlsConnector::from(out.tls.clone())
-            .connect(name, stream)
-            .await
-            .map_err(|e| format!("TLS with the upstream at {host}:{port} failed: {e}"))?;
-        handshake(tls, host, port).await?
-    } else {
-        handshake(stream, host, port).await?
-    };
-    let authority = uri.authority().map(|a| a.to_string()).unwrap_or_default();
-    let path = uri.path_and_query().map(|p| p.as_str()).unwrap_or("/");
+    let authority = uri
+        .authority()
+        .map(|a| a.to_string())
+        .ok_or_else(|| format!("`{}` has no host", out.url))?;
     let mut request = Request::builder()
         .method(out.method)
-        .uri(path)
-        .header(hyper::header::HOST, authority)
+        .uri(uri)
         .header(hyper::header::ACCEPT, out.accept);
     for (name, value) in out.headers {
         request = request.header(name, value);
@@ -168,10 +145,20 @@ pub async fn open(out: Outgoing<'_>) -> Result<Opened, String> {
     let request = request
         .body(Full::new(body))
         .map_err(|e| format!("the request cannot be built: {e}"))?;
-    let response = sender
-        .send_request(request)
-        .await
-        .map_err(|e| format!("the upstream at {host}:{port} dropped the request: {e}"))?;
+    let response = out.client.request(request).await.map_err(|e| {
+        let over = if secure { " over TLS" } else { "" };
+        if e.is_connect() {
+            format!(
+                "cannot connect to the upstream at {authority}{over}: {}",
+                causes(&e)
+            )
+        } else {
+            format!(
+                "the upstream at {authority} dropped the request: {}",
+                causes(&e)
+            )
+        }
+    })?;
     let status = response.status().as_u16();
     let retry_after = response
         .headers()
@@ -182,6 +169,18 @@ pub async fn open(out: Outgoing<'_>) -> Result<Opened, String> {
         status,
         retry_after,
         body: response.into_body(),
-        connection,
     })
+}
+
+/// An error and its causes, as one line: the client's own error says
+/// little ("client error (Connect)"), its sources say why.
+fn causes(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
 }
