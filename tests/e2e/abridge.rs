@@ -10,7 +10,7 @@ mod support;
 use std::sync::{Arc, Mutex};
 
 use agentix_abridge::exchange::Api;
-use agentix_abridge::{Exchange, ExchangeLog, Gateway, JsonLinesRecorder};
+use agentix_abridge::{Exchange, ExchangeLog, Gateway, JsonLinesRecorder, NAMESPACE};
 use serde_json::{json, Value};
 
 use fakes::*;
@@ -57,6 +57,13 @@ async fn an_agents_request_reaches_the_upstream_through_the_host_with_the_hosts_
         body["return_token_ids"], true,
         "unknown fields pass through"
     );
+
+    // A 500 with an HTML page stays a 500, the page's text in an error.
+    let broken = json!({"model": "broken", "messages": []});
+    let (status, _, text) = agent("POST", &format!("{url}/chat/completions"), Some(broken)).await;
+    assert_eq!(status, 500, "{text}");
+    let error: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(error["error"]["message"], "<h1>Internal Server Error</h1>");
 
     // A 429 stays a 429, with its Retry-After.
     let limited = json!({"model": "rate-limited", "messages": []});
@@ -221,8 +228,19 @@ async fn the_official_openai_and_anthropic_sdks_in_the_sandbox_work_through_abri
     };
     sb.register_namespace(namespace).unwrap();
     let url = sb.remote(agentix_abridge::serve, 0u16).await.unwrap();
+    // A second host on /abridge sees everything the sandbox sends there.
+    let mut spy =
+        support::raw_socket::RawSocket::connect_ns(sb.addr(), sb.token(), NAMESPACE).await;
+    let crossed = Arc::new(Mutex::new(Vec::new()));
+    let spying = tokio::spawn({
+        let crossed = crossed.clone();
+        async move {
+            while let Some(text) = spy.recv().await {
+                crossed.lock().unwrap().push(text);
+            }
+        }
+    });
     let python = support::python();
-
     let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("interop/llm_sdk_agent.py");
     // What a user sets for an agent inside the sandbox.
     let opts = agentix_bash::BashOptions::new()
@@ -264,6 +282,17 @@ async fn the_official_openai_and_anthropic_sdks_in_the_sandbox_work_through_abri
         saw["env_values_with_secret"],
         json!([]),
         "the key is not in the sandbox"
+    );
+    spying.abort();
+    let crossed = crossed.lock().unwrap().clone();
+    let requests = crossed
+        .iter()
+        .filter(|t| t.contains("[\"upstream\",") || t.contains("[\"stream\","))
+        .count();
+    assert_eq!(requests, 8, "every request the sandbox made was seen");
+    assert!(
+        crossed.iter().all(|t| !t.contains("host-secret")),
+        "the key never crossed the namespace"
     );
 
     {

@@ -14,8 +14,8 @@ use serde_json::{json, Value};
 /// What the upstream saw: the `Authorization` header and the JSON body.
 pub(crate) type Seen = Arc<Mutex<Vec<(String, Value)>>>;
 
-/// A stand-in for vLLM: completions (a 429 for model `rate-limited`) and
-/// a model list; returns its base URL.
+/// A stand-in for vLLM: completions (a 429 for model `rate-limited`, an
+/// HTML 500 for `broken`) and a model list; returns its base URL.
 pub(crate) async fn upstream(seen: Seen) -> String {
     serve_http(move |request: Request<hyper::body::Incoming>| {
         let seen = seen.clone();
@@ -31,6 +31,11 @@ pub(crate) async fn upstream(seen: Seen) -> String {
             seen.lock().unwrap().push((auth, body.clone()));
             let response = match path.as_str() {
                 "/v1/models" => Response::new(full(json!({"data": [{"id": "m1"}]}))),
+                _ if body["model"] == "broken" => Response::builder()
+                    .status(500)
+                    .header("content-type", "text/html")
+                    .body(Full::new(Bytes::from("<h1>Internal Server Error</h1>")))
+                    .unwrap(),
                 _ if body["model"] == "rate-limited" => Response::builder()
                     .status(429)
                     .header("retry-after", "7")
