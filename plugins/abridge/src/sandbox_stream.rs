@@ -11,6 +11,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::convert::Infallible;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -37,6 +38,9 @@ const ACK_EVERY: u64 = STREAM_WINDOW / 4;
 /// Items kept out of order before the stream is given up as broken: the
 /// window, and the one end item the host may send past it.
 const MOST_EARLY: u64 = STREAM_WINDOW + 1;
+
+/// The number of this worker's next stream.
+static NEXT_STREAM: AtomicU64 = AtomicU64::new(1);
 
 /// Streams whose items are arriving, by id.
 static ARRIVING: Mutex<Option<HashMap<String, Arriving>>> = Mutex::new(None);
@@ -132,7 +136,13 @@ pub async fn relay(
     request: UpstreamRequest,
     host_timeout: Duration,
 ) -> Response<AgentBody> {
-    let id = agentix::random_hex(8);
+    // Unique among this worker's streams and those of the worker before it
+    // (the host may still be ending one of those).
+    let id = format!(
+        "{}-{}",
+        std::process::id(),
+        NEXT_STREAM.fetch_add(1, Ordering::Relaxed)
+    );
     let api = request.api;
     let (to_agent, arriving) = mpsc::channel((2 * STREAM_WINDOW) as usize);
     ARRIVING
