@@ -68,10 +68,15 @@ impl StreamPumps {
     ) -> (StreamHead, Option<Observation>) {
         if opened.status != 200 {
             let (status, retry_after) = (opened.status, opened.retry_after.clone());
-            let body = opened
-                .whole_body()
-                .await
-                .unwrap_or_else(|e| json!({"error": {"message": e, "type": "upstream_error"}}));
+            let limit = pumping.limit;
+            let body = match tokio::time::timeout(limit, opened.whole_body()).await {
+                Ok(Ok(body)) => body,
+                Ok(Err(why)) => json!({"error": {"message": why, "type": "upstream_error"}}),
+                Err(_) => json!({"error": {
+                    "message": format!("the upstream's error did not arrive within {limit:?}"),
+                    "type": "upstream_timeout",
+                }}),
+            };
             let head = StreamHead {
                 status,
                 retry_after,
