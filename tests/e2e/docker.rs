@@ -1,6 +1,8 @@
 //! The Docker provider end to end, in an image built here with nothing in
 //! it (no shell, no libc): the bundle brings everything, bash included.
 
+#[path = "abridge_support/mod.rs"]
+mod fakes;
 mod support;
 
 use std::path::PathBuf;
@@ -611,4 +613,45 @@ async fn a_host_killed_mid_call_leaves_a_container_that_stops_and_is_reaped() {
     assert!(provider.reap().await.unwrap() >= 1);
     assert_eq!(containers_of(provider.docker(), &id).await, 0, "reaped");
     let _ = std::fs::remove_dir_all(bundle);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_in_a_container_on_network_none_calls_an_llm_through_abridge() {
+    let provider = DockerProvider::connect().expect("a Docker engine");
+    empty_image(&provider).await;
+    let bundle = bundle_dir("abridge");
+    // The upstream listens on the host's loopback: only the host can reach it.
+    let seen: fakes::Seen = Default::default();
+    let base = fakes::upstream(seen.clone()).await;
+    let mut config = SandboxConfig::new(&bundle).image(EMPTY_IMAGE);
+    config.container.network = agentix::ContainerNetwork::None;
+    let sb = provider.session(config).await.expect("an isolated sandbox");
+    let gateway = agentix_abridge::Gateway::openai(&base).key("host-secret");
+    sb.register_namespace(gateway.namespace()).unwrap();
+    let url = sb.remote(agentix_abridge::serve, 0u16).await.unwrap();
+    let port = url
+        .trim_start_matches("http://127.0.0.1:")
+        .trim_end_matches("/v1");
+
+    // The agent: bash speaking HTTP/1.1 by hand, the image having no client.
+    let body = r#"{"model": "m1", "messages": [{"role": "user", "content": "hi"}]}"#;
+    let agent = format!(
+        "exec 3<>/dev/tcp/127.0.0.1/{port}; \
+         printf 'POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n%s' '{body}' >&3; \
+         while IFS= read -r line || [ -n \"$line\" ]; do echo \"$line\"; done <&3",
+        body.len()
+    );
+    let options = BashOptions::new().timeout(std::time::Duration::from_secs(30));
+    let out = sb
+        .remote(agentix_bash::run, (agent, options))
+        .await
+        .unwrap();
+    let text = out.stdout_lossy();
+    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+    assert!(text.contains("hi from upstream"), "{text}");
+    let (auth, _) = seen.lock().unwrap().last().cloned().unwrap();
+    assert_eq!(auth, "Bearer host-secret", "the key was added on the host");
+    let id = sb.id().to_owned();
+    sb.delete().await;
+    assert_eq!(containers_of(provider.docker(), &id).await, 0);
 }

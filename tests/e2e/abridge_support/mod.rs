@@ -1,6 +1,9 @@
 //! What the abridge tests stand up around a sandbox: fake upstreams (an
 //! OpenAI-compatible one whole, streaming and for the SDKs, a TLS one, an
-//! Anthropic one) and an agent's HTTP client.
+//! Anthropic one) and an agent's HTTP client. The Docker tests use them
+//! too.
+
+#![allow(dead_code)]
 
 use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
