@@ -41,6 +41,7 @@ pub mod side_namespaces;
 pub mod side_relay;
 pub mod supervisor;
 pub mod upgrade_gate;
+pub mod worker_pipes;
 pub mod worker_process;
 
 pub use config::ServerConfig;

@@ -8,14 +8,13 @@
 //! fast), and correlates calls: a call is a message whose reply resolves when
 //! the worker's matching result or error frame arrives, so the pending table
 //! lives inside this actor and behind no lock. When the worker dies every call
-//! in flight ends at once with `WorkerExited`.
+//! in flight ends at once with `WorkerExited`. The pipes between it and the
+//! worker are pumped by tasks of [`crate::worker_pipes`].
 
 use std::ffi::OsString;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use actix::prelude::*;
-use agentix_actors::codec::{self, FrameReader};
 use agentix_actors::errors::{ErrorKind, RemoteError};
 use agentix_actors::process;
 use agentix_actors::restart_policy::{Restart, RestartPolicy};
@@ -27,9 +26,11 @@ use tokio::sync::mpsc;
 use crate::calls::{CallTable, Cancelled, Delivery, NewCall, Origin, PartDelivery};
 use crate::config::ServerConfig;
 use crate::forwarder::{HostEvent, NamespaceForwarder, ToHosts};
-use crate::oom_kills::oom_kills;
 use crate::side_relay::SideRelay;
-use crate::worker_process::{self, OutputTail, WorkerOutput};
+use crate::worker_pipes::{
+    self, drain_output, FrameArrived, UnreadOutput, UnreadableReply, WorkerExited,
+};
+use crate::worker_process::{self, OutputTail};
 
 // ---- messages ------------------------------------------------------------
 
@@ -80,31 +81,6 @@ pub struct BeginDrain;
 #[rtype(result = "()")]
 pub struct StopWorker;
 
-/// A frame arrived from worker `generation`.
-#[derive(Message)]
-#[rtype(result = "()")]
-struct FrameArrived {
-    generation: u64,
-    frame: Frame,
-}
-
-/// Worker `generation` sent a frame for call `id` that did not decode.
-#[derive(Message)]
-#[rtype(result = "()")]
-struct UnreadableReply {
-    generation: u64,
-    id: u64,
-    why: String,
-}
-
-/// Worker `generation` exited.
-#[derive(Message)]
-#[rtype(result = "()")]
-struct WorkerExited {
-    generation: u64,
-    status: String,
-}
-
 // ---- state ---------------------------------------------------------------
 
 /// What `/health` shows.
@@ -153,15 +129,6 @@ struct Running {
     /// Its stdout and stderr, until someone reads them: the server, at
     /// once for a worker that does not capture its own, else once it died.
     output: UnreadOutput,
-}
-
-/// A worker's output streams, taken by whoever reads them first.
-type UnreadOutput = Arc<Mutex<Option<WorkerOutput>>>;
-
-/// Takes `output` if nobody has, and starts reading it.
-fn drain_output(output: &UnreadOutput) -> Option<tokio::task::JoinHandle<()>> {
-    let taken = output.lock().unwrap_or_else(|p| p.into_inner()).take();
-    taken.map(WorkerOutput::drain)
 }
 
 /// Owns the worker process and the table of calls.
@@ -235,125 +202,19 @@ impl WorkerSupervisor {
             }
         };
         tracing::info!(pid = proc.pid, worker_id, "worker started");
+        let (pid, tail) = (proc.pid, proc.tail.clone());
         let (tx, rx) = mpsc::unbounded_channel();
-        actix::spawn(async move {
-            if let Err(e) = codec::write_frames(proc.frames_out, rx).await {
-                tracing::debug!("worker frame pipe closed for writing: {e}");
-            }
-        });
-        let me = ctx.address();
-        let mut reader = FrameReader::new(proc.frames_in, codec::DEFAULT_MAX_FRAME);
-        actix::spawn(async move {
-            loop {
-                match reader.next().await {
-                    Ok(Some(frame)) => {
-                        if me.send(FrameArrived { generation, frame }).await.is_err() {
-                            break;
-                        }
-                    }
-                    Ok(None) => break,
-                    Err(codec::FrameError::Malformed {
-                        why,
-                        call: Some(id),
-                    }) => {
-                        tracing::warn!(
-                            generation,
-                            id,
-                            "a malformed frame from the worker for call {id}: {why}"
-                        );
-                        let unreadable = UnreadableReply {
-                            generation,
-                            id,
-                            why,
-                        };
-                        if me.send(unreadable).await.is_err() {
-                            break;
-                        }
-                    }
-                    Err(e) if e.is_recoverable() => {
-                        tracing::warn!(
-                            generation,
-                            "dropped a malformed frame from the worker: {e}"
-                        );
-                    }
-                    Err(e) => {
-                        tracing::error!(
-                            generation,
-                            "worker frame pipe unusable, killing the worker: {e}"
-                        );
-                        process::signal_group(proc.pid, libc::SIGKILL);
-                        break;
-                    }
-                }
-            }
-        });
-        let logs = self.logs.clone();
-        let mut side = FrameReader::new(proc.side_in, codec::DEFAULT_MAX_FRAME);
-        let pid = proc.pid;
-        let side_tail = proc.tail.clone();
-        actix::spawn(async move {
-            loop {
-                match side.next().await {
-                    Ok(Some(Frame::Logs { batch, output })) => {
-                        for line in output {
-                            side_tail.push(line);
-                        }
-                        logs.send_logs(batch).await
-                    }
-                    Ok(Some(Frame::Traces { batch })) => logs.send_traces(batch).await,
-                    Ok(Some(_)) => {
-                        tracing::warn!(
-                            generation,
-                            "only log and trace frames belong on the side pipe; dropped"
-                        )
-                    }
-                    Ok(None) => break,
-                    Err(e) if e.is_recoverable() => {
-                        tracing::warn!(
-                            generation,
-                            "dropped a malformed log frame from the worker: {e}"
-                        );
-                    }
-                    Err(e) => {
-                        // Unread, the pipe would fill and stall the worker's logging.
-                        tracing::error!(
-                            generation,
-                            "worker side pipe unusable, killing the worker: {e}"
-                        );
-                        process::signal_group(pid, libc::SIGKILL);
-                        break;
-                    }
-                }
-            }
-        });
-        let me = ctx.address();
-        let mut child = proc.child;
-        let output: UnreadOutput = Arc::new(Mutex::new(Some(proc.output)));
-        let unread = output.clone();
-        let oom_before = oom_kills();
-        actix::spawn(async move {
-            let mut status = match child.wait().await {
-                Ok(status) => process::describe_exit(status),
-                Err(e) => format!("lost track of the worker: {e}"),
-            };
-            if oom_kills() > oom_before {
-                status.push_str(
-                    " by the kernel's OOM killer: the sandbox ran out of memory (its memory limit)",
-                );
-            }
-            // Read what the worker left unread, and let the last lines of
-            // output reach the tail, but do not wait on grandchildren that
-            // keep the pipes open.
-            if let Some(drained) = drain_output(&unread) {
-                let _ = tokio::time::timeout(Duration::from_millis(200), drained).await;
-            }
-            me.do_send(WorkerExited { generation, status });
-        });
+        let reports = worker_pipes::Reports {
+            frames: ctx.address().recipient(),
+            unreadable: ctx.address().recipient(),
+            exited: ctx.address().recipient(),
+        };
+        let output = worker_pipes::start(proc, generation, rx, &self.logs, reports);
         self.worker = Some(Running {
-            pid: proc.pid,
+            pid,
             worker_id,
             frames: tx,
-            tail: proc.tail,
+            tail,
             output,
         });
         let timeout = self.config.worker_start_timeout;

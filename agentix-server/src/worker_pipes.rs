@@ -1,0 +1,242 @@
+//! The pumps between the server and one worker process, started by the
+//! `WorkerSupervisor` for each generation ([`start`]): frames to the worker,
+//! frames from it (each a message to the supervisor), its side pipe of log
+//! and trace batches (to the side relay), and the watch on its exit.
+//!
+//! They are tasks, not actors: each owns one pipe end and ends with it, and
+//! the supervisor learns everything it must act on through its mailbox.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use actix::prelude::*;
+use agentix_actors::codec::{self, FrameReader};
+use agentix_actors::process;
+use agentix_actors::wire::Frame;
+use tokio::sync::mpsc;
+
+use crate::oom_kills::oom_kills;
+use crate::side_relay::SideRelay;
+use crate::worker_process::{WorkerOutput, WorkerProcess};
+
+// ---- messages to the supervisor -------------------------------------------
+
+/// A frame arrived from worker `generation`.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct FrameArrived {
+    /// The worker's generation.
+    pub generation: u64,
+    /// The frame.
+    pub frame: Frame,
+}
+
+/// Worker `generation` sent a frame for call `id` that did not decode.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct UnreadableReply {
+    /// The worker's generation.
+    pub generation: u64,
+    /// The call the frame named.
+    pub id: u64,
+    /// Why it did not decode.
+    pub why: String,
+}
+
+/// Worker `generation` exited.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct WorkerExited {
+    /// The worker's generation.
+    pub generation: u64,
+    /// How it ended, for logs and errors.
+    pub status: String,
+}
+
+// ---- the pumps ------------------------------------------------------------
+
+/// A worker's output streams, taken by whoever reads them first: the
+/// server, at once for a worker that does not capture its own, else once
+/// it died.
+pub type UnreadOutput = Arc<Mutex<Option<WorkerOutput>>>;
+
+/// Takes `output` if nobody has, and starts reading it.
+pub fn drain_output(output: &UnreadOutput) -> Option<tokio::task::JoinHandle<()>> {
+    let taken = output.lock().unwrap_or_else(|p| p.into_inner()).take();
+    taken.map(WorkerOutput::drain)
+}
+
+/// Where a worker's pumps report.
+pub struct Reports {
+    /// Each decoded frame.
+    pub frames: Recipient<FrameArrived>,
+    /// Frames that did not decode but named their call.
+    pub unreadable: Recipient<UnreadableReply>,
+    /// The worker's exit.
+    pub exited: Recipient<WorkerExited>,
+}
+
+/// Starts the pumps of worker `generation`: `to_worker` is written to its
+/// frame pipe, what it sends goes to `reports` and `logs`; returns its
+/// output streams, unread.
+pub fn start(
+    proc: WorkerProcess,
+    generation: u64,
+    to_worker: mpsc::UnboundedReceiver<Frame>,
+    logs: &SideRelay,
+    reports: Reports,
+) -> UnreadOutput {
+    actix::spawn(async move {
+        if let Err(e) = codec::write_frames(proc.frames_out, to_worker).await {
+            tracing::debug!("worker frame pipe closed for writing: {e}");
+        }
+    });
+    let pid = proc.pid;
+    let reader = FrameReader::new(proc.frames_in, codec::DEFAULT_MAX_FRAME);
+    actix::spawn(frames_from_worker(
+        reader,
+        generation,
+        pid,
+        reports.frames,
+        reports.unreadable,
+    ));
+    let side = FrameReader::new(proc.side_in, codec::DEFAULT_MAX_FRAME);
+    actix::spawn(side_pipe(
+        side,
+        generation,
+        pid,
+        logs.clone(),
+        proc.tail.clone(),
+    ));
+    let output: UnreadOutput = Arc::new(Mutex::new(Some(proc.output)));
+    // Counted now, before the worker can have run out of memory.
+    let oom_before = oom_kills();
+    let exit = watch_exit(
+        proc.child,
+        generation,
+        oom_before,
+        output.clone(),
+        reports.exited,
+    );
+    actix::spawn(exit);
+    output
+}
+
+async fn frames_from_worker(
+    mut reader: FrameReader<tokio::net::unix::pipe::Receiver>,
+    generation: u64,
+    pid: u32,
+    frames: Recipient<FrameArrived>,
+    unreadable: Recipient<UnreadableReply>,
+) {
+    loop {
+        match reader.next().await {
+            Ok(Some(frame)) => {
+                if frames
+                    .send(FrameArrived { generation, frame })
+                    .await
+                    .is_err()
+                {
+                    break;
+                }
+            }
+            Ok(None) => break,
+            Err(codec::FrameError::Malformed {
+                why,
+                call: Some(id),
+            }) => {
+                tracing::warn!(
+                    generation,
+                    id,
+                    "a malformed frame from the worker for call {id}: {why}"
+                );
+                let reply = UnreadableReply {
+                    generation,
+                    id,
+                    why,
+                };
+                if unreadable.send(reply).await.is_err() {
+                    break;
+                }
+            }
+            Err(e) if e.is_recoverable() => {
+                tracing::warn!(generation, "dropped a malformed frame from the worker: {e}");
+            }
+            Err(e) => {
+                tracing::error!(
+                    generation,
+                    "worker frame pipe unusable, killing the worker: {e}"
+                );
+                process::signal_group(pid, libc::SIGKILL);
+                break;
+            }
+        }
+    }
+}
+
+async fn side_pipe(
+    mut side: FrameReader<tokio::net::unix::pipe::Receiver>,
+    generation: u64,
+    pid: u32,
+    logs: SideRelay,
+    tail: crate::worker_process::OutputTail,
+) {
+    loop {
+        match side.next().await {
+            Ok(Some(Frame::Logs { batch, output })) => {
+                for line in output {
+                    tail.push(line);
+                }
+                logs.send_logs(batch).await
+            }
+            Ok(Some(Frame::Traces { batch })) => logs.send_traces(batch).await,
+            Ok(Some(_)) => {
+                tracing::warn!(
+                    generation,
+                    "only log and trace frames belong on the side pipe; dropped"
+                )
+            }
+            Ok(None) => break,
+            Err(e) if e.is_recoverable() => {
+                tracing::warn!(
+                    generation,
+                    "dropped a malformed log frame from the worker: {e}"
+                );
+            }
+            Err(e) => {
+                // Unread, the pipe would fill and stall the worker's logging.
+                tracing::error!(
+                    generation,
+                    "worker side pipe unusable, killing the worker: {e}"
+                );
+                process::signal_group(pid, libc::SIGKILL);
+                break;
+            }
+        }
+    }
+}
+
+async fn watch_exit(
+    mut child: tokio::process::Child,
+    generation: u64,
+    oom_before: Option<u64>,
+    unread: UnreadOutput,
+    exited: Recipient<WorkerExited>,
+) {
+    let mut status = match child.wait().await {
+        Ok(status) => process::describe_exit(status),
+        Err(e) => format!("lost track of the worker: {e}"),
+    };
+    if oom_kills() > oom_before {
+        status.push_str(
+            " by the kernel's OOM killer: the sandbox ran out of memory (its memory limit)",
+        );
+    }
+    // Read what the worker left unread, and let the last lines of output
+    // reach the tail, but do not wait on grandchildren that keep the pipes
+    // open.
+    if let Some(drained) = drain_output(&unread) {
+        let _ = tokio::time::timeout(Duration::from_millis(200), drained).await;
+    }
+    exited.do_send(WorkerExited { generation, status });
+}
