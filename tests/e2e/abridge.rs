@@ -140,10 +140,7 @@ async fn an_endpoint_with_no_gateway_on_the_host_answers_502_and_says_why() {
 async fn a_streamed_answer_reaches_the_agent_event_by_event_as_the_upstream_sends_it() {
     let script = Arc::new(StreamScript::default());
     let base = streaming_upstream(script.clone()).await;
-    let sb = support::sandbox().await;
-    sb.register_namespace(Gateway::openai(&base).namespace())
-        .unwrap();
-    let url = sb.remote(agentix_abridge::serve, 0u16).await.unwrap();
+    let (_sandbox, url) = serving(Gateway::openai(&base)).await;
     let completions = format!("{url}/chat/completions");
 
     // The first event reaches the agent while the upstream holds the rest.
@@ -192,10 +189,7 @@ async fn a_streamed_answer_reaches_the_agent_event_by_event_as_the_upstream_send
 async fn an_agent_that_leaves_mid_stream_closes_the_upstream_connection() {
     let script = Arc::new(StreamScript::default());
     let base = streaming_upstream(script.clone()).await;
-    let sb = support::sandbox().await;
-    sb.register_namespace(Gateway::openai(&base).namespace())
-        .unwrap();
-    let url = sb.remote(agentix_abridge::serve, 0u16).await.unwrap();
+    let (_sandbox, url) = serving(Gateway::openai(&base)).await;
     let (status, _, mut body) = agent_stream(&format!("{url}/chat/completions"), "endless").await;
     assert_eq!(status, 200);
     let mut text = Vec::new();
@@ -409,6 +403,14 @@ async fn the_official_openai_and_anthropic_sdks_in_the_sandbox_work_through_abri
     assert!(!text.contains("host-secret"), "the key is not recorded");
 }
 
+/// A sandbox whose `/abridge` is `gateway`, and its endpoint's URL.
+async fn serving(gateway: Gateway) -> (agentix::Sandbox, String) {
+    let sb = support::sandbox().await;
+    sb.register_namespace(gateway.namespace()).unwrap();
+    let url = sb.remote(agentix_abridge::serve, 0u16).await.unwrap();
+    (sb, url)
+}
+
 /// Keeps every span that ends.
 struct EndedSpans(Arc<Mutex<Vec<agentix::trace::SpanData>>>);
 
@@ -572,10 +574,8 @@ async fn an_anthropic_upstream_gets_messages_as_they_are_with_its_key_and_versio
 async fn an_upstream_that_breaks_mid_stream_or_answers_late_is_told_to_the_agent() {
     let script = Arc::new(StreamScript::default());
     let base = streaming_upstream(script).await;
-    let sb = support::sandbox().await;
     let gateway = Gateway::openai(&base).timeout(std::time::Duration::from_millis(500));
-    sb.register_namespace(gateway.namespace()).unwrap();
-    let url = sb.remote(agentix_abridge::serve, 0u16).await.unwrap();
+    let (_sandbox, url) = serving(gateway).await;
     let completions = format!("{url}/chat/completions");
 
     // The first event arrives, then an error event, then the end.
@@ -608,10 +608,7 @@ async fn an_upstream_that_breaks_mid_stream_or_answers_late_is_told_to_the_agent
 async fn the_openai_sdk_gets_the_first_piece_before_the_upstream_finishes_and_leaving_closes_it() {
     let script = Arc::new(StreamScript::default());
     let base = streaming_upstream(script.clone()).await;
-    let sb = support::sandbox().await;
-    sb.register_namespace(Gateway::openai(&base).namespace())
-        .unwrap();
-    let url = sb.remote(agentix_abridge::serve, 0u16).await.unwrap();
+    let (sb, url) = serving(Gateway::openai(&base)).await;
     let marker = support::scratch_dir("abridge-sdk-stream").join("first-piece");
     let python = support::python();
     let agent_script =

@@ -17,21 +17,28 @@ use serde_json::{json, Value};
 /// What the upstream saw: the `Authorization` header and the JSON body.
 pub(crate) type Seen = Arc<Mutex<Vec<(String, Value)>>>;
 
+/// Reads `request`, keeps its `Authorization` and JSON body (null if it is
+/// not JSON) in `seen`; returns its path and body.
+async fn recorded(request: Request<hyper::body::Incoming>, seen: &Seen) -> (String, Value) {
+    let auth = request
+        .headers()
+        .get("authorization")
+        .map(|v| v.to_str().unwrap().to_owned())
+        .unwrap_or_default();
+    let path = request.uri().path().to_owned();
+    let bytes = request.into_body().collect().await.unwrap().to_bytes();
+    let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+    seen.lock().unwrap().push((auth, body.clone()));
+    (path, body)
+}
+
 /// A stand-in for vLLM: completions (a 429 for model `rate-limited`, an
 /// HTML 500 for `broken`) and a model list; returns its base URL.
 pub(crate) async fn upstream(seen: Seen) -> String {
     serve_http(move |request: Request<hyper::body::Incoming>| {
         let seen = seen.clone();
         async move {
-            let auth = request
-                .headers()
-                .get("authorization")
-                .map(|v| v.to_str().unwrap().to_owned())
-                .unwrap_or_default();
-            let path = request.uri().path().to_owned();
-            let bytes = request.into_body().collect().await.unwrap().to_bytes();
-            let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
-            seen.lock().unwrap().push((auth, body.clone()));
+            let (path, body) = recorded(request, &seen).await;
             let response = match path.as_str() {
                 "/v1/models" => Response::new(full(json!({"data": [{"id": "m1"}]}))),
                 _ if body["model"] == "broken" => Response::builder()
@@ -287,15 +294,7 @@ pub(crate) async fn sdk_upstream(seen: Seen) -> String {
     serve_http(move |request: Request<hyper::body::Incoming>| {
                     let seen = seen.clone();
                     async move {
-                        let auth = request
-                            .headers()
-                            .get("authorization")
-                            .map(|v| v.to_str().unwrap().to_owned())
-                            .unwrap_or_default();
-                        let path = request.uri().path().to_owned();
-                        let bytes = request.into_body().collect().await.unwrap().to_bytes();
-                        let body: Value = serde_json::from_slice(&bytes).unwrap();
-                        seen.lock().unwrap().push((auth, body.clone()));
+                        let (path, body) = recorded(request, &seen).await;
                         if path == "/tokenize" {
                             // vLLM's, beside /v1.
                             let counted = json!({"count": 12, "max_model_len": 4096, "tokens": []});
