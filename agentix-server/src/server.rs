@@ -92,8 +92,8 @@ async fn serve(config: ServerConfig) -> i32 {
         }
     };
     let token = Token::new(config.token.clone());
-    let (logs, log_inbox) = SideRelay::channel();
-    let supervisor = WorkerSupervisor::new(config.clone(), logs.clone()).start();
+    let (side, log_inbox) = SideRelay::channel();
+    let supervisor = WorkerSupervisor::new(config.clone(), side.clone()).start();
     let credits = SideCredits::default();
     // A message's bytes travel as one binary frame beside a small JSON
     // header; the slack is for that header.
@@ -125,7 +125,7 @@ async fn serve(config: ServerConfig) -> i32 {
     );
     supervisor.do_send(AttachIo(io.clone()));
     forwarder::register(&io, supervisor.clone().recipient(), token.clone());
-    side_namespaces::register(&io, logs, credits.clone(), token);
+    side_namespaces::register(&io, side, credits.clone(), token);
     log_inbox.start(io.clone(), credits);
 
     let ready = serde_json::json!({

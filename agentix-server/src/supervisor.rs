@@ -134,7 +134,8 @@ struct Running {
 /// Owns the worker process and the table of calls.
 pub struct WorkerSupervisor {
     config: ServerConfig,
-    logs: SideRelay,
+    /// Where the workers' log records, output and spans go.
+    side: SideRelay,
     calls: CallTable,
     phase: Phase,
     worker: Option<Running>,
@@ -158,12 +159,12 @@ pub struct WorkerSupervisor {
 
 impl WorkerSupervisor {
     /// A supervisor that will start `config.worker_command` once started,
-    /// relaying what its workers log and print to `logs`.
-    pub fn new(config: ServerConfig, logs: SideRelay) -> Self {
+    /// relaying what its workers log, print and trace to `side`.
+    pub fn new(config: ServerConfig, side: SideRelay) -> Self {
         WorkerSupervisor {
             policy: RestartPolicy::new(config.max_restarts, config.restart_window),
             config,
-            logs,
+            side,
             calls: CallTable::default(),
             phase: Phase::Starting,
             worker: None,
@@ -186,7 +187,7 @@ impl WorkerSupervisor {
         let generation = self.generation;
         let worker_id = format!("{}-{}", std::process::id(), generation);
         self.phase = Phase::Starting;
-        let spawned = worker_process::spawn(&self.config.worker_command, &worker_id, &self.logs);
+        let spawned = worker_process::spawn(&self.config.worker_command, &worker_id, &self.side);
         let proc = match spawned {
             Ok(p) => p,
             Err(e) => {
@@ -209,7 +210,7 @@ impl WorkerSupervisor {
             unreadable: ctx.address().recipient(),
             exited: ctx.address().recipient(),
         };
-        let output = worker_pipes::start(proc, generation, rx, &self.logs, reports);
+        let output = worker_pipes::start(proc, generation, rx, &self.side, reports);
         self.worker = Some(Running {
             pid,
             worker_id,

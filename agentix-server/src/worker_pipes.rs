@@ -77,13 +77,13 @@ pub struct Reports {
 }
 
 /// Starts the pumps of worker `generation`: `to_worker` is written to its
-/// frame pipe, what it sends goes to `reports` and `logs`; returns its
+/// frame pipe, what it sends goes to `reports` and `relay`; returns its
 /// output streams, unread.
 pub fn start(
     proc: WorkerProcess,
     generation: u64,
     to_worker: mpsc::UnboundedReceiver<Frame>,
-    logs: &SideRelay,
+    relay: &SideRelay,
     reports: Reports,
 ) -> UnreadOutput {
     actix::spawn(async move {
@@ -105,7 +105,7 @@ pub fn start(
         side,
         generation,
         pid,
-        logs.clone(),
+        relay.clone(),
         proc.tail.clone(),
     ));
     let output: UnreadOutput = Arc::new(Mutex::new(Some(proc.output)));
@@ -178,7 +178,7 @@ async fn side_pipe(
     mut side: FrameReader<tokio::net::unix::pipe::Receiver>,
     generation: u64,
     pid: u32,
-    logs: SideRelay,
+    relay: SideRelay,
     tail: crate::worker_process::OutputTail,
 ) {
     loop {
@@ -187,9 +187,9 @@ async fn side_pipe(
                 for line in output {
                     tail.push(line);
                 }
-                logs.send_logs(batch).await
+                relay.send_logs(batch).await
             }
-            Ok(Some(Frame::Traces { batch })) => logs.send_traces(batch).await,
+            Ok(Some(Frame::Traces { batch })) => relay.send_traces(batch).await,
             Ok(Some(_)) => {
                 tracing::warn!(
                     generation,
