@@ -27,6 +27,18 @@ pub struct UpstreamRequest {
     pub body: serde_json::Value,
 }
 
+impl UpstreamRequest {
+    /// This request as JSON, its body moved rather than copied (an agent's
+    /// context can be megabytes).
+    pub fn into_json(self) -> serde_json::Value {
+        let mut fields = serde_json::Map::new();
+        let api = serde_json::to_value(self.api).unwrap_or(serde_json::Value::Null);
+        fields.insert("api".into(), api);
+        fields.insert("body".into(), self.body);
+        serde_json::Value::Object(fields)
+    }
+}
+
 /// The upstream's answer, as the sandbox half replays it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct UpstreamAnswer {
@@ -60,6 +72,16 @@ pub struct StreamOpen {
     pub stream_id: String,
     /// The agent's request, `"stream": true` and all.
     pub request: UpstreamRequest,
+}
+
+impl StreamOpen {
+    /// This request as JSON, the agent's body moved rather than copied.
+    pub fn into_json(self) -> serde_json::Value {
+        let mut fields = serde_json::Map::new();
+        fields.insert("stream_id".into(), self.stream_id.into());
+        fields.insert("request".into(), self.request.into_json());
+        serde_json::Value::Object(fields)
+    }
 }
 
 /// The upstream's status for a streamed request: on 200 the body follows
@@ -120,3 +142,26 @@ pub struct StreamCancel {
 /// Items the host may send past the last acknowledged one: a slow agent
 /// slows the upstream read instead of filling memory.
 pub const STREAM_WINDOW: u64 = 64;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_request_moved_into_json_is_what_its_derived_form_is() {
+        let request = UpstreamRequest {
+            api: Api::Messages,
+            body: serde_json::json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]}),
+        };
+        let derived = serde_json::to_value(&request).unwrap();
+        assert_eq!(request.clone().into_json(), derived);
+        let open = StreamOpen {
+            stream_id: "7-1".into(),
+            request,
+        };
+        assert_eq!(
+            open.clone().into_json(),
+            serde_json::to_value(&open).unwrap()
+        );
+    }
+}

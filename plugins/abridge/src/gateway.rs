@@ -193,7 +193,7 @@ impl Gateway {
             Err(refused) => {
                 let why = refused.body["error"]["message"].as_str().map(str::to_owned);
                 watch
-                    .end(refused.status, Some(refused.body.clone()), None, why)
+                    .end(refused.status, Some(&refused.body), None, why)
                     .await;
                 return refused;
             }
@@ -211,7 +211,7 @@ impl Gateway {
         watch.usage(&answer.body["usage"]);
         let answer = for_agent(api, self.shape.answer(api, answer));
         watch
-            .end(answer.status, Some(answer.body.clone()), None, None)
+            .end(answer.status, Some(&answer.body), None, None)
             .await;
         answer
     }
@@ -231,14 +231,14 @@ impl Gateway {
     async fn open_stream(
         &self,
         ns: HostNamespace,
-        envelope: Value,
+        mut envelope: Value,
         pumps: StreamPumps,
         parent: Option<SpanContext>,
         slot: Option<OwnedSemaphorePermit>,
     ) {
         let request_id = envelope.get("request_id").cloned().unwrap_or(Value::Null);
         let head = match (
-            serde_json::from_value::<StreamOpen>(envelope["data"].clone()),
+            serde_json::from_value::<StreamOpen>(envelope["data"].take()),
             slot,
         ) {
             (Err(e), _) => refused(400, "invalid_request", format!("not a stream request: {e}")),
@@ -274,7 +274,7 @@ impl Gateway {
             Ok(call) => call,
             Err(refused) => {
                 watch
-                    .end(refused.status, Some(refused.body.clone()), None, None)
+                    .end(refused.status, Some(&refused.body), None, None)
                     .await;
                 return StreamHead {
                     status: refused.status,
@@ -326,7 +326,7 @@ impl Gateway {
             head.body = Some(for_agent(api, answer).body);
         }
         if let Some(watch) = watch {
-            watch.end(head.status, head.body.clone(), None, None).await;
+            watch.end(head.status, head.body.as_ref(), None, None).await;
         }
         head
     }

@@ -52,6 +52,13 @@ impl Observation {
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_millis() as u64)
             .unwrap_or(0);
+        // Copied only when it will be recorded: an agent's context can be
+        // megabytes.
+        let recorded = if log.is_some() {
+            request.clone()
+        } else {
+            Value::Null
+        };
         Observation {
             span,
             log,
@@ -60,7 +67,7 @@ impl Observation {
                 api,
                 model,
                 upstream_model: upstream_model.map(str::to_owned),
-                request: request.clone(),
+                request: recorded,
                 response: None,
                 stream: None,
                 status: 0,
@@ -105,18 +112,19 @@ impl Observation {
     }
 
     /// Ends the exchange with the agent's `status`, a whole `response` or
-    /// the `stream` text, and why it failed if it did.
+    /// the `stream` text, and why it failed if it did; the response is
+    /// copied only when it will be recorded.
     pub async fn end(
         mut self,
         status: u16,
-        response: Option<Value>,
+        response: Option<&Value>,
         stream: Option<String>,
         error: Option<String>,
     ) {
         let record = &mut self.record;
         record.status = status;
         record.latency_ms = self.began.elapsed().as_secs_f64() * 1e3;
-        record.response = response;
+        record.response = response.filter(|_| self.log.is_some()).cloned();
         record.stream = stream;
         self.span.set_attr("http.status_code", status);
         self.span.set_attr("llm.latency_ms", record.latency_ms);

@@ -241,7 +241,7 @@ async fn respond(serving: &Serving, request: Request<Incoming>) -> Response<Agen
     if request.body.get("stream") == Some(&Value::Bool(true)) {
         return relay(handle, request, host_timeout).await;
     }
-    let forwarded = serde_json::to_value(request).unwrap_or(Value::Null);
+    let forwarded = request.into_json();
     let answer = match handle
         .request_with_timeout(EVENT_UPSTREAM, forwarded, host_timeout)
         .await

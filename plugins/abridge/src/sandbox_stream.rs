@@ -12,7 +12,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::convert::Infallible;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{LazyLock, Mutex};
 use std::time::Duration;
 
 use agentix::{NamespaceHandle, RemoteSioError};
@@ -43,7 +43,7 @@ const MOST_EARLY: u64 = STREAM_WINDOW + 1;
 static NEXT_STREAM: AtomicU64 = AtomicU64::new(1);
 
 /// Streams whose items are arriving, by id.
-static ARRIVING: Mutex<Option<HashMap<String, Arriving>>> = Mutex::new(None);
+static ARRIVING: LazyLock<Mutex<HashMap<String, Arriving>>> = LazyLock::new(Mutex::default);
 
 /// One stream's items on their way to the agent.
 struct Arriving {
@@ -65,10 +65,7 @@ pub fn on_item(data: Value) {
             return;
         }
     };
-    let mut table = ARRIVING.lock().unwrap_or_else(|p| p.into_inner());
-    let Some(streams) = table.as_mut() else {
-        return;
-    };
+    let mut streams = ARRIVING.lock().unwrap_or_else(|p| p.into_inner());
     let Some(stream) = streams.get_mut(&item.stream_id) else {
         tracing::debug!(
             stream = item.stream_id,
@@ -113,10 +110,10 @@ struct Abandon {
 
 impl Drop for Abandon {
     fn drop(&mut self) {
-        let mut table = ARRIVING.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(streams) = table.as_mut() {
-            streams.remove(&self.id);
-        }
+        ARRIVING
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&self.id);
         if !self.ended {
             let cancel = StreamCancel {
                 stream_id: self.id.clone(),
@@ -145,18 +142,14 @@ pub async fn relay(
     );
     let api = request.api;
     let (to_agent, arriving) = mpsc::channel((2 * STREAM_WINDOW) as usize);
-    ARRIVING
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .get_or_insert_with(HashMap::new)
-        .insert(
-            id.clone(),
-            Arriving {
-                next: 1,
-                early: BTreeMap::new(),
-                to_agent,
-            },
-        );
+    ARRIVING.lock().unwrap_or_else(|p| p.into_inner()).insert(
+        id.clone(),
+        Arriving {
+            next: 1,
+            early: BTreeMap::new(),
+            to_agent,
+        },
+    );
     let mut abandon = Abandon {
         id: id.clone(),
         handle: handle.clone(),
@@ -167,11 +160,7 @@ pub async fn relay(
         request,
     };
     let head = handle
-        .request_with_timeout(
-            EVENT_STREAM,
-            serde_json::to_value(open).unwrap_or(Value::Null),
-            host_timeout,
-        )
+        .request_with_timeout(EVENT_STREAM, open.into_json(), host_timeout)
         .await;
     let head: StreamHead = match head {
         Ok(head) => match serde_json::from_value(head) {
