@@ -24,7 +24,9 @@
 //!   `stream_call` drives one streaming call under its window.
 //! - [`worker_start`]: plugin code every worker runs before its first call.
 //! - [`process`]: small Unix process helpers shared by every spawner.
-//! - [`restart_policy`]: when a supervisor restarts a child, as a pure value.
+//! - [`restart_policy`]: when a supervisor restarts a child, as a pure value;
+//!   [`supervision`]: how a parent hears that a child ended, and the address
+//!   of a child it replaces.
 
 pub mod attachment;
 pub mod bulk_lane;
@@ -47,6 +49,7 @@ pub mod restart_policy;
 pub mod side_channel;
 pub mod span_bridge;
 mod stream_call;
+pub mod supervision;
 pub mod trace;
 pub mod wire;
 pub mod worker;

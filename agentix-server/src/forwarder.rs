@@ -1,5 +1,9 @@
 //! [`NamespaceForwarder`]: one actor per plugin namespace the worker opened.
 //!
+//! Supervised by the `WorkerSupervisor`, which its [`ChildGuard`] tells
+//! when it ends and which then starts another on the same path; it has no
+//! children.
+//!
 //! The server knows no plugin's events or payloads: the forwarder emits
 //! whatever the worker sends to every host on its path, in order, and the
 //! plugin namespace handler (see [`register`]) passes whatever hosts send on
@@ -10,6 +14,7 @@
 
 use actix::prelude::*;
 use agentix_actors::request_envelope::{error_reply, request_id, NO_HOST};
+use agentix_actors::supervision::{ChildAddr, ChildGuard};
 use agentix_actors::wire::check_plugin_path;
 use serde_json::Value;
 use socketioxide::extract::{Event, SocketRef, TryData};
@@ -18,6 +23,9 @@ use socketioxide::SocketIo;
 
 use crate::auth::{auth_middleware, Token};
 use crate::emit::emit;
+
+// ---- messages ------------------------------------------------------------
+
 /// A host emitted `event` on plugin namespace `path`: sent to whoever
 /// routes host events to the worker (the `WorkerSupervisor`).
 #[derive(actix::Message)]
@@ -31,30 +39,6 @@ pub struct HostEvent {
     pub data: serde_json::Value,
 }
 
-/// Forwards the worker's events on one namespace path to its hosts.
-pub struct NamespaceForwarder {
-    path: String,
-    io: SocketIo,
-    /// Where hosts' events go, so an unanswerable request is answered.
-    to_worker: Recipient<HostEvent>,
-}
-
-impl NamespaceForwarder {
-    /// A forwarder for `path` on `io`; replies it makes itself go to
-    /// `to_worker`.
-    pub fn new(path: String, io: SocketIo, to_worker: Recipient<HostEvent>) -> Self {
-        NamespaceForwarder {
-            path,
-            io,
-            to_worker,
-        }
-    }
-}
-
-impl Actor for NamespaceForwarder {
-    type Context = Context<Self>;
-}
-
 /// Emit `event` with `data` to every host on the forwarder's path.
 #[derive(Message)]
 #[rtype(result = "()")]
@@ -63,6 +47,52 @@ pub struct ToHosts {
     pub event: String,
     /// The payload.
     pub data: Value,
+}
+
+/// Stop forwarding (the supervisor then starts a new forwarder).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct StopForwarding;
+
+// ---- the actor -----------------------------------------------------------
+
+/// Forwards the worker's events on one namespace path to its hosts.
+pub struct NamespaceForwarder {
+    path: String,
+    io: SocketIo,
+    /// Where hosts' events go, so an unanswerable request is answered.
+    to_worker: Recipient<HostEvent>,
+    _guard: ChildGuard<String>,
+}
+
+impl NamespaceForwarder {
+    /// A forwarder for `path` on `io`; replies it makes itself go to
+    /// `to_worker`, and `guard` tells its supervisor when it ends.
+    pub fn new(
+        path: String,
+        io: SocketIo,
+        to_worker: Recipient<HostEvent>,
+        guard: ChildGuard<String>,
+    ) -> Self {
+        NamespaceForwarder {
+            path,
+            io,
+            to_worker,
+            _guard: guard,
+        }
+    }
+}
+
+impl Handler<StopForwarding> for NamespaceForwarder {
+    type Result = ();
+
+    fn handle(&mut self, _: StopForwarding, ctx: &mut Context<Self>) {
+        ctx.stop();
+    }
+}
+
+impl Actor for NamespaceForwarder {
+    type Context = Context<Self>;
 }
 
 impl Handler<ToHosts> for NamespaceForwarder {
@@ -109,8 +139,11 @@ impl Handler<ToHosts> for NamespaceForwarder {
 }
 
 /// Accepts hosts on any path that is not a core namespace and passes their
-/// events to `supervisor`.
-pub fn register(io: &SocketIo, supervisor: actix::Recipient<HostEvent>, token: Token) {
+/// events to the current `supervisor`.
+pub fn register<A>(io: &SocketIo, supervisor: ChildAddr<A>, token: Token)
+where
+    A: Actor<Context = Context<A>> + Handler<HostEvent>,
+{
     // Attached before the connect ack (see `crate::rpc` for why).
     let attach_handlers = move |s: SocketRef| {
         let supervisor = supervisor.clone();
@@ -119,7 +152,7 @@ pub fn register(io: &SocketIo, supervisor: actix::Recipient<HostEvent>, token: T
                 let path = s.ns().to_owned();
                 match data {
                     Ok(data) if check_plugin_path(&path).is_ok() => {
-                        supervisor.do_send(HostEvent { path, event, data });
+                        supervisor.get().do_send(HostEvent { path, event, data });
                     }
                     Ok(_) => {
                         tracing::debug!(path, event, "event on a path no plugin may use; dropped")

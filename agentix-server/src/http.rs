@@ -13,7 +13,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::time::Instant;
 
-use actix::Addr;
+use agentix_actors::supervision::ChildAddr;
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::body::Incoming;
@@ -27,7 +27,7 @@ use crate::supervisor::{ReportHealth, WorkerSupervisor};
 /// The routes Socket.IO does not handle.
 #[derive(Clone)]
 pub struct HttpRoutes {
-    supervisor: Addr<WorkerSupervisor>,
+    supervisor: ChildAddr<WorkerSupervisor>,
     credits: SideCredits,
     token: Token,
     started: Instant,
@@ -36,7 +36,11 @@ pub struct HttpRoutes {
 impl HttpRoutes {
     /// Routes answering from `supervisor`'s and the side channels' state
     /// (`credits`), guarded by `token`.
-    pub fn new(supervisor: Addr<WorkerSupervisor>, credits: SideCredits, token: Token) -> Self {
+    pub fn new(
+        supervisor: ChildAddr<WorkerSupervisor>,
+        credits: SideCredits,
+        token: Token,
+    ) -> Self {
         HttpRoutes {
             supervisor,
             credits,
@@ -61,7 +65,7 @@ impl HttpRoutes {
 
     async fn health(&self, full: bool) -> Response<Full<Bytes>> {
         let uptime_s = self.started.elapsed().as_secs_f64();
-        match self.supervisor.send(ReportHealth).await {
+        match self.supervisor.get().send(ReportHealth).await {
             Ok(h) if !full => json_response(StatusCode::OK, json!({ "status": h.status })),
             Ok(h) => json_response(
                 StatusCode::OK,

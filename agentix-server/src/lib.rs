@@ -12,6 +12,8 @@
 //! - [`emit`]: one event to one host, waiting rather than dropping.
 //! - [`raw_event`]: an event's JSON and binary frames, undecoded.
 //! - [`calls`]: the table of calls waiting for a worker or in flight.
+//! - [`server_supervisor`]: the `ServerSupervisor` actor, root of the tree;
+//!   [`server_child`]: the names of the children it and its children restart.
 //! - [`supervisor`]: the `WorkerSupervisor` actor: owns the worker, correlates calls.
 //! - [`call_request`]: a host's `call` event, checked and decoded.
 //! - [`rpc`]: the `/rpc` Socket.IO namespace.
@@ -22,7 +24,18 @@
 //! - [`http`]: `/health`, the token gate and the listener.
 //! - [`listener`]: a TCP port or a Unix socket to take connections on.
 //! - [`upgrade_gate`]: no Socket.IO session without the token on the request.
-//! - [`server`]: [`run`], which ties them together on the actix runtime.
+//! - [`server`]: [`Server`], which ties them together inside a running actix
+//!   `System` (embeddable: nothing process-wide);
+//!   [`serve`]: [`run`], the binary's entry point, which owns the process.
+//!
+//! The actor tree:
+//!
+//! ```text
+//! ServerSupervisor                 root; restarts its child by policy
+//! └── WorkerSupervisor             worker restart policy, call table
+//!     ├── worker process           one per generation, pumped by worker_pipes
+//!     └── NamespaceForwarder × N   one per plugin namespace the worker opened
+//! ```
 
 pub mod auth;
 pub mod call_request;
@@ -35,7 +48,10 @@ pub mod listener;
 pub mod oom_kills;
 pub mod raw_event;
 pub mod rpc;
+pub mod serve;
 pub mod server;
+pub mod server_child;
+pub mod server_supervisor;
 pub mod side_credits;
 pub mod side_namespaces;
 pub mod side_relay;
@@ -45,4 +61,6 @@ pub mod worker_pipes;
 pub mod worker_process;
 
 pub use config::ServerConfig;
-pub use server::run;
+pub use serve::run;
+pub use server::{Server, StartError};
+pub use server_supervisor::ServerSupervisor;

@@ -37,6 +37,8 @@ use socketioxide::SocketIo;
 use std::sync::{Arc, Mutex};
 use tokio::sync::{mpsc, oneshot, Semaphore};
 
+use agentix_actors::supervision::ChildAddr;
+
 use crate::auth::{auth_middleware, Token};
 use crate::call_request::CallRequest;
 use crate::calls::{NewCall, Origin, Reply, StreamEvent};
@@ -48,7 +50,7 @@ use crate::supervisor::{AckStream, CancelCall, HostDisconnected, StartCall, Work
 /// sent to a host is larger than `max_event_bytes` (the host reads no more).
 pub fn register(
     io: &SocketIo,
-    supervisor: Addr<WorkerSupervisor>,
+    supervisor: ChildAddr<WorkerSupervisor>,
     token: Token,
     max_event_bytes: usize,
 ) {
@@ -73,7 +75,7 @@ type SocketParts = Arc<Mutex<PartTable>>;
 /// Parts of results sent to this socket and not yet acknowledged, at most.
 const PART_WINDOW: usize = 2;
 
-fn attach(s: SocketRef, supervisor: Addr<WorkerSupervisor>, max_event_bytes: usize) {
+fn attach(s: SocketRef, supervisor: ChildAddr<WorkerSupervisor>, max_event_bytes: usize) {
     let parts: SocketParts = Arc::new(Mutex::new(PartTable::new(max_event_bytes)));
     // Shared by every call of the socket: what queues ahead of a small
     // reply is PART_WINDOW parts, however many large results are underway.
@@ -95,7 +97,7 @@ fn attach(s: SocketRef, supervisor: Addr<WorkerSupervisor>, max_event_bytes: usi
     let mine = parts.clone();
     let sending = window.clone();
     s.on(EVENT_CALL, move |s: SocketRef, raw: RawEvent| {
-        let sup = sup.clone();
+        let sup = sup.get();
         let parts = mine.clone();
         let window = sending.clone();
         async move { on_call(s, sup, &parts, window, raw, max_event_bytes).await }
@@ -107,7 +109,7 @@ fn attach(s: SocketRef, supervisor: Addr<WorkerSupervisor>, max_event_bytes: usi
             match data.map(serde_json::from_value::<CancelEvent>) {
                 Ok(Ok(CancelEvent { id })) => {
                     lock(&parts).discard(id);
-                    sup.do_send(CancelCall(Origin {
+                    sup.get().do_send(CancelCall(Origin {
                         socket: s.id,
                         host_id: id,
                     }))
@@ -121,7 +123,7 @@ fn attach(s: SocketRef, supervisor: Addr<WorkerSupervisor>, max_event_bytes: usi
     s.on(
         EVENT_ACK,
         move |s: SocketRef, TryData(data): TryData<Value>| {
-            let sup = sup.clone();
+            let sup = sup.get();
             async move {
                 match data.map(serde_json::from_value::<AckEvent>) {
                     Ok(Ok(AckEvent { id, items, bytes })) => sup.do_send(AckStream {
@@ -150,7 +152,7 @@ fn attach(s: SocketRef, supervisor: Addr<WorkerSupervisor>, max_event_bytes: usi
     s.on_disconnect(move |s: SocketRef| {
         // Results waiting to send their next part give up.
         window.close();
-        supervisor.do_send(HostDisconnected(s.id));
+        supervisor.get().do_send(HostDisconnected(s.id));
         std::future::ready(())
     });
 }

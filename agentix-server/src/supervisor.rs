@@ -1,15 +1,20 @@
 //! The `WorkerSupervisor` actor: owns the worker process and every call.
 //!
-//! Supervised by nobody (it lives as long as the server); it supervises the
-//! worker process. It starts the worker, restarts it when it dies (by its
+//! Supervised by the [`ServerSupervisor`](crate::server_supervisor::ServerSupervisor),
+//! which its [`ChildGuard`] tells when it ends; it supervises the worker
+//! process of each generation and one
+//! [`NamespaceForwarder`] per plugin namespace (a forwarder that ends is
+//! started again on the same path). It starts the worker, restarts it when it dies (by its
 //! [`RestartPolicy`]: first at once, then with exponential backoff, at most
 //! `max_restarts` within `restart_window`; past that the server reports
 //! `degraded` until the window has passed, then tries once more) and calls fail
 //! fast), and correlates calls: a call is a message whose reply resolves when
 //! the worker's matching result or error frame arrives, so the pending table
 //! lives inside this actor and behind no lock. When the worker dies every call
-//! in flight ends at once with `WorkerExited`. The pipes between it and the
-//! worker are pumped by tasks of [`crate::worker_pipes`].
+//! in flight ends at once with `WorkerExited`; when this actor itself ends
+//! (it panicked, or its parent stopped it) its calls end the same way and
+//! its worker is killed. The pipes between it and the worker are pumped by
+//! tasks of [`crate::worker_pipes`].
 
 use std::ffi::OsString;
 use std::time::{Duration, Instant};
@@ -18,6 +23,7 @@ use actix::prelude::*;
 use agentix_actors::errors::{ErrorKind, RemoteError};
 use agentix_actors::process;
 use agentix_actors::restart_policy::{Restart, RestartPolicy};
+use agentix_actors::supervision::{ChildEnded, ChildGuard};
 use agentix_actors::wire::Frame;
 use serde::Serialize;
 use socketioxide::socket::Sid;
@@ -25,7 +31,8 @@ use tokio::sync::mpsc;
 
 use crate::calls::{CallTable, Cancelled, Delivery, NewCall, Origin, PartDelivery};
 use crate::config::ServerConfig;
-use crate::forwarder::{HostEvent, NamespaceForwarder, ToHosts};
+use crate::forwarder::{HostEvent, NamespaceForwarder, StopForwarding, ToHosts};
+use crate::server_child::ServerChild;
 use crate::side_relay::SideRelay;
 use crate::worker_pipes::{
     self, drain_output, FrameArrived, UnreadOutput, UnreadableReply, WorkerExited,
@@ -81,6 +88,16 @@ pub struct BeginDrain;
 #[rtype(result = "()")]
 pub struct StopWorker;
 
+/// Stop this supervisor, as a crash would: its parent starts another.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct StopSupervisor;
+
+/// Stop the forwarder of namespace `path`, as a crash would: it is started again.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct StopForwarder(pub String);
+
 // ---- state ---------------------------------------------------------------
 
 /// What `/health` shows.
@@ -134,6 +151,11 @@ struct Running {
 /// Owns the worker process and the table of calls.
 pub struct WorkerSupervisor {
     config: ServerConfig,
+    /// Tells the root when this supervisor ends.
+    guard: ChildGuard<ServerChild>,
+    /// What this incarnation's worker ids start with: unique among the
+    /// servers of the process and the incarnations of the supervisor.
+    worker_ids: String,
     /// Where the workers' log records, output and spans go.
     side: SideRelay,
     calls: CallTable,
@@ -159,11 +181,20 @@ pub struct WorkerSupervisor {
 
 impl WorkerSupervisor {
     /// A supervisor that will start `config.worker_command` once started,
-    /// relaying what its workers log, print and trace to `side`.
-    pub fn new(config: ServerConfig, side: SideRelay) -> Self {
+    /// relaying what its workers log, print and trace to `side`; its
+    /// workers' ids start with `worker_ids`, and `guard` tells its parent
+    /// when it ends.
+    pub fn new(
+        config: ServerConfig,
+        side: SideRelay,
+        worker_ids: String,
+        guard: ChildGuard<ServerChild>,
+    ) -> Self {
         WorkerSupervisor {
             policy: RestartPolicy::new(config.max_restarts, config.restart_window),
             config,
+            guard,
+            worker_ids,
             side,
             calls: CallTable::default(),
             phase: Phase::Starting,
@@ -185,7 +216,7 @@ impl WorkerSupervisor {
         self.generation += 1;
         self.unanswered = None;
         let generation = self.generation;
-        let worker_id = format!("{}-{}", std::process::id(), generation);
+        let worker_id = format!("{}-{}", self.worker_ids, generation);
         self.phase = Phase::Starting;
         let spawned = worker_process::spawn(&self.config.worker_command, &worker_id, &self.side);
         let proc = match spawned {
@@ -610,9 +641,74 @@ impl WorkerSupervisor {
             return;
         };
         tracing::info!(path, "plugin namespace opened");
+        self.start_forwarder(path, io, ctx);
+    }
+
+    fn start_forwarder(&mut self, path: String, io: socketioxide::SocketIo, ctx: &Context<Self>) {
+        let guard = ChildGuard::new(path.clone(), ctx.address().recipient());
         let forwarder =
-            NamespaceForwarder::new(path.clone(), io, ctx.address().recipient()).start();
+            NamespaceForwarder::new(path.clone(), io, ctx.address().recipient(), guard).start();
         self.forwarders.insert(path, forwarder);
+    }
+}
+
+impl Handler<ChildEnded<String>> for WorkerSupervisor {
+    type Result = ();
+
+    // A forwarder holds no state a new one lacks (its path is registered
+    // with Socket.IO once, for good), so it is started again at once.
+    fn handle(&mut self, msg: ChildEnded<String>, ctx: &mut Context<Self>) {
+        let path = msg.child;
+        if self.phase == Phase::Stopped || !self.forwarders.contains_key(&path) {
+            return;
+        }
+        let Some(io) = self.io.clone() else {
+            return;
+        };
+        let how = if msg.panicked { "panicked" } else { "stopped" };
+        tracing::error!(path, "the namespace forwarder {how}; starting a new one");
+        self.start_forwarder(path, io, ctx);
+    }
+}
+
+impl Handler<StopForwarder> for WorkerSupervisor {
+    type Result = ();
+
+    fn handle(&mut self, StopForwarder(path): StopForwarder, _: &mut Context<Self>) {
+        match self.forwarders.get(&path) {
+            Some(forwarder) => forwarder.do_send(StopForwarding),
+            None => tracing::warn!(path, "no forwarder on this path to restart"),
+        }
+    }
+}
+
+impl Handler<StopSupervisor> for WorkerSupervisor {
+    type Result = ();
+
+    fn handle(&mut self, _: StopSupervisor, ctx: &mut Context<Self>) {
+        ctx.stop();
+    }
+}
+
+impl Drop for WorkerSupervisor {
+    // Runs however this supervisor ends, a panic included: nothing it owned
+    // may outlive it, and no call may wait for a reply it can no longer send.
+    fn drop(&mut self) {
+        if let Some(w) = self.worker.take() {
+            process::signal_group(w.pid, libc::SIGKILL);
+            let tag = worker_process::worker_tag(&w.worker_id);
+            std::thread::spawn(move || process::kill_tagged(&tag));
+        }
+        let err = RemoteError::new(
+            ErrorKind::WorkerExited,
+            "the server's worker supervisor ended mid-call; a new one starts the worker again",
+        );
+        for reply in self.calls.take_inflight() {
+            reply.fail(err.clone());
+        }
+        for call in self.calls.take_queued() {
+            call.reply.fail(err.clone());
+        }
     }
 }
 
@@ -734,8 +830,10 @@ fn shutting_down() -> RemoteError {
 impl Handler<StopWorker> for WorkerSupervisor {
     type Result = ();
 
-    fn handle(&mut self, _: StopWorker, _: &mut Context<Self>) {
+    fn handle(&mut self, _: StopWorker, ctx: &mut Context<Self>) {
         self.phase = Phase::Stopped;
+        self.guard.disarm();
+        ctx.stop();
         let err = RemoteError::new(
             ErrorKind::ServerExited,
             "the server shut down before the call finished",

@@ -1,0 +1,187 @@
+//! The server's actor tree, embedded: servers started inside this test's
+//! actix `System`, two at once, and children of the tree stopped to see
+//! their parents start them again.
+
+mod support;
+
+use std::time::Duration;
+
+use agentix::{ClientNamespace, ErrorKind, Sandbox};
+use agentix_server::server_child::ServerChild;
+use agentix_server::server_supervisor::{RestartChild, SupervisorRestarts};
+use agentix_server::{Server, ServerConfig, StartError};
+use serde_json::json;
+use support::{bundle_path, wait_until};
+use tokio::sync::mpsc;
+
+fn config(token: &str) -> ServerConfig {
+    ServerConfig {
+        token: Some(token.into()),
+        worker_command: vec![bundle_path().into(), "worker".into()],
+        ..ServerConfig::default()
+    }
+}
+
+fn alive(pid: u32) -> bool {
+    std::path::Path::new(&format!("/proc/{pid}")).exists()
+        && !std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .unwrap_or_default()
+            .contains(") Z ")
+}
+
+async fn worker_pid(sandbox: &Sandbox) -> u32 {
+    sandbox.remote(agentix_e2e::worker_pid, ()).await.unwrap()
+}
+
+#[actix_rt::test]
+async fn two_embedded_servers_serve_side_by_side_and_stop_alone() {
+    let a = Server::start(config("token-a")).await.unwrap();
+    let b = Server::start(config("token-b")).await.unwrap();
+    assert_ne!(a.addr(), b.addr());
+    let on_a = Sandbox::attach(a.addr(), "token-a");
+    let on_b = Sandbox::attach(b.addr(), "token-b");
+    let (pid_a, pid_b) = (worker_pid(&on_a).await, worker_pid(&on_b).await);
+    assert_ne!(pid_a, pid_b, "each server runs a worker of its own");
+    assert_eq!(on_a.remote(agentix_e2e::add, (2, 3)).await.unwrap(), 5);
+    assert_eq!(
+        on_b.remote(agentix_e2e::echo, "b".to_owned())
+            .await
+            .unwrap(),
+        "b"
+    );
+    let health_a = a.health().await.unwrap();
+    let health_b = b.health().await.unwrap();
+    assert_ne!(health_a.worker_id, health_b.worker_id);
+
+    let wrong = Sandbox::attach(b.addr(), "token-a");
+    let err = wrong.remote(agentix_e2e::worker_pid, ()).await.unwrap_err();
+    assert_eq!(err.kind, ErrorKind::AuthRejected, "{err}");
+
+    a.stop().await;
+    wait_until(
+        "server a's worker to be gone",
+        Duration::from_secs(10),
+        || !alive(pid_a),
+    )
+    .await;
+    let err = on_a.remote(agentix_e2e::worker_pid, ()).await.unwrap_err();
+    assert!(
+        matches!(
+            err.kind,
+            ErrorKind::ConnectionLost | ErrorKind::ServerExited | ErrorKind::ServerUnreachable
+        ),
+        "{err}"
+    );
+    assert_eq!(worker_pid(&on_b).await, pid_b, "server b is untouched");
+    assert!(alive(pid_b));
+    b.stop().await;
+    wait_until(
+        "server b's worker to be gone",
+        Duration::from_secs(10),
+        || !alive(pid_b),
+    )
+    .await;
+}
+
+#[actix_rt::test]
+async fn a_server_that_cannot_start_says_why() {
+    let mut no_worker = config("t");
+    no_worker.worker_command.clear();
+    assert!(matches!(
+        Server::start(no_worker).await,
+        Err(StartError::NoWorker)
+    ));
+    let mut no_token = config("t");
+    no_token.token = None;
+    assert!(matches!(
+        Server::start(no_token).await,
+        Err(StartError::NoToken)
+    ));
+    let taken = Server::start(config("t")).await.unwrap();
+    let port: u16 = taken.addr().rsplit(':').next().unwrap().parse().unwrap();
+    let mut same_port = config("t");
+    same_port.port = port;
+    let err = Server::start(same_port).await.err().expect("port in use");
+    assert!(matches!(err, StartError::Bind(_)), "{err}");
+    taken.stop().await;
+}
+
+#[actix_rt::test]
+async fn the_root_restarts_a_worker_supervisor_that_ended_and_calls_go_on() {
+    let server = Server::start(config("tree")).await.unwrap();
+    let sandbox = Sandbox::attach(server.addr(), "tree");
+    let first = worker_pid(&sandbox).await;
+
+    let slow = sandbox.remote(agentix_e2e::sleep_ms, (30_000,));
+    let (slow_outcome, ()) = tokio::join!(slow, async {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        server
+            .root()
+            .send(RestartChild(ServerChild::WorkerSupervisor))
+            .await
+            .unwrap();
+    });
+    let err = slow_outcome.unwrap_err();
+    assert_eq!(err.kind, ErrorKind::WorkerExited, "{err}");
+    wait_until(
+        "the old supervisor's worker to be gone",
+        Duration::from_secs(10),
+        || !alive(first),
+    )
+    .await;
+
+    let second = worker_pid(&sandbox).await;
+    assert_ne!(first, second, "a new worker serves the calls");
+    assert_eq!(sandbox.remote(agentix_e2e::add, (1, 1)).await.unwrap(), 2);
+    assert_eq!(server.root().send(SupervisorRestarts).await.unwrap(), 1);
+    assert_eq!(server.hosts(), 1, "the host kept its connection");
+    server.stop().await;
+}
+
+#[actix_rt::test]
+async fn a_forwarder_that_ended_is_started_again_on_its_path() {
+    let server = Server::start(config("fwd")).await.unwrap();
+    let sandbox = Sandbox::attach(server.addr(), "fwd");
+    let (tx, mut pongs) = mpsc::unbounded_channel();
+    sandbox
+        .register_namespace(
+            ClientNamespace::new("/boot-plugin").on("pong", move |_, pid| {
+                let tx = tx.clone();
+                async move {
+                    let _ = tx.send(pid);
+                }
+            }),
+        )
+        .unwrap();
+    let pid = worker_pid(&sandbox).await;
+    assert_eq!(pong(&sandbox, &mut pongs).await, json!(pid));
+
+    server
+        .root()
+        .send(RestartChild(ServerChild::Forwarder("/boot-plugin".into())))
+        .await
+        .unwrap();
+    // The forwarder's end is reported through the supervisor's mailbox.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(
+        pong(&sandbox, &mut pongs).await,
+        json!(pid),
+        "the same worker answers through the new forwarder"
+    );
+    assert_eq!(server.root().send(SupervisorRestarts).await.unwrap(), 0);
+    server.stop().await;
+}
+
+async fn pong(
+    sandbox: &Sandbox,
+    pongs: &mut mpsc::UnboundedReceiver<serde_json::Value>,
+) -> serde_json::Value {
+    sandbox
+        .emit("/boot-plugin", "ping", json!(null))
+        .await
+        .unwrap();
+    tokio::time::timeout(Duration::from_secs(10), pongs.recv())
+        .await
+        .expect("a pong")
+        .unwrap()
+}
