@@ -7,7 +7,9 @@
 //!   [`configure_logging`], [`ClientNamespace`];
 //! - in the bundle binary: [`bundle::main`] (or [`bundle::main_with`] to run
 //!   setup, such as [`register_namespace`], in every worker);
-//! - anywhere: [`trace`] for traces and spans.
+//! - anywhere: [`trace`] for traces and spans;
+//! - in a service that runs sandbox servers in its own actix `System`:
+//!   [`server`] (`agentix::server::Server`).
 //!
 //! `use agentix::prelude::*;` brings the traits and types a host needs.
 //!
@@ -43,6 +45,7 @@ pub use agentix_host::{
     SandboxRegistry, SandboxResources, StreamCall, BASE_ENV,
 };
 pub use agentix_macros::remote;
+pub use agentix_server as server;
 pub use futures_util::{stream, Stream, StreamExt};
 pub use serde_json::Value as JsonValue;
 
