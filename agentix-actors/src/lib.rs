@@ -11,7 +11,10 @@
 //! - [`errors`]: the in-band error value every call can end with.
 //! - [`log_record`]: one line of what a sandbox logged or printed.
 //! - [`log_file`]: the sandbox log file the worker and the server append to.
-//! - [`namespace`]: plugin namespaces, sandbox half: handlers, emit, requests.
+//! - [`namespace`]: plugin namespaces, sandbox half: handlers, emit, requests;
+//!   [`namespace_messages`]: what a namespace actor handles, on either side;
+//!   [`event_route`]: a namespace's events to an actor, in order, bounded;
+//!   [`outbox`]: a namespace's frames to the server, in order, bounded.
 //! - [`remote`]: the typed handle `#[remote]` generates for each function;
 //!   [`call_args`] lets a one-argument call pass the bare value.
 //! - [`registry`]: the link-time registry of remote functions in a worker.
@@ -26,18 +29,23 @@
 //! - [`process`]: small Unix process helpers shared by every spawner.
 //! - [`restart_policy`]: when a supervisor restarts a child, as a pure value;
 //!   [`supervision`]: how a parent hears that a child ended, and the address
-//!   of a child it replaces.
+//!   of a child it replaces; [`actor_home`]: where an actor runs, with or
+//!   without an actix `System`.
 
+pub mod actor_home;
 pub mod attachment;
 pub mod bulk_lane;
 pub mod call_args;
 pub mod cbor;
 pub mod codec;
 pub mod errors;
+pub mod event_route;
 pub mod invoke;
 pub mod log_file;
 pub mod log_record;
 pub mod namespace;
+pub mod namespace_messages;
+pub mod outbox;
 pub mod output_capture;
 pub mod part;
 pub mod process;

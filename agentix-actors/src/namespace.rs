@@ -8,6 +8,11 @@
 //! let answer = ns.request("fetch", json!({"url": ".."})).await?;
 //! ```
 //!
+//! Events can go to an actix actor instead of a closure: [`Namespace::on_actor`]
+//! hands them to a `Handler<NamespaceEvent<NamespaceHandle>>` in the order
+//! they arrived (see [`crate::event_route`]); start the actor with
+//! [`crate::actor_home::start_actor`], which works in a worker.
+//!
 //! Each registered namespace is an actor: a task with a mailbox that owns
 //! its table of requests waiting for a reply, so many requests in flight are
 //! told apart by request id without a lock. Handlers run as tasks of their
@@ -28,6 +33,11 @@ use futures_util::FutureExt;
 use serde_json::{json, Value};
 use tokio::sync::{mpsc, oneshot};
 
+use actix::Recipient;
+
+use crate::event_route::EventRoute;
+use crate::namespace_messages::NamespaceEvent;
+use crate::outbox::Outbox;
 use crate::request_envelope::{no_handler_reply, request_id};
 
 use crate::wire::{check_plugin_path, Frame};
@@ -63,6 +73,33 @@ impl Namespace {
             event.into(),
             Arc::new(move |ns, data| Box::pin(handler(ns, data))),
         );
+        self
+    }
+}
+
+impl Namespace {
+    /// Hands `events` to the actor behind `actor`, in the order they
+    /// arrive, as [`NamespaceEvent`]s (one queue for all of them).
+    pub fn on_actor<E: Into<String>>(
+        mut self,
+        events: impl IntoIterator<Item = E>,
+        actor: Recipient<NamespaceEvent<NamespaceHandle>>,
+    ) -> Self {
+        let route = EventRoute::new(actor);
+        for event in events {
+            let event = event.into();
+            let route = route.clone();
+            let name = event.clone();
+            self.handlers.insert(
+                event,
+                Arc::new(move |ns: NamespaceHandle, data| {
+                    let path = ns.path.clone();
+                    let event = name.clone();
+                    route.push(&path, NamespaceEvent { ns, event, data });
+                    Box::pin(std::future::ready(()))
+                }),
+            );
+        }
         self
     }
 }
@@ -134,8 +171,8 @@ enum Mail {
 pub struct NamespaceHandle {
     path: Arc<str>,
     mailbox: mpsc::UnboundedSender<Mail>,
-    /// Frames for the server; held here so emitting takes no lock.
-    out: mpsc::Sender<Frame>,
+    /// Frames for the server, in order (see [`crate::outbox`]).
+    out: Outbox,
 }
 
 struct Registry {
@@ -171,18 +208,15 @@ pub fn register_namespace(namespace: Namespace) -> Result<NamespaceHandle, Regis
     let handle = NamespaceHandle {
         path: Arc::from(namespace.path.as_str()),
         mailbox: tx,
-        out: out.clone(),
+        out: Outbox::new(out),
     };
     reg.namespaces
         .insert(namespace.path.clone(), handle.clone());
     drop(reg);
     tokio::spawn(run(handle.clone(), namespace.handlers, rx));
-    send_frame(
-        &out,
-        Frame::SioOpen {
-            path: namespace.path,
-        },
-    );
+    handle.out.push(Frame::SioOpen {
+        path: namespace.path,
+    });
     Ok(handle)
 }
 
@@ -207,14 +241,25 @@ impl NamespaceHandle {
         &self.path
     }
 
-    /// Emits `event` with `data` to every host on this namespace.
+    /// Emits `event` with `data` to every host on this namespace, without
+    /// waiting: events reach hosts in the order they were emitted (see
+    /// [`crate::outbox`] for what a burst past the pipe's room costs).
     pub fn emit(&self, event: impl Into<String>, data: Value) {
-        let frame = Frame::SioEvent {
+        self.out.push(self.event_frame(event.into(), data));
+    }
+
+    /// Like [`NamespaceHandle::emit`], but waits while the pipe to the
+    /// server is full: for producers that would otherwise outrun it.
+    pub async fn emit_paced(&self, event: impl Into<String>, data: Value) {
+        self.out.send(self.event_frame(event.into(), data)).await;
+    }
+
+    fn event_frame(&self, event: String, data: Value) -> Frame {
+        Frame::SioEvent {
             path: self.path.to_string(),
-            event: event.into(),
+            event,
             data,
-        };
-        send_frame(&self.out, frame);
+        }
     }
 
     /// Sends `event {request_id, data: body}` to the host and waits for
@@ -286,18 +331,6 @@ impl Drop for ForgetOnDrop<'_> {
         if let Some(request_id) = self.request_id.take() {
             let _ = self.mailbox.send(Mail::Forget(request_id));
         }
-    }
-}
-
-/// Queues `frame` for the server without waiting; when the queue is full
-/// it is sent from a task of its own rather than dropped (its order with
-/// later frames is then not promised).
-fn send_frame(out: &mpsc::Sender<Frame>, frame: Frame) {
-    if let Err(mpsc::error::TrySendError::Full(frame)) = out.try_send(frame) {
-        let out = out.clone();
-        tokio::spawn(async move {
-            let _ = out.send(frame).await;
-        });
     }
 }
 

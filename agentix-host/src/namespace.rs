@@ -7,6 +7,12 @@
 //! sandbox.register_namespace(ns)?; // before the first remote call
 //! ```
 //!
+//! Either half can be an actix actor instead: [`ClientNamespace::on_actor`]
+//! hands events to a `Handler<NamespaceEvent<HostNamespace>>` in arrival
+//! order, and [`ClientNamespace::request_actor`] answers requests with a
+//! `Handler<NamespaceRequest<HostNamespace>>` whose `Ok` / `Err` becomes the
+//! reply. The closure builders and the actor ones mix freely.
+//!
 //! Each handler runs as a task of its own, off the Socket.IO receive loop, so
 //! a slow handler delays neither other namespaces nor call results. A
 //! `request_handler` unwraps `{request_id, data}`, and replies with
@@ -19,7 +25,10 @@ use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 use std::sync::Arc;
 
+use actix::Recipient;
 use agentix_actors::errors::{ErrorKind, RemoteError};
+use agentix_actors::event_route::EventRoute;
+use agentix_actors::namespace_messages::{NamespaceEvent, NamespaceFault, NamespaceRequest};
 use agentix_actors::request_envelope::{error_reply, no_handler_reply, request_id};
 use futures_util::FutureExt;
 use serde::Serialize;
@@ -116,6 +125,102 @@ impl ClientNamespace {
                 }
             }
         })
+    }
+}
+
+/// Requests one actor may have in flight before new ones are refused.
+pub const ACTOR_REQUESTS_IN_FLIGHT: usize = 256;
+
+/// The error type of a request refused because its actor has
+/// [`ACTOR_REQUESTS_IN_FLIGHT`] requests already.
+pub const OVERLOADED: &str = "Overloaded";
+
+impl ClientNamespace {
+    /// Hands `events` to the actor behind `actor`, in the order they
+    /// arrive, as [`NamespaceEvent`]s (one queue for all of them).
+    pub fn on_actor<E: Into<String>>(
+        mut self,
+        events: impl IntoIterator<Item = E>,
+        actor: Recipient<NamespaceEvent<HostNamespace>>,
+    ) -> Self {
+        let route = EventRoute::new(actor);
+        for event in events {
+            let event = event.into();
+            let route = route.clone();
+            let name = event.clone();
+            self.handlers.insert(
+                event,
+                Arc::new(move |ns: HostNamespace, data| {
+                    let path = ns.path.clone();
+                    let event = name.clone();
+                    route.push(&path, NamespaceEvent { ns, event, data });
+                    Box::pin(std::future::ready(()))
+                }),
+            );
+        }
+        self
+    }
+
+    /// Answers the sandbox's `request(event, body)` with the actor behind
+    /// `actor`: its `Ok` becomes `<event>:result`, its `Err`
+    /// `<event>:error {type, message}`. Past [`ACTOR_REQUESTS_IN_FLIGHT`]
+    /// unanswered requests, new ones get an [`OVERLOADED`] error at once.
+    pub fn request_actor(
+        mut self,
+        event: &str,
+        actor: Recipient<NamespaceRequest<HostNamespace>>,
+    ) -> Self {
+        let slots = Arc::new(tokio::sync::Semaphore::new(ACTOR_REQUESTS_IN_FLIGHT));
+        let name = event.to_owned();
+        let handler = move |ns: HostNamespace, envelope: Value| -> BoxFuture {
+            let name = name.clone();
+            let Some(request_id) = envelope.get("request_id").cloned() else {
+                tracing::debug!(event = name, "request without a request_id; dropped");
+                return Box::pin(std::future::ready(()));
+            };
+            let Ok(slot) = slots.clone().try_acquire_owned() else {
+                let message = format!(
+                    "the actor answering `{name}` on {} has {ACTOR_REQUESTS_IN_FLIGHT}                      requests in flight",
+                    ns.path
+                );
+                let (event, reply) = error_reply(&name, request_id, OVERLOADED, message);
+                return Box::pin(async move {
+                    if let Err(e) = ns.emit(&event, reply).await {
+                        tracing::debug!("reply not sent: {e}");
+                    }
+                });
+            };
+            let body = envelope.get("data").cloned().unwrap_or(Value::Null);
+            // Sent now, in arrival order; only the answer is awaited.
+            let answer = actor.send(NamespaceRequest {
+                ns: ns.clone(),
+                event: name.clone(),
+                body,
+            });
+            Box::pin(async move {
+                let (event, reply) = match answer.await {
+                    Ok(Ok(data)) => (
+                        format!("{name}:result"),
+                        json!({ "request_id": request_id, "data": data }),
+                    ),
+                    Ok(Err(NamespaceFault { type_name, message })) => {
+                        error_reply(&name, request_id, type_name, message)
+                    }
+                    Err(_) => error_reply(
+                        &name,
+                        request_id,
+                        "Unavailable",
+                        format!("the actor answering `{name}` on {} has stopped", ns.path),
+                    ),
+                };
+                drop(slot);
+                if let Err(e) = ns.emit(&event, reply).await {
+                    tracing::debug!("reply not sent: {e}");
+                }
+            })
+        };
+        self.handlers.insert(event.to_owned(), Arc::new(handler));
+        self
     }
 }
 

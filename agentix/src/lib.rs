@@ -7,7 +7,9 @@
 //!   [`configure_logging`], [`ClientNamespace`];
 //! - in the bundle binary: [`bundle::main`] (or [`bundle::main_with`] to run
 //!   setup, such as [`register_namespace`], in every worker);
-//! - anywhere: [`trace`] for traces and spans;
+//! - anywhere: [`trace`] for traces and spans; [`actix`], [`start_actor`]
+//!   and the [`NamespaceEvent`] / [`NamespaceRequest`] messages for plugin
+//!   namespaces written as actors;
 //! - in a service that runs sandbox servers in its own actix `System`:
 //!   [`server`] (`agentix::server::Server`).
 //!
@@ -26,6 +28,8 @@
 
 pub mod bundle;
 
+pub use actix;
+pub use agentix_actors::actor_home::start_actor;
 pub use agentix_actors::call_args::CallArgs;
 pub use agentix_actors::cbor::Blob;
 pub use agentix_actors::errors::{DataError, ErrorKind, RemoteError};
@@ -33,6 +37,7 @@ pub use agentix_actors::log_record::LogRecord;
 pub use agentix_actors::namespace::{
     register_namespace, Namespace, NamespaceHandle, RegisterError, RemoteSioError,
 };
+pub use agentix_actors::namespace_messages::{NamespaceEvent, NamespaceFault, NamespaceRequest};
 pub use agentix_actors::process;
 pub use agentix_actors::remote::{Remote, RemoteStream};
 pub use agentix_actors::trace;

@@ -294,3 +294,123 @@ async fn a_request_on_a_namespace_no_host_joined_fails_at_once_with_no_host() {
         "raised NoHost: no host has joined /e2e-plugin: register the namespace on the host first"
     );
 }
+
+/// A host-side namespace actor: keeps the numbers it is sent, doubles
+/// `fetch` bodies and refuses `refuse` requests.
+#[derive(Default)]
+struct HostKeeper {
+    numbers: Vec<JsonValue>,
+}
+
+impl agentix::actix::Actor for HostKeeper {
+    type Context = agentix::actix::Context<Self>;
+}
+
+impl agentix::actix::Handler<agentix::NamespaceEvent<agentix::HostNamespace>> for HostKeeper {
+    type Result = ();
+
+    fn handle(
+        &mut self,
+        msg: agentix::NamespaceEvent<agentix::HostNamespace>,
+        _: &mut Self::Context,
+    ) {
+        self.numbers.push(msg.data);
+    }
+}
+
+impl agentix::actix::Handler<agentix::NamespaceRequest<agentix::HostNamespace>> for HostKeeper {
+    type Result = Result<JsonValue, agentix::NamespaceFault>;
+
+    fn handle(
+        &mut self,
+        msg: agentix::NamespaceRequest<agentix::HostNamespace>,
+        _: &mut Self::Context,
+    ) -> Self::Result {
+        match msg.event.as_str() {
+            "fetch" => Ok(json!(msg.body["i"].as_u64().unwrap() * 2)),
+            _ => Err(agentix::NamespaceFault::new("Refused", "not this one")),
+        }
+    }
+}
+
+#[derive(agentix::actix::Message)]
+#[rtype(result = "Vec<JsonValue>")]
+struct Numbers;
+
+impl agentix::actix::Handler<Numbers> for HostKeeper {
+    type Result = agentix::actix::MessageResult<Numbers>;
+
+    fn handle(&mut self, _: Numbers, _: &mut Self::Context) -> Self::Result {
+        agentix::actix::MessageResult(self.numbers.clone())
+    }
+}
+
+#[tokio::test]
+async fn a_host_namespace_actor_gets_events_in_order_and_answers_requests() {
+    let sb = sandbox().await;
+    // A plain tokio program: the actor runs on agentix's background arbiter.
+    let keeper = agentix::start_actor(|_| HostKeeper::default());
+    let host = ClientNamespace::new("/e2e-plugin")
+        .on_actor(["number"], keeper.clone().recipient())
+        .request_actor("fetch", keeper.clone().recipient())
+        .request_actor("refuse", keeper.clone().recipient());
+    sb.register_namespace(host).unwrap();
+    sb.remote(agentix_e2e::open_plugin, ()).await.unwrap();
+
+    assert_eq!(
+        sb.remote(agentix_e2e::emit_numbers, (2_000,))
+            .await
+            .unwrap(),
+        2_000
+    );
+    let expected: Vec<JsonValue> = (0..2_000).map(|i| json!(i)).collect();
+    let start = std::time::Instant::now();
+    let numbers = loop {
+        let numbers = keeper.send(Numbers).await.unwrap();
+        if numbers.len() >= expected.len() || start.elapsed() > Duration::from_secs(10) {
+            break numbers;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    assert_eq!(
+        numbers, expected,
+        "every event, in the order it was emitted"
+    );
+
+    let replies = sb.remote(agentix_e2e::ask_host, (200,)).await.unwrap();
+    for (i, reply) in replies.iter().enumerate() {
+        assert_eq!(reply, &json!(i * 2), "request {i} got another's reply");
+    }
+    let err = sb
+        .remote(agentix_e2e::ask_host_event, ("refuse".into(), 10_000))
+        .await
+        .unwrap_err()
+        .message;
+    assert_eq!(err, "raised Refused: not this one");
+}
+
+#[tokio::test]
+async fn a_sandbox_namespace_actor_gets_the_hosts_events_in_order() {
+    let sb = sandbox().await;
+    let (tx, mut reported) = mpsc::unbounded_channel();
+    sb.register_namespace(
+        ClientNamespace::new("/e2e-actor").on("reported", move |_, numbers| {
+            let tx = tx.clone();
+            async move {
+                let _ = tx.send(numbers);
+            }
+        }),
+    )
+    .unwrap();
+    sb.remote(agentix_e2e::open_actor_plugin, ()).await.unwrap();
+    for i in 0..500 {
+        sb.emit("/e2e-actor", "number", json!(i)).await.unwrap();
+    }
+    sb.emit("/e2e-actor", "report", json!(null)).await.unwrap();
+    let numbers = tokio::time::timeout(Duration::from_secs(10), reported.recv())
+        .await
+        .expect("the actor reports")
+        .unwrap();
+    let expected: Vec<JsonValue> = (0..500).map(|i| json!(i)).collect();
+    assert_eq!(numbers, JsonValue::Array(expected));
+}

@@ -442,6 +442,52 @@ pub async fn ask_host_event(event: String, ms: u64) -> Result<agentix::JsonValue
         })
 }
 
+/// Emits `number {i}` on `/e2e-plugin` for `i` in `0..n`, in order; returns `n`.
+#[agentix::remote]
+pub async fn emit_numbers(n: u64) -> u64 {
+    for i in 0..n {
+        plugin().emit("number", serde_json::json!(i));
+    }
+    n
+}
+
+/// Sandbox-side namespace actor of `/e2e-actor`: keeps every `number` it
+/// gets, and answers `report` by emitting `reported` with all of them.
+struct NumberKeeper {
+    seen: Vec<agentix::JsonValue>,
+}
+
+impl agentix::actix::Actor for NumberKeeper {
+    type Context = agentix::actix::Context<Self>;
+}
+
+impl agentix::actix::Handler<agentix::NamespaceEvent<agentix::NamespaceHandle>> for NumberKeeper {
+    type Result = ();
+
+    fn handle(
+        &mut self,
+        msg: agentix::NamespaceEvent<agentix::NamespaceHandle>,
+        _: &mut Self::Context,
+    ) {
+        match msg.event.as_str() {
+            "number" => self.seen.push(msg.data),
+            _ => msg
+                .ns
+                .emit("reported", agentix::JsonValue::Array(self.seen.clone())),
+        }
+    }
+}
+
+/// Registers `/e2e-actor`, its events handled by a [`NumberKeeper`] actor.
+#[agentix::remote]
+pub async fn open_actor_plugin() -> Result<String, agentix::RegisterError> {
+    let keeper = agentix::start_actor(|_| NumberKeeper { seen: Vec::new() });
+    let ns =
+        agentix::Namespace::new("/e2e-actor").on_actor(["number", "report"], keeper.recipient());
+    agentix::register_namespace(ns)?;
+    Ok("open".into())
+}
+
 /// Runs in every e2e worker at start: registers `/boot-plugin`, which
 /// answers `ping` with `pong` carrying the worker's pid.
 pub fn worker_setup() {

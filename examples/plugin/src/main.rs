@@ -1,35 +1,50 @@
 //! The plugin example end to end: the host answers the sandbox's `fetch`
-//! requests (standing in for an LLM upstream) while a remote call runs, and
-//! one refusal comes back to the sandbox as a `RemoteSioError`.
+//! requests with an actor (standing in for an LLM upstream) while a remote
+//! call runs, and one refusal comes back to the sandbox as a
+//! `RemoteSioError`.
 //!
 //! `cargo run -p plugin`
 
-use std::fmt;
-
-use agentix::{ClientNamespace, JsonValue, LocalProvider, Provider, SandboxConfig};
+use agentix::actix::{Actor, Context, Handler};
+use agentix::{
+    ClientNamespace, HostNamespace, JsonValue, LocalProvider, NamespaceFault, NamespaceRequest,
+    Provider, SandboxConfig,
+};
 use serde_json::json;
 
-/// The upstream's refusal, as the sandbox will see it.
-#[derive(Debug)]
-struct PolicyViolation(String);
-
-impl fmt::Display for PolicyViolation {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "the upstream refused: {}", self.0)
-    }
+/// Stands in for a real model API. An actor, so it keeps state between
+/// requests (how many completions it served) without a lock; the sandbox's
+/// `fetch` requests reach it as messages, and its `Ok` / `Err` is the reply.
+struct Upstream {
+    served: u64,
 }
 
-/// Stands in for a call to a real model API.
-async fn call_upstream(body: JsonValue) -> Result<JsonValue, PolicyViolation> {
-    let prompt = body["prompt"].as_str().unwrap_or_default();
-    if prompt.contains("secret") {
-        return Err(PolicyViolation(format!("{prompt:?}")));
+impl Actor for Upstream {
+    type Context = Context<Self>;
+}
+
+impl Handler<NamespaceRequest<HostNamespace>> for Upstream {
+    type Result = Result<JsonValue, NamespaceFault>;
+
+    fn handle(
+        &mut self,
+        request: NamespaceRequest<HostNamespace>,
+        _: &mut Context<Self>,
+    ) -> Self::Result {
+        let body = request.body;
+        let prompt = body["prompt"].as_str().unwrap_or_default();
+        if prompt.contains("secret") {
+            let refusal = format!("the upstream refused: {prompt:?}");
+            return Err(NamespaceFault::new("PolicyViolation", refusal));
+        }
+        self.served += 1;
+        Ok(json!(format!(
+            "[{}] {} (completion #{})",
+            body["model"].as_str().unwrap_or("?"),
+            prompt.to_uppercase(),
+            self.served
+        )))
     }
-    Ok(json!(format!(
-        "[{}] {}",
-        body["model"].as_str().unwrap_or("?"),
-        prompt.to_uppercase()
-    )))
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -50,7 +65,12 @@ async fn host() -> Result<(), Box<dyn std::error::Error>> {
                 let _ = tx.send(data);
             }
         })
-        .request_handler("fetch", call_upstream);
+        // One half as an actor: it runs on a background arbiter here (no
+        // actix System in this program), on the caller's in an actix one.
+        .request_actor(
+            "fetch",
+            agentix::start_actor(|_| Upstream { served: 0 }).recipient(),
+        );
     // Before the first remote call: the connections are planned then.
     sandbox.register_namespace(my_host)?;
 

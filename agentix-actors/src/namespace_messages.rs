@@ -1,0 +1,56 @@
+//! The messages a plugin namespace actor handles, on either side:
+//! [`NamespaceEvent`] for events, [`NamespaceRequest`] for requests whose
+//! reply the namespace sends back for it.
+//!
+//! `N` is the side's handle on the namespace (the sandbox's
+//! `NamespaceHandle`, the host's `HostNamespace`), so a handler can emit
+//! back. A request's `Ok` becomes `<event>:result {request_id, data}`, its
+//! `Err` `<event>:error {request_id, error: {type, message}}`.
+
+use actix::Message;
+use serde_json::Value;
+
+/// An event the far side emitted on the namespace.
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub struct NamespaceEvent<N: Send + 'static> {
+    /// The namespace, to emit on.
+    pub ns: N,
+    /// The event's name.
+    pub event: String,
+    /// Its payload.
+    pub data: Value,
+}
+
+/// A request the far side made on the namespace: the request envelope's
+/// `data`, its id kept by the namespace to reply with.
+#[derive(Debug, Message)]
+#[rtype(result = "Result<Value, NamespaceFault>")]
+pub struct NamespaceRequest<N: Send + 'static> {
+    /// The namespace, to emit on.
+    pub ns: N,
+    /// The request's event.
+    pub event: String,
+    /// The request's body.
+    pub body: Value,
+}
+
+/// Why a request failed, as the asking side reads it: `{type, message}`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{type_name}: {message}")]
+pub struct NamespaceFault {
+    /// The error's type, as the asking side sees it.
+    pub type_name: String,
+    /// What went wrong, for a human.
+    pub message: String,
+}
+
+impl NamespaceFault {
+    /// A fault of type `type_name` saying `message`.
+    pub fn new(type_name: impl Into<String>, message: impl Into<String>) -> Self {
+        NamespaceFault {
+            type_name: type_name.into(),
+            message: message.into(),
+        }
+    }
+}
