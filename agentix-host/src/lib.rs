@@ -11,7 +11,9 @@
 //! - [`container_settings`]: what a container provider makes of a sandbox.
 //! - [`local`]: [`LocalProvider`], the embedded default (local child processes).
 //! - [`keeper`]: the thread that starts, watches and reaps local server processes.
-//! - [`sandbox`]: [`Sandbox`], the handle user code calls through.
+//! - [`sandbox`]: [`Sandbox`], the handle user code calls through;
+//!   [`sandbox_actor`]: [`SandboxActor`], the same sandbox behind a mailbox;
+//!   [`sandbox_supervisor`]: [`SandboxSupervisor`], which starts another when its server dies.
 //! - [`call`]: [`Call`], one unary call with an optional deadline.
 //! - [`stream`]: [`StreamCall`] and [`CallStream`], a streaming call's items.
 //! - [`sio`]: the Socket.IO client: one websocket, every namespace, binary attachments.
@@ -24,7 +26,8 @@
 //! - [`trace_replay`]: `/trace`, sandbox spans replayed to the host's processors.
 //! - [`logging`]: [`configure_logging`], a readable host default.
 //!
-//! Works from a plain `#[tokio::main]`: no actix system is needed on the host.
+//! Works from a plain `#[tokio::main]`: no actix system is needed on the host
+//! (its actors run on a background arbiter then).
 
 pub mod call;
 pub mod config;
@@ -43,9 +46,11 @@ pub mod provider_error;
 pub mod provider_registry;
 mod rpc_routes;
 pub mod sandbox;
+pub mod sandbox_actor;
 pub mod sandbox_info;
 pub mod sandbox_registry;
 pub mod sandbox_resources;
+pub mod sandbox_supervisor;
 pub mod secret;
 mod side_listener;
 pub mod sio;
@@ -63,7 +68,9 @@ pub use provider::Provider;
 pub use provider_error::{last_lines, ProviderError};
 pub use provider_registry::{provider, provider_names, ProviderFactory};
 pub use sandbox::Sandbox;
+pub use sandbox_actor::SandboxActor;
 pub use sandbox_info::SandboxInfo;
 pub use sandbox_registry::SandboxRegistry;
 pub use sandbox_resources::SandboxResources;
+pub use sandbox_supervisor::SandboxSupervisor;
 pub use stream::{CallStream, StreamCall};

@@ -376,6 +376,13 @@ impl Sandbox {
             .unwrap_or(error)
     }
 
+    /// Resolves, with the error calls end with, once the sandbox's server
+    /// has ended by itself; `None` for a handle whose provider cannot tell
+    /// (an attached one, for instance).
+    pub fn ended(&self) -> Option<BoxFuture<'static, RemoteError>> {
+        self.resources.as_ref().map(|r| r.ended())
+    }
+
     fn server_exited_error(&self) -> Option<RemoteError> {
         self.resources.as_ref()?.ended_now()
     }

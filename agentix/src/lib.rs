@@ -4,7 +4,9 @@
 //! - in a crate shared by host and bundle: [`remote`] and [`Blob`] (and
 //!   [`stream`], [`Stream`] and [`StreamExt`] for streaming functions);
 //! - in the host program: [`LocalProvider`], [`SandboxConfig`], [`Sandbox`],
-//!   [`configure_logging`], [`ClientNamespace`];
+//!   [`configure_logging`], [`ClientNamespace`]; in a program of actors,
+//!   [`SandboxActor`] and its messages ([`RemoteCall`], [`CallJson`],
+//!   [`StreamTo`]) and [`SandboxSupervisor`];
 //! - in the bundle binary: [`bundle::main`] (or [`bundle::main_with`] to run
 //!   setup, such as [`register_namespace`], in every worker);
 //! - anywhere: [`trace`] for traces and spans; [`actix`], [`start_actor`]
@@ -40,9 +42,14 @@ pub use agentix_actors::namespace::{
 pub use agentix_actors::namespace_messages::{NamespaceEvent, NamespaceFault, NamespaceRequest};
 pub use agentix_actors::process;
 pub use agentix_actors::remote::{Remote, RemoteStream};
+pub use agentix_actors::restart_policy::RestartPolicy;
 pub use agentix_actors::trace;
 pub use agentix_actors::wire::Window;
 pub use agentix_actors::wire::ENV_FILES_ROOT;
+pub use agentix_host::sandbox_actor::{
+    CallJson, RemoteCall, SandboxActor, SandboxHealth, StreamItem, StreamTo,
+};
+pub use agentix_host::sandbox_supervisor::{SandboxRestarts, SandboxSupervisor, StopSupervising};
 pub use agentix_host::{
     configure_logging, last_lines, provider, provider_names, secret::random_hex, Call, CallStream,
     ClientNamespace, ContainerMount, ContainerNetwork, ContainerSettings, HostNamespace,

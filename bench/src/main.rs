@@ -72,6 +72,7 @@ async fn run(sections: Sections) -> Report {
     if sections.wants("echo") {
         sequential_echo(&sb, &mut report).await;
         unix_echo(&provider, &mut report).await;
+        actor_echo(&provider, &mut report).await;
     }
     if sections.wants("inflight") {
         inflight_64(&sb, &mut report).await;
@@ -333,6 +334,36 @@ async fn unix_echo(provider: &LocalProvider, report: &mut Report) {
         us(times[times.len() / 2]),
     );
     sb.delete().await;
+}
+
+/// The same echo sent to a `SandboxActor` from this tokio program: one
+/// mailbox hop to the actor's arbiter thread and back, on top of the call.
+async fn actor_echo(provider: &LocalProvider, report: &mut Report) {
+    let config = SandboxConfig::current_exe().expect("the bench knows its own path");
+    let sb = provider.session(config).await.expect("sandbox starts");
+    let actor = agentix::SandboxActor::start(sb);
+    let echo = || {
+        actor.send(agentix::RemoteCall::new(
+            bench_fns::echo,
+            "hello".to_string(),
+        ))
+    };
+    for _ in 0..200 {
+        echo().await.expect("mailbox").expect("echo");
+    }
+    let mut times = Vec::with_capacity(2000);
+    for _ in 0..2000 {
+        let t = Instant::now();
+        echo().await.expect("mailbox").expect("echo");
+        times.push(t.elapsed());
+    }
+    times.sort();
+    report.add(
+        "actor_echo_p50_us",
+        "the same echo through a SandboxActor's mailbox (from a tokio task), p50",
+        "µs",
+        us(times[times.len() / 2]),
+    );
 }
 
 async fn inflight_64(sb: &Sandbox, report: &mut Report) {
