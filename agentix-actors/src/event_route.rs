@@ -1,32 +1,37 @@
-//! [`EventRoute`]: a plugin namespace's events to one actor, in order,
-//! through a bounded queue.
+//! [`EventRoute`]: messages from code that cannot wait (a namespace's
+//! dispatch, a log listener) to one actor, in order, through a bounded
+//! queue.
 //!
-//! A namespace dispatches each event as it arrives and must not wait for a
-//! handler (the receive path carries every other event too). An actor's
-//! events go into a queue of [`ROUTE_QUEUE`] and one task hands them to its
-//! mailbox with `send().await`, one after the other: the actor sees them in
-//! the order they arrived, and a slow actor fills its mailbox, then the
-//! queue; past that, events are dropped with an error line naming the
-//! path and event, never buffered without bound.
+//! Such code hands each message over as it arrives and must not wait for
+//! a handler (its receive path carries everything else too). The messages
+//! go into a queue of [`ROUTE_QUEUE`] and one task hands them to the
+//! actor's mailbox with `send().await`, one after the other: the actor sees
+//! them in the order they arrived, and a slow actor fills its mailbox, then
+//! the queue; past that, messages are dropped with an error line (the
+//! caller says what was dropped), never buffered without bound.
 
 use std::sync::{Arc, OnceLock};
 
-use actix::Recipient;
+use actix::dev::ToEnvelope;
+use actix::{Actor, Message, Recipient};
 use tokio::sync::mpsc;
 
-use crate::namespace_messages::NamespaceEvent;
-
-/// Events that may wait for a busy actor before new ones are dropped.
+/// Messages that may wait for a busy actor before new ones are dropped.
 pub const ROUTE_QUEUE: usize = 1024;
 
-/// Delivers events to one actor in order; cheap to clone.
-pub struct EventRoute<N: Send + 'static> {
-    recipient: Recipient<NamespaceEvent<N>>,
-    /// Started with the first event, on the runtime that dispatches it.
-    queue: Arc<OnceLock<mpsc::Sender<NamespaceEvent<N>>>>,
+/// A message for an actor of one [`EventRoute`].
+pub trait Routed: Message<Result = ()> + Send + 'static {}
+
+impl<M: Message<Result = ()> + Send + 'static> Routed for M {}
+
+/// Delivers messages to one actor in order; cheap to clone.
+pub struct EventRoute<M: Routed> {
+    recipient: Recipient<M>,
+    /// Started with the first message, on the runtime that pushes it.
+    queue: Arc<OnceLock<mpsc::Sender<M>>>,
 }
 
-impl<N: Send + 'static> Clone for EventRoute<N> {
+impl<M: Routed> Clone for EventRoute<M> {
     fn clone(&self) -> Self {
         EventRoute {
             recipient: self.recipient.clone(),
@@ -35,49 +40,62 @@ impl<N: Send + 'static> Clone for EventRoute<N> {
     }
 }
 
-impl<N: Send + 'static> EventRoute<N> {
+/// Why [`EventRoute::push`] dropped a message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dropped {
+    /// The actor is [`ROUTE_QUEUE`] messages behind.
+    Behind,
+    /// The actor has stopped.
+    Stopped,
+}
+
+impl std::fmt::Display for Dropped {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Dropped::Behind => "the actor handling it is a whole queue behind",
+            Dropped::Stopped => "the actor handling it has stopped",
+        })
+    }
+}
+
+impl<M: Routed> EventRoute<M> {
     /// A route to `recipient`.
-    pub fn new(recipient: Recipient<NamespaceEvent<N>>) -> Self {
+    pub fn new(recipient: Recipient<M>) -> Self {
         EventRoute {
             recipient,
             queue: Arc::new(OnceLock::new()),
         }
     }
 
-    /// Queues `event` for the actor (call it in arrival order, inside a
-    /// tokio runtime); logs and drops it when the queue is full or the
-    /// actor has stopped.
-    pub fn push(&self, path: &str, event: NamespaceEvent<N>) {
+    /// A route to the actor at `addr`.
+    pub fn to<A>(addr: actix::Addr<A>) -> Self
+    where
+        A: Actor + actix::Handler<M>,
+        A::Context: ToEnvelope<A, M>,
+    {
+        Self::new(addr.recipient())
+    }
+
+    /// Queues `msg` for the actor (call it in arrival order, inside a tokio
+    /// runtime); gives it back, with the reason, when it had to be dropped,
+    /// so the caller can say what was lost.
+    pub fn push(&self, msg: M) -> Result<(), (M, Dropped)> {
         let queue = self.queue.get_or_init(|| {
             let (tx, rx) = mpsc::channel(ROUTE_QUEUE);
             tokio::spawn(pump(self.recipient.clone(), rx));
             tx
         });
-        if let Err(e) = queue.try_send(event) {
-            let (why, event) = match e {
-                mpsc::error::TrySendError::Full(event) => ("its queue is full", event),
-                mpsc::error::TrySendError::Closed(event) => ("it has stopped", event),
-            };
-            tracing::error!(
-                path,
-                event = event.event,
-                "event dropped: the actor handling it falls behind or is gone ({why})"
-            );
-        }
+        queue.try_send(msg).map_err(|e| match e {
+            mpsc::error::TrySendError::Full(msg) => (msg, Dropped::Behind),
+            mpsc::error::TrySendError::Closed(msg) => (msg, Dropped::Stopped),
+        })
     }
 }
 
-async fn pump<N: Send + 'static>(
-    recipient: Recipient<NamespaceEvent<N>>,
-    mut queue: mpsc::Receiver<NamespaceEvent<N>>,
-) {
-    while let Some(event) = queue.recv().await {
-        let name = event.event.clone();
-        if recipient.send(event).await.is_err() {
-            tracing::error!(
-                event = name,
-                "the actor handling this namespace's events has stopped"
-            );
+async fn pump<M: Routed>(recipient: Recipient<M>, mut queue: mpsc::Receiver<M>) {
+    while let Some(msg) = queue.recv().await {
+        if recipient.send(msg).await.is_err() {
+            // The queue closes with this task: later pushes say so.
             return;
         }
     }
@@ -86,6 +104,7 @@ async fn pump<N: Send + 'static>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::namespace_messages::NamespaceEvent;
     use actix::prelude::*;
 
     #[derive(Default)]
@@ -126,7 +145,7 @@ mod tests {
                 event: "e".into(),
                 data: serde_json::json!(i),
             };
-            route.push("/p", event);
+            route.push(event).unwrap();
         }
         let mut seen = Vec::new();
         while seen.len() < 500 {

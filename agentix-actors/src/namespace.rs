@@ -95,7 +95,9 @@ impl Namespace {
                 Arc::new(move |ns: NamespaceHandle, data| {
                     let path = ns.path.clone();
                     let event = name.clone();
-                    route.push(&path, NamespaceEvent { ns, event, data });
+                    if let Err((event, why)) = route.push(NamespaceEvent { ns, event, data }) {
+                        tracing::error!(path = &*path, event = event.event, "event dropped: {why}");
+                    }
                     Box::pin(std::future::ready(()))
                 }),
             );

@@ -152,8 +152,15 @@ impl SandboxConfig {
 
     /// Calls `tap(sandbox_id, record)` for every record the sandbox logs or
     /// prints (it runs on the connection's receive path: keep it quick).
+    /// Taps add up: each one set sees every record.
     pub fn on_log(mut self, tap: impl Fn(&str, &LogRecord) + Send + Sync + 'static) -> Self {
-        self.log_tap = Some(std::sync::Arc::new(tap));
+        self.log_tap = Some(match self.log_tap.take() {
+            None => std::sync::Arc::new(tap),
+            Some(earlier) => std::sync::Arc::new(move |id: &str, record: &LogRecord| {
+                earlier(id, record);
+                tap(id, record);
+            }),
+        });
         self
     }
 

@@ -21,7 +21,8 @@
 //!   [`connect`]: what calls need of a sandbox (so they sit below it).
 //! - `health`: `GET /health` over plain HTTP/1.
 //! - `side_listener`: joining `/log` or `/trace`, batches handled off the receive path.
-//! - [`log_replay`]: `/log`, sandbox records replayed into the host's logging.
+//! - [`log_replay`]: `/log`, sandbox records replayed into the host's logging;
+//!   [`log_sink`]: the same records to a sink actor.
 //! - [`namespace`]: plugin namespaces, host half: handlers and request handlers.
 //! - [`trace_replay`]: `/trace`, sandbox spans replayed to the host's processors.
 //! - [`logging`]: [`configure_logging`], a readable host default.
@@ -38,6 +39,7 @@ mod health;
 pub mod keeper;
 pub mod local;
 pub mod log_replay;
+pub mod log_sink;
 pub mod logging;
 pub mod namespace;
 mod pending_calls;
@@ -62,6 +64,7 @@ pub use config::{SandboxConfig, BASE_ENV};
 pub use container_settings::{ContainerMount, ContainerNetwork, ContainerSettings};
 pub use local::LocalProvider;
 pub use log_replay::LogTap;
+pub use log_sink::SandboxLog;
 pub use logging::configure_logging;
 pub use namespace::{ClientNamespace, HostNamespace};
 pub use provider::Provider;

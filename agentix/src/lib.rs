@@ -54,7 +54,7 @@ pub use agentix_host::{
     configure_logging, last_lines, provider, provider_names, secret::random_hex, Call, CallStream,
     ClientNamespace, ContainerMount, ContainerNetwork, ContainerSettings, HostNamespace,
     LocalProvider, LogTap, Provider, ProviderError, Sandbox, SandboxConfig, SandboxInfo,
-    SandboxRegistry, SandboxResources, StreamCall, BASE_ENV,
+    SandboxLog, SandboxRegistry, SandboxResources, StreamCall, BASE_ENV,
 };
 pub use agentix_macros::remote;
 pub use agentix_server as server;

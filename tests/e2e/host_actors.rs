@@ -207,3 +207,72 @@ async fn stopping_a_supervisor_deletes_its_sandbox() {
     )
     .await;
 }
+
+/// A sink for both side channels: record messages and ended span names.
+#[derive(Default)]
+struct Sink {
+    messages: Vec<String>,
+    spans: Vec<String>,
+}
+
+impl Actor for Sink {
+    type Context = Context<Self>;
+}
+
+impl Handler<agentix::SandboxLog> for Sink {
+    type Result = ();
+
+    fn handle(&mut self, log: agentix::SandboxLog, _: &mut Context<Self>) {
+        self.messages.push(log.record.message);
+    }
+}
+
+impl Handler<agentix::trace::TraceEvent> for Sink {
+    type Result = ();
+
+    fn handle(&mut self, event: agentix::trace::TraceEvent, _: &mut Context<Self>) {
+        if let agentix::trace::TraceEvent::SpanEnd(span) = event {
+            self.spans.push(span.name);
+        }
+    }
+}
+
+#[derive(Message)]
+#[rtype(result = "(Vec<String>, Vec<String>)")]
+struct Collected;
+
+impl Handler<Collected> for Sink {
+    type Result = MessageResult<Collected>;
+
+    fn handle(&mut self, _: Collected, _: &mut Context<Self>) -> Self::Result {
+        MessageResult((self.messages.clone(), self.spans.clone()))
+    }
+}
+
+#[tokio::test]
+async fn log_sinks_and_trace_processors_can_be_actors() {
+    let sink = agentix::start_actor(|_| Sink::default());
+    agentix::trace::add_actor_processor(sink.clone().recipient());
+    let config = SandboxConfig::new(bundle_path()).log_to(sink.clone().recipient());
+    let sb = support::sandbox_with(config).await;
+    assert_eq!(sb.remote(agentix_e2e::chatter, (5, 0, 3)).await.unwrap(), 8);
+    let start = std::time::Instant::now();
+    let (messages, spans) = loop {
+        agentix::trace::force_flush();
+        let (messages, spans) = sink.send(Collected).await.unwrap();
+        let logs: Vec<String> = messages
+            .into_iter()
+            .filter(|m| m.starts_with("log "))
+            .collect();
+        let bursts = spans.iter().filter(|s| *s == "burst.span").count();
+        if (logs.len() >= 5 && bursts >= 3) || start.elapsed() > Duration::from_secs(10) {
+            break (logs, bursts);
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(messages, ["log 0", "log 1", "log 2", "log 3", "log 4"]);
+    assert_eq!(
+        spans, 3,
+        "the sandbox's spans, replayed to the host's processors"
+    );
+}

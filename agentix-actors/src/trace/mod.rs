@@ -19,12 +19,14 @@
 //!   `fut.instrument(span)`.
 //! - `processor`: the [`Processor`] trait, [`add_processor`], [`force_flush`].
 //! - `processors`: [`ConsoleProcessor`] and [`JsonLinesProcessor`].
+//! - `actor_processor`: [`add_actor_processor`], an actix actor as a processor.
 //!
 //! In a worker, an internal processor forwards every event to the host over
 //! `/trace`, where it is replayed to the host's processors; a remote call
 //! made inside a host span carries that span's context, so the sandbox's
 //! spans for the call are its children.
 
+mod actor_processor;
 mod context;
 mod in_span;
 mod model;
@@ -32,6 +34,7 @@ mod processor;
 mod processors;
 mod span;
 
+pub use actor_processor::add_actor_processor;
 pub(crate) use context::swap;
 pub use context::{current, Entered, InContext, SpanContext};
 pub use in_span::{InSpan, Spanned};
