@@ -13,6 +13,9 @@ use serde_json::{json, Value};
 pub const NO_HANDLER: &str = "NoHandler";
 /// The error type of a sandbox request on a namespace no host has joined.
 pub const NO_HOST: &str = "NoHost";
+/// The error type of a sandbox request whose hosts are too far behind to
+/// take it (they do not read their connection).
+pub const HOST_BEHIND: &str = "HostBehind";
 
 /// The request id of `event` if it is a request (not a reply) that
 /// expects an answer.

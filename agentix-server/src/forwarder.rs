@@ -91,8 +91,23 @@ impl Handler<StopForwarding> for NamespaceForwarder {
     }
 }
 
+/// Events waiting for a forwarder whose hosts are slow; past this the
+/// supervisor drops new ones rather than hold them.
+pub const FORWARDER_MAILBOX: usize = 1024;
+
 impl Actor for NamespaceForwarder {
     type Context = Context<Self>;
+}
+
+impl NamespaceForwarder {
+    /// Starts the forwarder with a mailbox of [`FORWARDER_MAILBOX`] from its
+    /// first message on.
+    pub fn start_bounded(self) -> Addr<Self> {
+        NamespaceForwarder::create(|ctx| {
+            ctx.set_mailbox_capacity(FORWARDER_MAILBOX);
+            self
+        })
+    }
 }
 
 impl Handler<ToHosts> for NamespaceForwarder {

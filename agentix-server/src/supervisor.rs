@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 use actix::prelude::*;
 use agentix_actors::errors::{ErrorKind, RemoteError};
 use agentix_actors::process;
+use agentix_actors::request_envelope::{error_reply, request_id, HOST_BEHIND};
 use agentix_actors::restart_policy::{Restart, RestartPolicy};
 use agentix_actors::supervision::{ChildEnded, ChildGuard};
 use agentix_actors::wire::Frame;
@@ -126,6 +127,9 @@ pub struct Health {
     pub retry_in_s: Option<f64>,
     /// Milliseconds the worker has left a ping unanswered, if it has.
     pub worker_silent_ms: Option<u64>,
+    /// Plugin events from the worker dropped because their hosts fell a
+    /// whole forwarder mailbox behind.
+    pub plugin_events_dropped: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -177,6 +181,8 @@ pub struct WorkerSupervisor {
     early_opens: Vec<String>,
     last_exit: Option<String>,
     start_error: Option<RemoteError>,
+    /// Worker events no host could take in time (see `to_hosts`).
+    events_dropped: u64,
 }
 
 impl WorkerSupervisor {
@@ -209,6 +215,7 @@ impl WorkerSupervisor {
             early_opens: Vec::new(),
             last_exit: None,
             start_error: None,
+            events_dropped: 0,
         }
     }
 
@@ -607,14 +614,7 @@ impl Handler<FrameArrived> for WorkerSupervisor {
                 }
             }
             Frame::SioOpen { path } => self.open_namespace(path, ctx),
-            Frame::SioEvent { path, event, data } => match self.forwarders.get(&path) {
-                Some(forwarder) => forwarder.do_send(ToHosts { event, data }),
-                None => tracing::debug!(
-                    path,
-                    event,
-                    "event for a namespace the worker never opened; dropped"
-                ),
-            },
+            Frame::SioEvent { path, event, data } => self.to_hosts(path, event, data),
             Frame::Call { .. }
             | Frame::Ping { .. }
             | Frame::Cancel { .. }
@@ -646,9 +646,42 @@ impl WorkerSupervisor {
 
     fn start_forwarder(&mut self, path: String, io: socketioxide::SocketIo, ctx: &Context<Self>) {
         let guard = ChildGuard::new(path.clone(), ctx.address().recipient());
-        let forwarder =
-            NamespaceForwarder::new(path.clone(), io, ctx.address().recipient(), guard).start();
+        let forwarder = NamespaceForwarder::new(path.clone(), io, ctx.address().recipient(), guard)
+            .start_bounded();
         self.forwarders.insert(path, forwarder);
+    }
+}
+
+impl WorkerSupervisor {
+    /// Hands a worker's event to its namespace's forwarder without waiting:
+    /// a forwarder a whole mailbox behind (its hosts do not read) loses the
+    /// event, counted, and a request among them is answered at once.
+    fn to_hosts(&mut self, path: String, event: String, data: serde_json::Value) {
+        let Some(forwarder) = self.forwarders.get(&path) else {
+            tracing::debug!(
+                path,
+                event,
+                "event for a namespace the worker never opened; dropped"
+            );
+            return;
+        };
+        let ToHosts { event, data } = match forwarder.try_send(ToHosts { event, data }) {
+            Ok(()) => return,
+            Err(SendError::Full(msg) | SendError::Closed(msg)) => msg,
+        };
+        self.events_dropped += 1;
+        if self.events_dropped % 10_000 == 1 {
+            tracing::warn!(
+                path,
+                dropped = self.events_dropped,
+                "the hosts on this namespace fall behind; events to them are dropped"
+            );
+        }
+        if let Some(request_id) = request_id(&event, &data) {
+            let message = format!("the hosts on {path} are too far behind to be asked");
+            let (event, data) = error_reply(&event, request_id, HOST_BEHIND, message);
+            self.send_frame(Frame::SioEvent { path, event, data });
+        }
     }
 }
 
@@ -802,6 +835,7 @@ impl Handler<ReportHealth> for WorkerSupervisor {
                 .retry_at
                 .map(|t| t.saturating_duration_since(Instant::now()).as_secs_f64()),
             worker_silent_ms: silent.map(|d| d.as_millis() as u64),
+            plugin_events_dropped: self.events_dropped,
         })
     }
 }

@@ -757,3 +757,32 @@ async fn a_frozen_worker_shows_in_health_and_the_default_timeout_ends_calls() {
         .unwrap();
     assert_eq!(slept, 2000);
 }
+
+#[tokio::test]
+async fn a_host_that_floods_a_plugin_namespace_and_never_reads_costs_the_server_bounded_memory() {
+    let sb = sandbox().await;
+    sb.remote(agentix_e2e::open_plugin, ()).await.unwrap();
+    let server = sb.server_pid().expect("a local sandbox");
+    let before = support::rss_kib(server);
+    // Every `configure` is echoed back as `configured`, which this host
+    // never reads: 200 MB of echoes pile up at a socket nobody drains.
+    let mut raw = RawSocket::connect_ns(sb.addr(), sb.token(), "/e2e-plugin").await;
+    let payload = json!("x".repeat(4096));
+    for _ in 0..50_000 {
+        raw.emit("configure", payload.clone()).await;
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let grown = support::rss_kib(server).saturating_sub(before);
+    assert!(
+        grown < 64 << 10,
+        "the server grew by {grown} KiB for a host that does not read"
+    );
+    // Other hosts are served meanwhile.
+    let sum = sb
+        .remote(agentix_e2e::add, (1, 2))
+        .timeout(Duration::from_secs(10))
+        .await
+        .unwrap();
+    assert_eq!(sum, 3);
+    drop(raw);
+}
