@@ -181,7 +181,7 @@ pub struct WorkerSupervisor {
     early_opens: Vec<String>,
     last_exit: Option<String>,
     start_error: Option<RemoteError>,
-    /// Worker events no host could take in time (see `to_hosts`).
+    /// Worker events no host could take in time (see `forward_to_hosts`).
     events_dropped: u64,
 }
 
@@ -614,7 +614,7 @@ impl Handler<FrameArrived> for WorkerSupervisor {
                 }
             }
             Frame::SioOpen { path } => self.open_namespace(path, ctx),
-            Frame::SioEvent { path, event, data } => self.to_hosts(path, event, data),
+            Frame::SioEvent { path, event, data } => self.forward_to_hosts(path, event, data),
             Frame::Call { .. }
             | Frame::Ping { .. }
             | Frame::Cancel { .. }
@@ -656,7 +656,7 @@ impl WorkerSupervisor {
     /// Hands a worker's event to its namespace's forwarder without waiting:
     /// a forwarder a whole mailbox behind (its hosts do not read) loses the
     /// event, counted, and a request among them is answered at once.
-    fn to_hosts(&mut self, path: String, event: String, data: serde_json::Value) {
+    fn forward_to_hosts(&mut self, path: String, event: String, data: serde_json::Value) {
         let Some(forwarder) = self.forwarders.get(&path) else {
             tracing::debug!(
                 path,
