@@ -1,15 +1,15 @@
-//! Plugin namespaces, sandbox half: [`Namespace`], [`register_namespace`],
-//! and the [`NamespaceHandle`] that emits and makes round-trip requests.
+//! Plugin namespaces, sandbox half: [`SandboxNamespace`], [`register_namespace`],
+//! and the [`SandboxNamespaceHandle`] that emits and makes round-trip requests.
 //!
 //! ```ignore
-//! let ns = agentix::Namespace::new("/my-plugin")
+//! let ns = agentix::SandboxNamespace::new("/my-plugin")
 //!     .on("configure", |ns, data| async move { ns.emit("configured", data); });
 //! let ns = agentix::register_namespace(ns)?;
 //! let answer = ns.request("fetch", json!({"url": ".."})).await?;
 //! ```
 //!
-//! Events can go to an actix actor instead of a closure: [`Namespace::on_actor`]
-//! hands them to a `Handler<NamespaceEvent<NamespaceHandle>>` in the order
+//! Events can go to an actix actor instead of a closure: [`SandboxNamespace::on_actor`]
+//! hands them to a `Handler<NamespaceEvent<SandboxNamespaceHandle>>` in the order
 //! they arrived (see [`crate::event_route`]); start the actor with
 //! [`crate::actor_home::start_actor`], which works in a worker.
 //!
@@ -42,22 +42,22 @@ use crate::request_envelope::{no_handler_reply, request_id};
 
 use crate::wire::{check_plugin_path, Frame};
 
-/// How long [`NamespaceHandle::request`] waits for a reply by default.
+/// How long [`SandboxNamespaceHandle::request`] waits for a reply by default.
 pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(300);
 
-type Handler = Arc<dyn Fn(NamespaceHandle, Value) -> BoxFuture + Send + Sync>;
+type Handler = Arc<dyn Fn(SandboxNamespaceHandle, Value) -> BoxFuture + Send + Sync>;
 type BoxFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
 
 /// A sandbox-side plugin namespace: a path and handlers by event name.
-pub struct Namespace {
+pub struct SandboxNamespace {
     path: String,
     handlers: HashMap<String, Handler>,
 }
 
-impl Namespace {
+impl SandboxNamespace {
     /// A namespace at `path` (like `/my-plugin`) with no handlers yet.
     pub fn new(path: impl Into<String>) -> Self {
-        Namespace {
+        SandboxNamespace {
             path: path.into(),
             handlers: HashMap::new(),
         }
@@ -66,7 +66,7 @@ impl Namespace {
     /// Runs `handler` for every `event` a host emits (names may contain `:`).
     pub fn on<F, Fut>(mut self, event: impl Into<String>, handler: F) -> Self
     where
-        F: Fn(NamespaceHandle, Value) -> Fut + Send + Sync + 'static,
+        F: Fn(SandboxNamespaceHandle, Value) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = ()> + Send + 'static,
     {
         self.handlers.insert(
@@ -77,13 +77,13 @@ impl Namespace {
     }
 }
 
-impl Namespace {
+impl SandboxNamespace {
     /// Hands `events` to the actor behind `actor`, in the order they
     /// arrive, as [`NamespaceEvent`]s (one queue for all of them).
     pub fn on_actor<E: Into<String>>(
         mut self,
         events: impl IntoIterator<Item = E>,
-        actor: Recipient<NamespaceEvent<NamespaceHandle>>,
+        actor: Recipient<NamespaceEvent<SandboxNamespaceHandle>>,
     ) -> Self {
         let route = EventRoute::new(actor);
         for event in events {
@@ -92,7 +92,7 @@ impl Namespace {
             let name = event.clone();
             self.handlers.insert(
                 event,
-                Arc::new(move |ns: NamespaceHandle, data| {
+                Arc::new(move |ns: SandboxNamespaceHandle, data| {
                     let path = ns.path.clone();
                     let event = name.clone();
                     if let Err((event, why)) = route.push(NamespaceEvent { ns, event, data }) {
@@ -170,7 +170,7 @@ enum Mail {
 
 /// A registered namespace: emit to its hosts, make requests.
 #[derive(Clone)]
-pub struct NamespaceHandle {
+pub struct SandboxNamespaceHandle {
     path: Arc<str>,
     mailbox: mpsc::UnboundedSender<Mail>,
     /// Frames for the server, in order (see [`crate::outbox`]).
@@ -179,7 +179,7 @@ pub struct NamespaceHandle {
 
 struct Registry {
     out: Option<mpsc::Sender<Frame>>,
-    namespaces: HashMap<String, NamespaceHandle>,
+    namespaces: HashMap<String, SandboxNamespaceHandle>,
 }
 
 fn registry() -> &'static Mutex<Registry> {
@@ -197,7 +197,9 @@ fn lock() -> std::sync::MutexGuard<'static, Registry> {
 }
 
 /// Registers `namespace` in this worker and tells the server to forward it.
-pub fn register_namespace(namespace: Namespace) -> Result<NamespaceHandle, RegisterError> {
+pub fn register_namespace(
+    namespace: SandboxNamespace,
+) -> Result<SandboxNamespaceHandle, RegisterError> {
     check_plugin_path(&namespace.path).map_err(RegisterError::BadPath)?;
     let mut reg = lock();
     let Some(out) = reg.out.clone() else {
@@ -207,7 +209,7 @@ pub fn register_namespace(namespace: Namespace) -> Result<NamespaceHandle, Regis
         return Err(RegisterError::Duplicate(namespace.path));
     }
     let (tx, rx) = mpsc::unbounded_channel();
-    let handle = NamespaceHandle {
+    let handle = SandboxNamespaceHandle {
         path: Arc::from(namespace.path.as_str()),
         mailbox: tx,
         out: Outbox::new(out),
@@ -237,7 +239,7 @@ pub(crate) fn deliver(path: &str, event: String, data: Value) {
     }
 }
 
-impl NamespaceHandle {
+impl SandboxNamespaceHandle {
     /// The namespace path.
     pub fn path(&self) -> &str {
         &self.path
@@ -250,7 +252,7 @@ impl NamespaceHandle {
         self.out.push(self.event_frame(event.into(), data));
     }
 
-    /// Like [`NamespaceHandle::emit`], but waits while the pipe to the
+    /// Like [`SandboxNamespaceHandle::emit`], but waits while the pipe to the
     /// server is full: for producers that would otherwise outrun it.
     pub async fn emit_paced(&self, event: impl Into<String>, data: Value) {
         self.out.send(self.event_frame(event.into(), data)).await;
@@ -281,7 +283,7 @@ impl NamespaceHandle {
     }
 
     /// Sends `event` with `body` as a request and waits up to `timeout` for
-    /// the host's reply (see [`NamespaceHandle::request`]).
+    /// the host's reply (see [`SandboxNamespaceHandle::request`]).
     pub async fn request_with_timeout(
         &self,
         event: &str,
@@ -338,7 +340,7 @@ impl Drop for ForgetOnDrop<'_> {
 
 /// The namespace actor: resolves replies, dispatches everything else.
 async fn run(
-    handle: NamespaceHandle,
+    handle: SandboxNamespaceHandle,
     handlers: HashMap<String, Handler>,
     mut mailbox: mpsc::UnboundedReceiver<Mail>,
 ) {

@@ -3,7 +3,7 @@
 //! reply the namespace sends back for it.
 //!
 //! `N` is the side's handle on the namespace (the sandbox's
-//! `NamespaceHandle`, the host's `HostNamespace`), so a handler can emit
+//! `SandboxNamespaceHandle`, the host's `HostNamespaceHandle`), so a handler can emit
 //! back. A request's `Ok` becomes `<event>:result {request_id, data}`, its
 //! `Err` `<event>:error {request_id, error: {type, message}}`.
 

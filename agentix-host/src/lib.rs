@@ -66,7 +66,7 @@ pub use local::LocalProvider;
 pub use log_replay::LogTap;
 pub use log_sink::SandboxLog;
 pub use logging::configure_logging;
-pub use namespace::{ClientNamespace, HostNamespace};
+pub use namespace::{HostNamespace, HostNamespaceHandle};
 pub use provider::Provider;
 pub use provider_error::{last_lines, ProviderError};
 pub use provider_registry::{provider, provider_names, ProviderFactory};

@@ -1,16 +1,16 @@
-//! Plugin namespaces, host half: [`ClientNamespace`] and [`HostNamespace`].
+//! Plugin namespaces, host half: [`HostNamespace`] and [`HostNamespaceHandle`].
 //!
 //! ```ignore
-//! let ns = ClientNamespace::new("/my-plugin")
+//! let ns = HostNamespace::new("/my-plugin")
 //!     .on("record", |_ns, data| async move { println!("{data}") })
 //!     .request_handler("fetch", |body| async move { call_upstream(body).await });
 //! sandbox.register_namespace(ns)?; // before the first remote call
 //! ```
 //!
-//! Either half can be an actix actor instead: [`ClientNamespace::on_actor`]
-//! hands events to a `Handler<NamespaceEvent<HostNamespace>>` in arrival
-//! order, and [`ClientNamespace::request_actor`] answers requests with a
-//! `Handler<NamespaceRequest<HostNamespace>>` whose `Ok` / `Err` becomes the
+//! Either half can be an actix actor instead: [`HostNamespace::on_actor`]
+//! hands events to a `Handler<NamespaceEvent<HostNamespaceHandle>>` in arrival
+//! order, and [`HostNamespace::request_actor`] answers requests with a
+//! `Handler<NamespaceRequest<HostNamespaceHandle>>` whose `Ok` / `Err` becomes the
 //! reply. The closure builders and the actor ones mix freely.
 //!
 //! Each handler runs as a task of its own, off the Socket.IO receive loop, so
@@ -38,25 +38,25 @@ use crate::connection::{connect_error, Endpoint};
 use crate::sio::{Delivery, SioClient};
 
 type BoxFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
-type Handler = Arc<dyn Fn(HostNamespace, Value) -> BoxFuture + Send + Sync>;
+type Handler = Arc<dyn Fn(HostNamespaceHandle, Value) -> BoxFuture + Send + Sync>;
 
 /// A host-side plugin namespace: a path and handlers by event name.
 #[derive(Clone)]
-pub struct ClientNamespace {
+pub struct HostNamespace {
     pub(crate) path: String,
     handlers: HashMap<String, Handler>,
 }
 
 /// The live host side of a namespace: emit to the sandbox.
 #[derive(Clone)]
-pub struct HostNamespace {
+pub struct HostNamespaceHandle {
     client: SioClient,
     path: Arc<str>,
 }
 
-impl HostNamespace {
+impl HostNamespaceHandle {
     pub(crate) fn new(client: SioClient, path: Arc<str>) -> Self {
-        HostNamespace { client, path }
+        HostNamespaceHandle { client, path }
     }
 
     /// Emits `event` with `data` to the sandbox's namespace.
@@ -73,10 +73,10 @@ impl HostNamespace {
     }
 }
 
-impl ClientNamespace {
+impl HostNamespace {
     /// A namespace at `path` (like `/my-plugin`) with no handlers yet.
     pub fn new(path: impl Into<String>) -> Self {
-        ClientNamespace {
+        HostNamespace {
             path: path.into(),
             handlers: HashMap::new(),
         }
@@ -85,7 +85,7 @@ impl ClientNamespace {
     /// Runs `handler` for every `event` the sandbox emits.
     pub fn on<F, Fut>(mut self, event: impl Into<String>, handler: F) -> Self
     where
-        F: Fn(HostNamespace, Value) -> Fut + Send + Sync + 'static,
+        F: Fn(HostNamespaceHandle, Value) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = ()> + Send + 'static,
     {
         self.handlers.insert(
@@ -107,7 +107,7 @@ impl ClientNamespace {
     {
         let handler = Arc::new(handler);
         let name = event.to_owned();
-        self.on(event, move |ns: HostNamespace, envelope: Value| {
+        self.on(event, move |ns: HostNamespaceHandle, envelope: Value| {
             let handler = handler.clone();
             let name = name.clone();
             async move {
@@ -135,13 +135,13 @@ pub const ACTOR_REQUESTS_IN_FLIGHT: usize = 256;
 /// [`ACTOR_REQUESTS_IN_FLIGHT`] requests already.
 pub const OVERLOADED: &str = "Overloaded";
 
-impl ClientNamespace {
+impl HostNamespace {
     /// Hands `events` to the actor behind `actor`, in the order they
     /// arrive, as [`NamespaceEvent`]s (one queue for all of them).
     pub fn on_actor<E: Into<String>>(
         mut self,
         events: impl IntoIterator<Item = E>,
-        actor: Recipient<NamespaceEvent<HostNamespace>>,
+        actor: Recipient<NamespaceEvent<HostNamespaceHandle>>,
     ) -> Self {
         let route = EventRoute::new(actor);
         for event in events {
@@ -150,7 +150,7 @@ impl ClientNamespace {
             let name = event.clone();
             self.handlers.insert(
                 event,
-                Arc::new(move |ns: HostNamespace, data| {
+                Arc::new(move |ns: HostNamespaceHandle, data| {
                     let path = ns.path.clone();
                     let event = name.clone();
                     if let Err((event, why)) = route.push(NamespaceEvent { ns, event, data }) {
@@ -170,11 +170,11 @@ impl ClientNamespace {
     pub fn request_actor(
         mut self,
         event: &str,
-        actor: Recipient<NamespaceRequest<HostNamespace>>,
+        actor: Recipient<NamespaceRequest<HostNamespaceHandle>>,
     ) -> Self {
         let slots = Arc::new(tokio::sync::Semaphore::new(ACTOR_REQUESTS_IN_FLIGHT));
         let name = event.to_owned();
-        let handler = move |ns: HostNamespace, envelope: Value| -> BoxFuture {
+        let handler = move |ns: HostNamespaceHandle, envelope: Value| -> BoxFuture {
             let name = name.clone();
             let Some(request_id) = envelope.get("request_id").cloned() else {
                 tracing::debug!(event = name, "request without a request_id; dropped");
@@ -258,8 +258,8 @@ fn short_type_name<E>() -> String {
 pub(crate) async fn join(
     client: &SioClient,
     endpoint: &Endpoint,
-    namespace: ClientNamespace,
-) -> Result<HostNamespace, RemoteError> {
+    namespace: HostNamespace,
+) -> Result<HostNamespaceHandle, RemoteError> {
     let handlers = Arc::new(namespace.handlers);
     let path: Arc<str> = Arc::from(namespace.path.as_str());
     let on_delivery = {
@@ -278,7 +278,7 @@ pub(crate) async fn join(
                 match request {
                     Some(request_id) => {
                         let (event, reply) = no_handler_reply(&path, &name, request_id);
-                        let ns = HostNamespace::new(client, path.clone());
+                        let ns = HostNamespaceHandle::new(client, path.clone());
                         tokio::spawn(async move {
                             if let Err(e) = ns.emit(&event, reply).await {
                                 tracing::debug!("reply not sent: {e}");
@@ -293,7 +293,7 @@ pub(crate) async fn join(
                 }
                 return;
             };
-            let ns = HostNamespace::new(incoming.client().clone(), path.clone());
+            let ns = HostNamespaceHandle::new(incoming.client().clone(), path.clone());
             let data = match incoming.decode::<Value>() {
                 Ok(data) => data,
                 Err(e) => {
@@ -318,5 +318,5 @@ pub(crate) async fn join(
         .join(&path, &endpoint.auth(), Arc::new(on_delivery))
         .await
         .map_err(|e| connect_error(endpoint, &format!("cannot join {path}"), e))?;
-    Ok(HostNamespace::new(client.clone(), path))
+    Ok(HostNamespaceHandle::new(client.clone(), path))
 }

@@ -21,7 +21,7 @@ use crate::config::SandboxConfig;
 use crate::connect::Connect;
 use crate::connection::{ConnectionSettings, Endpoint, RpcConnection};
 use crate::log_replay::{self, LogTap};
-use crate::namespace::{self, ClientNamespace, HostNamespace};
+use crate::namespace::{self, HostNamespace, HostNamespaceHandle};
 use crate::sandbox_resources::SandboxResources;
 use crate::sio::SioClient;
 use crate::stream::StreamCall;
@@ -39,11 +39,11 @@ pub struct Sandbox {
     connecting: tokio::sync::Mutex<()>,
     log_tap: Option<LogTap>,
     /// Plugin namespaces to join on every connection.
-    namespaces: Mutex<Vec<ClientNamespace>>,
+    namespaces: Mutex<Vec<HostNamespace>>,
     /// Set by the first connection: namespaces register before it.
     connected_once: std::sync::atomic::AtomicBool,
     /// The joined plugin namespaces of the current connection, by path.
-    joined: Mutex<std::collections::HashMap<String, HostNamespace>>,
+    joined: Mutex<std::collections::HashMap<String, HostNamespaceHandle>>,
     /// What deletes the sandbox; `None` for a handle that does not own it.
     resources: Option<Arc<dyn SandboxResources>>,
     /// The deadline of unary calls that set none.
@@ -311,7 +311,7 @@ impl Sandbox {
 
     /// Registers a host-side plugin namespace; it is joined when the
     /// sandbox first connects, so this must come before the first call.
-    pub fn register_namespace(&self, namespace: ClientNamespace) -> Result<(), RegisterError> {
+    pub fn register_namespace(&self, namespace: HostNamespace) -> Result<(), RegisterError> {
         check_plugin_path(&namespace.path).map_err(RegisterError::BadPath)?;
         let mut list = self.namespaces.lock().unwrap_or_else(|p| p.into_inner());
         if self

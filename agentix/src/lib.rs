@@ -4,7 +4,7 @@
 //! - in a crate shared by host and bundle: [`remote`] and [`Blob`] (and
 //!   [`stream`], [`Stream`] and [`StreamExt`] for streaming functions);
 //! - in the host program: [`LocalProvider`], [`SandboxConfig`], [`Sandbox`],
-//!   [`configure_logging`], [`ClientNamespace`]; in a program of actors,
+//!   [`configure_logging`], [`HostNamespace`]; in a program of actors,
 //!   [`SandboxActor`] and its messages ([`RemoteCall`], [`CallJson`],
 //!   [`StreamTo`]) and [`SandboxSupervisor`];
 //! - in the bundle binary: [`bundle::main`] (or [`bundle::main_with`] to run
@@ -37,7 +37,7 @@ pub use agentix_actors::cbor::Blob;
 pub use agentix_actors::errors::{DataError, ErrorKind, RemoteError};
 pub use agentix_actors::log_record::LogRecord;
 pub use agentix_actors::namespace::{
-    register_namespace, Namespace, NamespaceHandle, RegisterError, RemoteSioError,
+    register_namespace, RegisterError, RemoteSioError, SandboxNamespace, SandboxNamespaceHandle,
 };
 pub use agentix_actors::namespace_messages::{NamespaceEvent, NamespaceFault, NamespaceRequest};
 pub use agentix_actors::process;
@@ -52,7 +52,7 @@ pub use agentix_host::sandbox_actor::{
 pub use agentix_host::sandbox_supervisor::{SandboxRestarts, SandboxSupervisor, StopSupervising};
 pub use agentix_host::{
     configure_logging, last_lines, provider, provider_names, secret::random_hex, Call, CallStream,
-    ClientNamespace, ContainerMount, ContainerNetwork, ContainerSettings, HostNamespace,
+    ContainerMount, ContainerNetwork, ContainerSettings, HostNamespace, HostNamespaceHandle,
     LocalProvider, LogTap, Provider, ProviderError, Sandbox, SandboxConfig, SandboxInfo,
     SandboxLog, SandboxRegistry, SandboxResources, StreamCall, BASE_ENV,
 };

@@ -67,11 +67,11 @@ pub(crate) async fn emit_spans(n: u64) -> u64 {
     n
 }
 
-static BENCH_NS: std::sync::OnceLock<agentix::NamespaceHandle> = std::sync::OnceLock::new();
+static BENCH_NS: std::sync::OnceLock<agentix::SandboxNamespaceHandle> = std::sync::OnceLock::new();
 
 /// Runs in every bench worker: registers `/bench-plugin`.
 pub(crate) fn worker_setup() {
-    if let Ok(ns) = agentix::register_namespace(agentix::Namespace::new("/bench-plugin")) {
+    if let Ok(ns) = agentix::register_namespace(agentix::SandboxNamespace::new("/bench-plugin")) {
         let _ = BENCH_NS.set(ns);
     }
 }

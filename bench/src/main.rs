@@ -607,7 +607,7 @@ async fn namespace_requests(provider: &LocalProvider, report: &mut Report) {
     let config = SandboxConfig::current_exe().expect("the bench knows its own path");
     let sb = provider.session(config).await.expect("sandbox starts");
     sb.register_namespace(
-        agentix::ClientNamespace::new("/bench-plugin")
+        agentix::HostNamespace::new("/bench-plugin")
             .request_handler("echo", |body| async move { Ok::<_, String>(body) }),
     )
     .expect("namespace registers");

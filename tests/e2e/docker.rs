@@ -167,7 +167,7 @@ async fn a_missing_image_and_a_plain_binary_are_clear_errors() {
 
 #[tokio::test]
 async fn files_logs_plugins_cancel_and_kills_work_in_a_container() {
-    use agentix::ClientNamespace;
+    use agentix::HostNamespace;
     use std::sync::{Arc, Mutex};
     use std::time::Duration;
     let provider = DockerProvider::connect().expect("a Docker engine");
@@ -179,7 +179,7 @@ async fn files_logs_plugins_cancel_and_kills_work_in_a_container() {
         .image(EMPTY_IMAGE)
         .on_log(move |_, record| seen.lock().unwrap().push(record.message.clone()));
     let sb = provider.session(config).await.unwrap();
-    let ns = ClientNamespace::new("/e2e-plugin").request_handler("fetch", |body| async move {
+    let ns = HostNamespace::new("/e2e-plugin").request_handler("fetch", |body| async move {
         Ok::<_, String>(serde_json::json!(body["i"].as_u64().unwrap_or(0) * 2))
     });
     sb.register_namespace(ns).unwrap();

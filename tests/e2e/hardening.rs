@@ -621,10 +621,8 @@ async fn a_result_too_large_for_a_frame_fails_its_call_not_the_worker() {
 async fn a_namespace_request_dropped_early_leaves_nothing_waiting() {
     let sb = sandbox().await;
     // A host that takes `silent` and never answers it.
-    sb.register_namespace(
-        agentix::ClientNamespace::new("/e2e-plugin").on("silent", |_, _| async {}),
-    )
-    .unwrap();
+    sb.register_namespace(agentix::HostNamespace::new("/e2e-plugin").on("silent", |_, _| async {}))
+        .unwrap();
     sb.remote(agentix_e2e::open_plugin, ()).await.unwrap();
     assert_eq!(
         sb.remote(agentix_e2e::abandon_requests, (200,))

@@ -5,15 +5,15 @@ mod support;
 
 use std::time::Duration;
 
-use agentix::{ClientNamespace, JsonValue, RegisterError};
+use agentix::{HostNamespace, JsonValue, RegisterError};
 use serde_json::json;
 use support::sandbox;
 use tokio::sync::mpsc;
 
 /// The host half the tests use: doubles `fetch` bodies, fails `fail`,
 /// panics on `panic`, never answers `silent`, and reports `configured`.
-fn host_half(configured: mpsc::UnboundedSender<JsonValue>) -> ClientNamespace {
-    ClientNamespace::new("/e2e-plugin")
+fn host_half(configured: mpsc::UnboundedSender<JsonValue>) -> HostNamespace {
+    HostNamespace::new("/e2e-plugin")
         .on("configured", move |_, data| {
             let configured = configured.clone();
             async move {
@@ -121,7 +121,7 @@ async fn event_names_with_colons_work_and_slow_host_handlers_block_nothing() {
     let slow_done = Arc::new(AtomicBool::new(false));
     let done = slow_done.clone();
     sb.register_namespace(
-        ClientNamespace::new("/e2e-plugin")
+        HostNamespace::new("/e2e-plugin")
             .on("status:value", move |_, data| {
                 let tx = status_tx.clone();
                 async move {
@@ -175,7 +175,7 @@ async fn reserved_duplicate_and_late_registrations_fail_clearly() {
     let (tx, _rx) = mpsc::unbounded_channel();
     for reserved in ["/rpc", "/log", "/trace"] {
         let err = sb
-            .register_namespace(ClientNamespace::new(reserved))
+            .register_namespace(HostNamespace::new(reserved))
             .unwrap_err();
         assert!(matches!(err, RegisterError::BadPath(_)), "{err}");
         assert!(err.to_string().contains("reserved"), "{err}");
@@ -186,7 +186,7 @@ async fn reserved_duplicate_and_late_registrations_fail_clearly() {
         assert!(sandbox_side.contains("reserved"), "{sandbox_side}");
     }
     assert!(matches!(
-        sb.register_namespace(ClientNamespace::new("no-slash")),
+        sb.register_namespace(HostNamespace::new("no-slash")),
         Err(RegisterError::BadPath(_))
     ));
     // The host connected above: its plan is fixed.
@@ -207,10 +207,10 @@ async fn reserved_duplicate_and_late_registrations_fail_clearly() {
 
     let fresh = sandbox().await;
     fresh
-        .register_namespace(ClientNamespace::new("/same"))
+        .register_namespace(HostNamespace::new("/same"))
         .unwrap();
     let err = fresh
-        .register_namespace(ClientNamespace::new("/same"))
+        .register_namespace(HostNamespace::new("/same"))
         .unwrap_err();
     assert_eq!(err, RegisterError::Duplicate("/same".into()));
 }
@@ -220,7 +220,7 @@ async fn a_restarted_worker_opens_its_namespaces_again() {
     let sb = sandbox().await;
     let (tx, mut pongs) = mpsc::unbounded_channel();
     sb.register_namespace(
-        ClientNamespace::new("/boot-plugin").on("pong", move |_, pid| {
+        HostNamespace::new("/boot-plugin").on("pong", move |_, pid| {
             let tx = tx.clone();
             async move {
                 let _ = tx.send(pid);
@@ -306,24 +306,26 @@ impl agentix::actix::Actor for HostKeeper {
     type Context = agentix::actix::Context<Self>;
 }
 
-impl agentix::actix::Handler<agentix::NamespaceEvent<agentix::HostNamespace>> for HostKeeper {
+impl agentix::actix::Handler<agentix::NamespaceEvent<agentix::HostNamespaceHandle>> for HostKeeper {
     type Result = ();
 
     fn handle(
         &mut self,
-        msg: agentix::NamespaceEvent<agentix::HostNamespace>,
+        msg: agentix::NamespaceEvent<agentix::HostNamespaceHandle>,
         _: &mut Self::Context,
     ) {
         self.numbers.push(msg.data);
     }
 }
 
-impl agentix::actix::Handler<agentix::NamespaceRequest<agentix::HostNamespace>> for HostKeeper {
+impl agentix::actix::Handler<agentix::NamespaceRequest<agentix::HostNamespaceHandle>>
+    for HostKeeper
+{
     type Result = Result<JsonValue, agentix::NamespaceFault>;
 
     fn handle(
         &mut self,
-        msg: agentix::NamespaceRequest<agentix::HostNamespace>,
+        msg: agentix::NamespaceRequest<agentix::HostNamespaceHandle>,
         _: &mut Self::Context,
     ) -> Self::Result {
         match msg.event.as_str() {
@@ -350,7 +352,7 @@ async fn a_host_namespace_actor_gets_events_in_order_and_answers_requests() {
     let sb = sandbox().await;
     // A plain tokio program: the actor runs on agentix's background arbiter.
     let keeper = agentix::start_actor(|_| HostKeeper::default());
-    let host = ClientNamespace::new("/e2e-plugin")
+    let host = HostNamespace::new("/e2e-plugin")
         .on_actor(["number"], keeper.clone().recipient())
         .request_actor("fetch", keeper.clone().recipient())
         .request_actor("refuse", keeper.clone().recipient());
@@ -394,7 +396,7 @@ async fn a_sandbox_namespace_actor_gets_the_hosts_events_in_order() {
     let sb = sandbox().await;
     let (tx, mut reported) = mpsc::unbounded_channel();
     sb.register_namespace(
-        ClientNamespace::new("/e2e-actor").on("reported", move |_, numbers| {
+        HostNamespace::new("/e2e-actor").on("reported", move |_, numbers| {
             let tx = tx.clone();
             async move {
                 let _ = tx.send(numbers);

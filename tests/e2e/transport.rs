@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use agentix::trace::{self, Processor, SpanData};
-use agentix::{Blob, ClientNamespace, ErrorKind, Sandbox, SandboxConfig, StreamExt};
+use agentix::{Blob, ErrorKind, HostNamespace, Sandbox, SandboxConfig, StreamExt};
 use serde_json::json;
 use support::raw_socket::RawSocket;
 use support::{bundle_path, sandbox, sandbox_with, wait_until, HandStartedServer};
@@ -354,7 +354,7 @@ async fn after_a_lost_connection_the_next_call_rejoins_every_namespace() {
     let sb = Sandbox::attach_with(proxy.addr.clone(), server.token.clone(), config);
     let (configured_tx, mut configured) = tokio::sync::mpsc::unbounded_channel();
     sb.register_namespace(
-        ClientNamespace::new("/e2e-plugin")
+        HostNamespace::new("/e2e-plugin")
             .on("configured", move |_, data| {
                 let tx = configured_tx.clone();
                 async move {

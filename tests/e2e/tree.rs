@@ -6,7 +6,7 @@ mod support;
 
 use std::time::Duration;
 
-use agentix::{ClientNamespace, ErrorKind, Sandbox};
+use agentix::{ErrorKind, HostNamespace, Sandbox};
 use agentix_server::server_child::ServerChild;
 use agentix_server::server_supervisor::{RestartChild, SupervisorRestarts};
 use agentix_server::{Server, ServerConfig, StartError};
@@ -145,7 +145,7 @@ async fn a_forwarder_that_ended_is_started_again_on_its_path() {
     let (tx, mut pongs) = mpsc::unbounded_channel();
     sandbox
         .register_namespace(
-            ClientNamespace::new("/boot-plugin").on("pong", move |_, pid| {
+            HostNamespace::new("/boot-plugin").on("pong", move |_, pid| {
                 let tx = tx.clone();
                 async move {
                     let _ = tx.send(pid);

@@ -380,9 +380,9 @@ pub async fn chatter_wide(n: u64, width: usize) -> u64 {
 
 // ---- plugin namespaces --------------------------------------------------------
 
-static PLUGIN: std::sync::OnceLock<agentix::NamespaceHandle> = std::sync::OnceLock::new();
+static PLUGIN: std::sync::OnceLock<agentix::SandboxNamespaceHandle> = std::sync::OnceLock::new();
 
-fn plugin() -> &'static agentix::NamespaceHandle {
+fn plugin() -> &'static agentix::SandboxNamespaceHandle {
     PLUGIN.get().expect("open_plugin ran first")
 }
 
@@ -393,7 +393,7 @@ pub async fn open_plugin() -> Result<String, agentix::RegisterError> {
     if PLUGIN.get().is_some() {
         return Ok("already open".into());
     }
-    let ns = agentix::Namespace::new("/e2e-plugin")
+    let ns = agentix::SandboxNamespace::new("/e2e-plugin")
         .on("configure", |ns, data| async move {
             ns.emit("configured", data);
         })
@@ -411,7 +411,7 @@ pub async fn open_plugin() -> Result<String, agentix::RegisterError> {
 /// Tries to register `path`; returns the error text, or "ok".
 #[agentix::remote]
 pub async fn try_register(path: String) -> String {
-    match agentix::register_namespace(agentix::Namespace::new(path)) {
+    match agentix::register_namespace(agentix::SandboxNamespace::new(path)) {
         Ok(_) => "ok".into(),
         Err(e) => e.to_string(),
     }
@@ -461,12 +461,14 @@ impl agentix::actix::Actor for NumberKeeper {
     type Context = agentix::actix::Context<Self>;
 }
 
-impl agentix::actix::Handler<agentix::NamespaceEvent<agentix::NamespaceHandle>> for NumberKeeper {
+impl agentix::actix::Handler<agentix::NamespaceEvent<agentix::SandboxNamespaceHandle>>
+    for NumberKeeper
+{
     type Result = ();
 
     fn handle(
         &mut self,
-        msg: agentix::NamespaceEvent<agentix::NamespaceHandle>,
+        msg: agentix::NamespaceEvent<agentix::SandboxNamespaceHandle>,
         _: &mut Self::Context,
     ) {
         match msg.event.as_str() {
@@ -482,8 +484,8 @@ impl agentix::actix::Handler<agentix::NamespaceEvent<agentix::NamespaceHandle>> 
 #[agentix::remote]
 pub async fn open_actor_plugin() -> Result<String, agentix::RegisterError> {
     let keeper = agentix::start_actor(|_| NumberKeeper { seen: Vec::new() });
-    let ns =
-        agentix::Namespace::new("/e2e-actor").on_actor(["number", "report"], keeper.recipient());
+    let ns = agentix::SandboxNamespace::new("/e2e-actor")
+        .on_actor(["number", "report"], keeper.recipient());
     agentix::register_namespace(ns)?;
     Ok("open".into())
 }
@@ -491,7 +493,7 @@ pub async fn open_actor_plugin() -> Result<String, agentix::RegisterError> {
 /// Runs in every e2e worker at start: registers `/boot-plugin`, which
 /// answers `ping` with `pong` carrying the worker's pid.
 pub fn worker_setup() {
-    let ns = agentix::Namespace::new("/boot-plugin").on("ping", |ns, _| async move {
+    let ns = agentix::SandboxNamespace::new("/boot-plugin").on("ping", |ns, _| async move {
         ns.emit("pong", serde_json::json!(std::process::id()));
     });
     if let Err(e) = agentix::register_namespace(ns) {

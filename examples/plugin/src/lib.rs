@@ -7,15 +7,15 @@
 
 use std::sync::{Mutex, OnceLock};
 
-use agentix::{Namespace, NamespaceHandle, RemoteSioError};
+use agentix::{RemoteSioError, SandboxNamespace, SandboxNamespaceHandle};
 use serde_json::json;
 
-static SERVICE: OnceLock<NamespaceHandle> = OnceLock::new();
+static SERVICE: OnceLock<SandboxNamespaceHandle> = OnceLock::new();
 static MODEL: Mutex<String> = Mutex::new(String::new());
 
 /// Registers `MyService`; the bundle runs this in every worker it starts.
 pub fn register_my_service() {
-    let service = Namespace::new("/my-plugin").on("configure", |ns, config| async move {
+    let service = SandboxNamespace::new("/my-plugin").on("configure", |ns, config| async move {
         let model = config["model"].as_str().unwrap_or("default").to_owned();
         *MODEL.lock().unwrap() = model.clone();
         ns.emit("configured", json!({ "model": model }));

@@ -7,7 +7,7 @@
 
 use agentix::actix::{Actor, Context, Handler};
 use agentix::{
-    ClientNamespace, HostNamespace, JsonValue, LocalProvider, NamespaceFault, NamespaceRequest,
+    HostNamespace, HostNamespaceHandle, JsonValue, LocalProvider, NamespaceFault, NamespaceRequest,
     Provider, SandboxConfig,
 };
 use serde_json::json;
@@ -23,12 +23,12 @@ impl Actor for Upstream {
     type Context = Context<Self>;
 }
 
-impl Handler<NamespaceRequest<HostNamespace>> for Upstream {
+impl Handler<NamespaceRequest<HostNamespaceHandle>> for Upstream {
     type Result = Result<JsonValue, NamespaceFault>;
 
     fn handle(
         &mut self,
-        request: NamespaceRequest<HostNamespace>,
+        request: NamespaceRequest<HostNamespaceHandle>,
         _: &mut Context<Self>,
     ) -> Self::Result {
         let body = request.body;
@@ -58,7 +58,7 @@ async fn host() -> Result<(), Box<dyn std::error::Error>> {
         .session(SandboxConfig::current_exe()?)
         .await?;
     let (configured_tx, mut configured) = tokio::sync::mpsc::unbounded_channel();
-    let my_host = ClientNamespace::new("/my-plugin")
+    let my_host = HostNamespace::new("/my-plugin")
         .on("configured", move |_, data| {
             let tx = configured_tx.clone();
             async move {

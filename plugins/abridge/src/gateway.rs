@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agentix::trace::{self, SpanContext};
-use agentix::{ClientNamespace, HostNamespace};
+use agentix::{HostNamespace, HostNamespaceHandle};
 use serde_json::{json, Value};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
@@ -116,14 +116,14 @@ impl Gateway {
     /// The host half of `/abridge`: register it on the sandbox with
     /// `sandbox.register_namespace(..)`. Each exchange's span goes under the
     /// span current here (a rollout's, say).
-    pub fn namespace(&self) -> ClientNamespace {
+    pub fn namespace(&self) -> HostNamespace {
         let parent = trace::current();
         let pumps = StreamPumps::default();
         // One namespace per sandbox: the limit is the sandbox's.
         let slots = Arc::new(Semaphore::new(self.max_concurrent));
         let gateway = self.clone();
         let (under, whole_slots) = (parent.clone(), slots.clone());
-        let whole = ClientNamespace::new(NAMESPACE).request_handler(EVENT_UPSTREAM, move |body| {
+        let whole = HostNamespace::new(NAMESPACE).request_handler(EVENT_UPSTREAM, move |body| {
             let (gateway, parent) = (gateway.clone(), under.clone());
             let slot = whole_slots.clone().try_acquire_owned();
             async move {
@@ -230,7 +230,7 @@ impl Gateway {
     /// follows through `pumps`.
     async fn open_stream(
         &self,
-        ns: HostNamespace,
+        ns: HostNamespaceHandle,
         mut envelope: Value,
         pumps: StreamPumps,
         parent: Option<SpanContext>,
@@ -263,7 +263,7 @@ impl Gateway {
 
     async fn stream_head(
         &self,
-        ns: HostNamespace,
+        ns: HostNamespaceHandle,
         open: StreamOpen,
         pumps: StreamPumps,
         watch: Observation,

@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use agentix::HostNamespace;
+use agentix::HostNamespaceHandle;
 use http_body_util::BodyExt;
 use serde_json::json;
 use tokio::sync::watch;
@@ -61,7 +61,7 @@ impl StreamPumps {
     /// (else it is handed back to be ended with the head).
     pub async fn start(
         &self,
-        ns: HostNamespace,
+        ns: HostNamespaceHandle,
         stream_id: String,
         opened: Opened,
         pumping: Pumping,
@@ -166,7 +166,7 @@ struct PumpState {
 /// translator, if any), then the end; stops early when the agent goes away
 /// or the sandbox cannot be reached.
 async fn pump(
-    ns: &HostNamespace,
+    ns: &HostNamespaceHandle,
     id: &str,
     mut body: hyper::body::Incoming,
     mut watching: watch::Receiver<Control>,
@@ -253,7 +253,7 @@ fn note_usage(lines: &str, watch: &mut Observation) {
 /// Sends the next item once the window allows; false if the stream is over
 /// for the sandbox (cancelled, or the sandbox unreachable).
 async fn send(
-    ns: &HostNamespace,
+    ns: &HostNamespaceHandle,
     id: &str,
     seq: &mut u64,
     part: StreamPart,

@@ -10,7 +10,7 @@ use std::convert::Infallible;
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
-use agentix::NamespaceHandle;
+use agentix::SandboxNamespaceHandle;
 use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 use hyper::{Method, Request, Response};
@@ -53,7 +53,7 @@ impl Default for EndpointOptions {
 /// What every connection of the running endpoint shares.
 #[derive(Clone)]
 struct Serving {
-    handle: NamespaceHandle,
+    handle: SandboxNamespaceHandle,
     max_request_bytes: usize,
     host_timeout: Duration,
 }
@@ -74,7 +74,7 @@ impl std::fmt::Display for AbridgeError {
 impl std::error::Error for AbridgeError {}
 
 /// The namespace, opened on the first [`serve`] of this worker.
-static NAMESPACE_HANDLE: OnceLock<NamespaceHandle> = OnceLock::new();
+static NAMESPACE_HANDLE: OnceLock<SandboxNamespaceHandle> = OnceLock::new();
 /// The running endpoint: its URL and what stops it.
 static RUNNING: Mutex<Option<(String, tokio::sync::watch::Sender<bool>)>> = Mutex::new(None);
 
@@ -104,7 +104,7 @@ async fn start(options: EndpointOptions) -> Result<String, AbridgeError> {
     let handle = match NAMESPACE_HANDLE.get() {
         Some(handle) => handle.clone(),
         None => {
-            let namespace = agentix::Namespace::new(NAMESPACE)
+            let namespace = agentix::SandboxNamespace::new(NAMESPACE)
                 .on(EVENT_STREAM_ITEM, |_, data| async move { on_item(data) });
             let handle = agentix::register_namespace(namespace).map_err(|e| AbridgeError {
                 message: format!("cannot open {NAMESPACE}: {e}"),

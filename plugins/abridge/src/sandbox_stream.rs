@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{LazyLock, Mutex};
 use std::time::Duration;
 
-use agentix::{NamespaceHandle, RemoteSioError};
+use agentix::{RemoteSioError, SandboxNamespaceHandle};
 use bytes::Bytes;
 use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, StreamBody};
@@ -104,7 +104,7 @@ pub fn on_item(data: Value) {
 /// Forgets a stream and, unless it ended, tells the host to stop it.
 struct Abandon {
     id: String,
-    handle: NamespaceHandle,
+    handle: SandboxNamespaceHandle,
     ended: bool,
 }
 
@@ -129,7 +129,7 @@ impl Drop for Abandon {
 /// Answers a streamed request: the upstream's error whole, or its events
 /// as they arrive.
 pub async fn relay(
-    handle: &NamespaceHandle,
+    handle: &SandboxNamespaceHandle,
     request: UpstreamRequest,
     host_timeout: Duration,
 ) -> Response<AgentBody> {
