@@ -36,7 +36,7 @@ use tokio::sync::{mpsc, oneshot};
 use actix::Recipient;
 
 use crate::event_route::EventRoute;
-use crate::namespace_messages::NamespaceEvent;
+use crate::namespace_messages::{route_event, NamespaceEvent};
 use crate::outbox::Outbox;
 use crate::request_envelope::{no_handler_reply, request_id};
 
@@ -95,9 +95,7 @@ impl SandboxNamespace {
                 Arc::new(move |ns: SandboxNamespaceHandle, data| {
                     let path = ns.path.clone();
                     let event = name.clone();
-                    if let Err((event, why)) = route.push(NamespaceEvent { ns, event, data }) {
-                        tracing::error!(path = &*path, event = event.event, "event dropped: {why}");
-                    }
+                    route_event(&route, &path, NamespaceEvent { ns, event, data });
                     Box::pin(std::future::ready(()))
                 }),
             );

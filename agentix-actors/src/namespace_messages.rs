@@ -10,6 +10,8 @@
 use actix::Message;
 use serde_json::Value;
 
+use crate::event_route::EventRoute;
+
 /// An event the far side emitted on the namespace.
 #[derive(Debug, Message)]
 #[rtype(result = "()")]
@@ -52,5 +54,18 @@ impl NamespaceFault {
             type_name: type_name.into(),
             message: message.into(),
         }
+    }
+}
+
+/// Hands `event` on namespace `path` to its actor's `route`, with an error
+/// line if it had to be dropped: what either half's `on_actor` does with
+/// each event.
+pub fn route_event<N: Send + 'static>(
+    route: &EventRoute<NamespaceEvent<N>>,
+    path: &str,
+    event: NamespaceEvent<N>,
+) {
+    if let Err((event, why)) = route.push(event) {
+        tracing::error!(path, event = event.event, "event dropped: {why}");
     }
 }

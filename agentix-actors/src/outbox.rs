@@ -81,6 +81,25 @@ impl Outbox {
         }
     }
 
+    /// Queues `frame` only if it can go straight into the queue (nothing
+    /// waits and there is room); gives it back otherwise, for frames the
+    /// caller would rather drop than hold.
+    pub fn try_push(&self, frame: Frame) -> Result<(), Frame> {
+        let waiting = self.lock();
+        if !waiting.frames.is_empty() {
+            return Err(frame);
+        }
+        match self.out.try_send(frame) {
+            Ok(()) | Err(mpsc::error::TrySendError::Closed(_)) => Ok(()),
+            Err(mpsc::error::TrySendError::Full(frame)) => Err(frame),
+        }
+    }
+
+    /// Frames waiting for room in the queue now.
+    pub fn waiting(&self) -> usize {
+        self.lock().frames.len()
+    }
+
     /// Queues `frame` behind every frame queued before it, waiting while
     /// the queue is full.
     pub async fn send(&self, frame: Frame) {

@@ -28,7 +28,9 @@ use std::sync::Arc;
 use actix::Recipient;
 use agentix_actors::errors::{ErrorKind, RemoteError};
 use agentix_actors::event_route::EventRoute;
-use agentix_actors::namespace_messages::{NamespaceEvent, NamespaceFault, NamespaceRequest};
+use agentix_actors::namespace_messages::{
+    route_event, NamespaceEvent, NamespaceFault, NamespaceRequest,
+};
 use agentix_actors::request_envelope::{error_reply, no_handler_reply, request_id};
 use futures_util::FutureExt;
 use serde::Serialize;
@@ -153,9 +155,7 @@ impl HostNamespace {
                 Arc::new(move |ns: HostNamespaceHandle, data| {
                     let path = ns.path.clone();
                     let event = name.clone();
-                    if let Err((event, why)) = route.push(NamespaceEvent { ns, event, data }) {
-                        tracing::error!(path = &*path, event = event.event, "event dropped: {why}");
-                    }
+                    route_event(&route, &path, NamespaceEvent { ns, event, data });
                     Box::pin(std::future::ready(()))
                 }),
             );

@@ -90,6 +90,7 @@ impl HttpRoutes {
                         "not_sent_to_lagging_listeners": self.credits.dropped(),
                     },
                     "plugin_events_not_sent_to_lagging_hosts": h.plugin_events_dropped,
+                    "plugin_events_not_sent_to_lagging_worker": h.host_events_dropped,
                     "uptime_s": uptime_s,
                     "version": agentix_actors::VERSION,
                     "pid": std::process::id(),

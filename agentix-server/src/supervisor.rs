@@ -21,6 +21,7 @@ use std::time::{Duration, Instant};
 
 use actix::prelude::*;
 use agentix_actors::errors::{ErrorKind, RemoteError};
+use agentix_actors::outbox::Outbox;
 use agentix_actors::process;
 use agentix_actors::request_envelope::{error_reply, request_id, HOST_BEHIND};
 use agentix_actors::restart_policy::{Restart, RestartPolicy};
@@ -130,6 +131,9 @@ pub struct Health {
     /// Plugin events from the worker dropped because their hosts fell a
     /// whole forwarder mailbox behind.
     pub plugin_events_dropped: u64,
+    /// Plugin events from hosts dropped because the worker fell a whole
+    /// pipe queue behind.
+    pub host_events_dropped: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -145,7 +149,9 @@ enum Phase {
 struct Running {
     pid: u32,
     worker_id: String,
-    frames: mpsc::UnboundedSender<Frame>,
+    /// Frames to its pipe, in order: a bounded queue with an outbox in
+    /// front for what cannot wait (see `agentix_actors::outbox`).
+    frames: Outbox,
     tail: OutputTail,
     /// Its stdout and stderr, until someone reads them: the server, at
     /// once for a worker that does not capture its own, else once it died.
@@ -183,6 +189,8 @@ pub struct WorkerSupervisor {
     start_error: Option<RemoteError>,
     /// Worker events no host could take in time (see `forward_to_hosts`).
     events_dropped: u64,
+    /// Hosts' events the worker could not take in time.
+    host_events_dropped: u64,
 }
 
 impl WorkerSupervisor {
@@ -216,6 +224,7 @@ impl WorkerSupervisor {
             last_exit: None,
             start_error: None,
             events_dropped: 0,
+            host_events_dropped: 0,
         }
     }
 
@@ -242,7 +251,7 @@ impl WorkerSupervisor {
         };
         tracing::info!(pid = proc.pid, worker_id, "worker started");
         let (pid, tail) = (proc.pid, proc.tail.clone());
-        let (tx, rx) = mpsc::unbounded_channel();
+        let (tx, rx) = mpsc::channel(WORKER_QUEUE);
         let reports = worker_pipes::Reports {
             frames: ctx.address().recipient(),
             unreadable: ctx.address().recipient(),
@@ -252,7 +261,7 @@ impl WorkerSupervisor {
         self.worker = Some(Running {
             pid,
             worker_id,
-            frames: tx,
+            frames: Outbox::new(tx),
             tail,
             output,
         });
@@ -390,23 +399,34 @@ impl WorkerSupervisor {
             unreachable!("CallTable::start ends with the call frame")
         };
         let id = *id;
-        let sent = self
-            .worker
-            .as_ref()
-            .is_some_and(|w| frames.into_iter().all(|f| w.frames.send(f).is_ok()));
-        if !sent {
-            // The pipe writer is gone: the exit notification follows and
-            // fails the call; nothing to do here.
-            tracing::debug!(id, "worker pipe closed while sending a call");
+        let Some(w) = &self.worker else {
+            // Gone between the check and now: its exit fails the call.
+            return;
+        };
+        let waiting = w.frames.waiting();
+        if waiting >= CALLS_STOP_PAST {
+            // A worker this far behind its pipe is wedged or stopped: say
+            // so now rather than hold the call's frames too.
+            if let Some(reply) = self.calls.finish(id) {
+                reply.fail(RemoteError::new(
+                    ErrorKind::Degraded,
+                    format!("the worker is not reading its pipe ({waiting} frames wait for it)"),
+                ));
+            }
+            return;
+        }
+        for frame in frames {
+            w.frames.push(frame);
         }
     }
 }
 
 impl WorkerSupervisor {
-    /// Sends `frame` to the current worker, if one runs.
+    /// Sends `frame` to the current worker, if one runs, behind every
+    /// frame sent before it.
     fn send_frame(&self, frame: Frame) {
         if let Some(w) = &self.worker {
-            let _ = w.frames.send(frame);
+            w.frames.push(frame);
         }
     }
 }
@@ -434,6 +454,12 @@ impl Actor for WorkerSupervisor {
         ctx.run_interval(PING_EVERY, |act, _| act.ping());
     }
 }
+
+/// Frames queued for a worker's pipe before new ones wait in its outbox.
+const WORKER_QUEUE: usize = 4096;
+
+/// Frames waiting in a worker's outbox past which new calls fail at once.
+const CALLS_STOP_PAST: usize = 16_384;
 
 /// How often the worker's frame loop is asked to answer.
 const PING_EVERY: Duration = Duration::from_secs(1);
@@ -757,11 +783,32 @@ impl Handler<HostEvent> for WorkerSupervisor {
             );
             return;
         }
-        self.send_frame(Frame::SioEvent {
+        let Some(w) = &self.worker else {
+            return;
+        };
+        let is_reply = msg.event.ends_with(":result") || msg.event.ends_with(":error");
+        let frame = Frame::SioEvent {
             path: msg.path,
             event: msg.event,
             data: msg.data,
-        });
+        };
+        if is_reply {
+            // The worker waits for it: never dropped for a full pipe.
+            w.frames.push(frame);
+            return;
+        }
+        // An event nobody waits for is dropped, counted, while the worker
+        // is behind its pipe: a host cannot fill the server's memory.
+        if let Err(Frame::SioEvent { path, .. }) = w.frames.try_push(frame) {
+            self.host_events_dropped += 1;
+            if self.host_events_dropped % 10_000 == 1 {
+                tracing::warn!(
+                    path,
+                    dropped = self.host_events_dropped,
+                    "the worker falls behind its pipe; hosts' plugin events are dropped"
+                );
+            }
+        }
     }
 }
 
@@ -836,6 +883,7 @@ impl Handler<ReportHealth> for WorkerSupervisor {
                 .map(|t| t.saturating_duration_since(Instant::now()).as_secs_f64()),
             worker_silent_ms: silent.map(|d| d.as_millis() as u64),
             plugin_events_dropped: self.events_dropped,
+            host_events_dropped: self.host_events_dropped,
         })
     }
 }

@@ -82,7 +82,7 @@ pub struct Reports {
 pub fn start(
     proc: WorkerProcess,
     generation: u64,
-    to_worker: mpsc::UnboundedReceiver<Frame>,
+    to_worker: mpsc::Receiver<Frame>,
     relay: &SideRelay,
     reports: Reports,
 ) -> UnreadOutput {

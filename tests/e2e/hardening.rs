@@ -784,3 +784,43 @@ async fn a_host_that_floods_a_plugin_namespace_and_never_reads_costs_the_server_
     assert_eq!(sum, 3);
     drop(raw);
 }
+
+#[tokio::test]
+async fn a_host_that_floods_a_frozen_worker_costs_the_server_bounded_memory() {
+    let sb = sandbox().await;
+    sb.remote(agentix_e2e::open_plugin, ()).await.unwrap();
+    let server = sb.server_pid().expect("a local sandbox");
+    let worker = support::worker_pid_from_health(&sb).await;
+    let before = support::rss_kib(server);
+    // SAFETY: kill(2) on the worker this test's sandbox started.
+    unsafe { libc::kill(worker as i32, libc::SIGSTOP) };
+    // 200 MB of events for a worker that reads nothing.
+    let mut raw = RawSocket::connect_ns(sb.addr(), sb.token(), "/e2e-plugin").await;
+    let payload = json!("x".repeat(4096));
+    for _ in 0..50_000 {
+        raw.emit("status:get", payload.clone()).await;
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let grown = support::rss_kib(server).saturating_sub(before);
+    let health = sb.health().await.unwrap();
+    unsafe { libc::kill(worker as i32, libc::SIGCONT) };
+    assert!(
+        grown < 96 << 10,
+        "the server grew by {grown} KiB for a worker that does not read"
+    );
+    assert!(
+        health["plugin_events_not_sent_to_lagging_worker"]
+            .as_u64()
+            .unwrap()
+            > 0,
+        "{health}"
+    );
+    // Thawed, the worker serves again.
+    let sum = sb
+        .remote(agentix_e2e::add, (1, 2))
+        .timeout(Duration::from_secs(20))
+        .await
+        .unwrap();
+    assert_eq!(sum, 3);
+    drop(raw);
+}
