@@ -799,7 +799,10 @@ impl Handler<HostEvent> for WorkerSupervisor {
         }
         // An event nobody waits for is dropped, counted, while the worker
         // is behind its pipe: a host cannot fill the server's memory.
-        if let Err(Frame::SioEvent { path, .. }) = w.frames.try_push(frame) {
+        if let Err(dropped) = w.frames.try_push(frame) {
+            let Frame::SioEvent { path, .. } = *dropped else {
+                unreachable!("the frame pushed above")
+            };
             self.host_events_dropped += 1;
             if self.host_events_dropped % 10_000 == 1 {
                 tracing::warn!(
