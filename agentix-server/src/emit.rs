@@ -1,4 +1,5 @@
-//! [`emit`]: one event to one host socket, never dropped for a full queue.
+//! [`emit`]: one event to one host socket, never dropped for a full queue;
+//! [`emit_within`]: the same, giving up on a socket that stays full.
 //!
 //! Shared by every namespace that sends to hosts (`/rpc`, `/log`, `/trace`,
 //! plugin forwarders).
@@ -23,6 +24,34 @@ pub async fn emit<T: Serialize + ?Sized>(s: &SocketRef, event: &str, data: &T) {
             Err(e) => {
                 tracing::debug!(socket = %s.id, event, "reply not delivered: {e}");
                 return;
+            }
+        }
+    }
+}
+
+/// Emits `data` like [`emit`], but gives up once the socket's send queue
+/// has stayed full for `patience`; says whether the event went out.
+pub async fn emit_within<T: Serialize + ?Sized>(
+    s: &SocketRef,
+    event: &str,
+    data: &T,
+    patience: Duration,
+) -> bool {
+    let deadline = tokio::time::Instant::now() + patience;
+    let mut backoff = Duration::from_micros(200);
+    loop {
+        match s.emit(event, data) {
+            Ok(()) => return true,
+            Err(SendError::Socket(SocketError::InternalChannelFull)) => {
+                if tokio::time::Instant::now() >= deadline {
+                    return false;
+                }
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_millis(20));
+            }
+            Err(e) => {
+                tracing::debug!(socket = %s.id, event, "event not delivered: {e}");
+                return true;
             }
         }
     }

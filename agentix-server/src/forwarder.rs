@@ -12,6 +12,11 @@
 //! worker makes while no host is on its path is answered at once with a
 //! `NoHost` error, through the same route a host's reply takes.
 
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
 use actix::prelude::*;
 use agentix_actors::request_envelope::{error_reply, request_id, NO_HOST};
 use agentix_actors::supervision::{ChildAddr, ChildGuard};
@@ -19,10 +24,11 @@ use agentix_actors::wire::check_plugin_path;
 use serde_json::Value;
 use socketioxide::extract::{Event, SocketRef, TryData};
 use socketioxide::handler::ConnectHandler;
+use socketioxide::socket::Sid;
 use socketioxide::SocketIo;
 
 use crate::auth::{auth_middleware, Token};
-use crate::emit::emit;
+use crate::emit::emit_within;
 
 // ---- messages ------------------------------------------------------------
 
@@ -62,6 +68,10 @@ pub struct NamespaceForwarder {
     io: SocketIo,
     /// Where hosts' events go, so an unanswerable request is answered.
     to_worker: Recipient<HostEvent>,
+    /// Hosts whose socket stayed full past [`LAG_PATIENCE`].
+    lagging: Arc<Mutex<HashSet<Sid>>>,
+    /// Events not sent to lagging hosts, shared with `/health`.
+    dropped: Arc<AtomicU64>,
     _guard: ChildGuard<String>,
 }
 
@@ -72,12 +82,15 @@ impl NamespaceForwarder {
         path: String,
         io: SocketIo,
         to_worker: Recipient<HostEvent>,
+        dropped: Arc<AtomicU64>,
         guard: ChildGuard<String>,
     ) -> Self {
         NamespaceForwarder {
             path,
             io,
             to_worker,
+            lagging: Arc::default(),
+            dropped,
             _guard: guard,
         }
     }
@@ -91,9 +104,15 @@ impl Handler<StopForwarding> for NamespaceForwarder {
     }
 }
 
-/// Events waiting for a forwarder whose hosts are slow; past this the
-/// supervisor drops new ones rather than hold them.
-pub const FORWARDER_MAILBOX: usize = 1024;
+/// Events waiting for a forwarder; past this the supervisor drops new ones
+/// rather than hold them. Large, because the supervisor can hand over a
+/// burst before the forwarder (on the same arbiter) runs at all.
+pub const FORWARDER_MAILBOX: usize = 65_536;
+
+/// How long a host's full socket is waited for before the host counts as
+/// lagging: events for it are then dropped (counted) until its socket has
+/// room again, so a host that does not read holds nobody else up.
+pub const LAG_PATIENCE: std::time::Duration = std::time::Duration::from_secs(1);
 
 impl Actor for NamespaceForwarder {
     type Context = Context<Self>;
@@ -142,10 +161,24 @@ impl Handler<ToHosts> for NamespaceForwarder {
                 ),
             }
         }
+        let lagging = self.lagging.clone();
+        let dropped = self.dropped.clone();
         AtomicResponse::new(Box::pin(
             async move {
                 for host in &hosts {
-                    emit(host, &msg.event, &msg.data).await;
+                    let behind = lock(&lagging).contains(&host.id);
+                    // A lagging host gets one try; it is back once it takes one.
+                    let patience = if behind { Duration::ZERO } else { LAG_PATIENCE };
+                    let sent = emit_within(host, &msg.event, &msg.data, patience).await;
+                    if sent && behind {
+                        lock(&lagging).remove(&host.id);
+                    } else if !sent {
+                        if !behind {
+                            tracing::warn!(socket = %host.id, "a host does not read its plugin events; skipping it until it does");
+                            lock(&lagging).insert(host.id);
+                        }
+                        dropped.fetch_add(1, Ordering::Relaxed);
+                    }
                 }
             }
             .into_actor(self),
@@ -186,4 +219,8 @@ where
     if let Err(e) = io.dyn_ns("/{*path}", handler) {
         tracing::error!("cannot accept plugin namespaces: {e}");
     }
+}
+
+fn lock(lagging: &Mutex<HashSet<Sid>>) -> std::sync::MutexGuard<'_, HashSet<Sid>> {
+    lagging.lock().unwrap_or_else(|p| p.into_inner())
 }

@@ -91,7 +91,7 @@ impl Server {
             .map_err(StartError::Bind)?;
         let addr = listener.addr().map_err(StartError::Bind)?;
         let server_id = format!(
-            "{}.{}",
+            "{}-{}",
             std::process::id(),
             SERVERS_STARTED.fetch_add(1, Ordering::Relaxed) + 1
         );

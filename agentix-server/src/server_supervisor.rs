@@ -126,7 +126,8 @@ fn start_worker_supervisor(
     root: Addr<ServerSupervisor>,
 ) -> Addr<WorkerSupervisor> {
     let guard = ChildGuard::new(ServerChild::WorkerSupervisor, root.recipient());
-    let worker_ids = format!("{server_id}.{incarnation}");
+    // Worker ids name log files: letters, digits and dashes only.
+    let worker_ids = format!("{server_id}-{incarnation}");
     WorkerSupervisor::new(config.clone(), side.clone(), worker_ids, guard).start()
 }
 

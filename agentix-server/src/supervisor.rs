@@ -17,6 +17,8 @@
 //! tasks of [`crate::worker_pipes`].
 
 use std::ffi::OsString;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use actix::prelude::*;
@@ -187,8 +189,9 @@ pub struct WorkerSupervisor {
     early_opens: Vec<String>,
     last_exit: Option<String>,
     start_error: Option<RemoteError>,
-    /// Worker events no host could take in time (see `forward_to_hosts`).
-    events_dropped: u64,
+    /// Worker events not sent to hosts: a forwarder a whole mailbox behind
+    /// (see `forward_to_hosts`), or lagging hosts (counted by forwarders).
+    events_dropped: Arc<AtomicU64>,
     /// Hosts' events the worker could not take in time.
     host_events_dropped: u64,
 }
@@ -223,7 +226,7 @@ impl WorkerSupervisor {
             early_opens: Vec::new(),
             last_exit: None,
             start_error: None,
-            events_dropped: 0,
+            events_dropped: Arc::default(),
             host_events_dropped: 0,
         }
     }
@@ -458,6 +461,10 @@ impl Actor for WorkerSupervisor {
 /// Frames queued for a worker's pipe before new ones wait in its outbox.
 const WORKER_QUEUE: usize = 4096;
 
+/// Frames waiting in a worker's outbox past which hosts' plugin events
+/// (which nobody waits for) are dropped.
+const HOST_EVENTS_WAIT_PAST: usize = 8_192;
+
 /// Frames waiting in a worker's outbox past which new calls fail at once.
 const CALLS_STOP_PAST: usize = 16_384;
 
@@ -672,8 +679,10 @@ impl WorkerSupervisor {
 
     fn start_forwarder(&mut self, path: String, io: socketioxide::SocketIo, ctx: &Context<Self>) {
         let guard = ChildGuard::new(path.clone(), ctx.address().recipient());
-        let forwarder = NamespaceForwarder::new(path.clone(), io, ctx.address().recipient(), guard)
-            .start_bounded();
+        let dropped = self.events_dropped.clone();
+        let to_worker = ctx.address().recipient();
+        let forwarder =
+            NamespaceForwarder::new(path.clone(), io, to_worker, dropped, guard).start_bounded();
         self.forwarders.insert(path, forwarder);
     }
 }
@@ -695,11 +704,11 @@ impl WorkerSupervisor {
             Ok(()) => return,
             Err(SendError::Full(msg) | SendError::Closed(msg)) => msg,
         };
-        self.events_dropped += 1;
-        if self.events_dropped % 10_000 == 1 {
+        let dropped = self.events_dropped.fetch_add(1, Ordering::Relaxed) + 1;
+        if dropped % 10_000 == 1 {
             tracing::warn!(
                 path,
-                dropped = self.events_dropped,
+                dropped,
                 "the hosts on this namespace fall behind; events to them are dropped"
             );
         }
@@ -797,11 +806,14 @@ impl Handler<HostEvent> for WorkerSupervisor {
             w.frames.push(frame);
             return;
         }
-        // An event nobody waits for is dropped, counted, while the worker
-        // is behind its pipe: a host cannot fill the server's memory.
-        if let Err(dropped) = w.frames.try_push(frame) {
-            let Frame::SioEvent { path, .. } = *dropped else {
-                unreachable!("the frame pushed above")
+        // Queued in order, so a burst arrives whole; an event nobody waits
+        // for is dropped, counted, once the worker is far behind its pipe:
+        // a host cannot fill the server's memory.
+        if w.frames.waiting() < HOST_EVENTS_WAIT_PAST {
+            w.frames.push(frame);
+        } else {
+            let Frame::SioEvent { path, .. } = frame else {
+                unreachable!("built above")
             };
             self.host_events_dropped += 1;
             if self.host_events_dropped % 10_000 == 1 {
@@ -885,7 +897,7 @@ impl Handler<ReportHealth> for WorkerSupervisor {
                 .retry_at
                 .map(|t| t.saturating_duration_since(Instant::now()).as_secs_f64()),
             worker_silent_ms: silent.map(|d| d.as_millis() as u64),
-            plugin_events_dropped: self.events_dropped,
+            plugin_events_dropped: self.events_dropped.load(Ordering::Relaxed),
             host_events_dropped: self.host_events_dropped,
         })
     }
