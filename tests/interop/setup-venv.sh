@@ -6,6 +6,10 @@
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 venv="$root/target/interop-venv"
+# Test binaries may ask at the same time: one creates it, the others wait.
+mkdir -p "$root/target"
+exec 9>"$root/target/interop-venv.lock"
+flock 9
 if [ -x "$venv/bin/python" ] && "$venv/bin/python" -c "import socketio, aiohttp, cbor2, openai, anthropic" 2>/dev/null; then
     exit 0
 fi
