@@ -17,7 +17,10 @@ use actix::{Actor, Message, Recipient};
 use tokio::sync::mpsc;
 
 /// Messages that may wait for a busy actor before new ones are dropped.
-pub const ROUTE_QUEUE: usize = 1024;
+/// Large, because a receive loop can hand over a whole burst before the
+/// pump (often on the same thread) runs at all; the channel allocates as
+/// it fills, so the bound costs nothing until it is used.
+pub const ROUTE_QUEUE: usize = 65_536;
 
 /// A message for an actor of one [`EventRoute`].
 pub trait Routed: Message<Result = ()> + Send + 'static {}
