@@ -32,9 +32,10 @@
 //!
 //! ```text
 //! ServerSupervisor                 root; restarts its child by policy
-//! └── WorkerSupervisor             worker restart policy, call table
-//!     ├── worker process           one per generation, pumped by worker_pipes
-//!     └── NamespaceForwarder × N   one per plugin namespace the worker opened
+//! ├── WorkerSupervisor             worker restart policy, call table
+//! │   ├── worker process           one per generation, pumped by worker_pipes
+//! │   └── NamespaceForwarder × N   one per plugin namespace the worker opened
+//! └── side relay                   /log and /trace to hosts (a task its own loop restarts)
 //! ```
 
 pub mod auth;

@@ -9,4 +9,6 @@ pub enum ServerChild {
     WorkerSupervisor,
     /// The forwarder of plugin namespace `path`.
     Forwarder(String),
+    /// The relay of `/log` and `/trace` to hosts.
+    SideRelay,
 }

@@ -4,7 +4,8 @@
 //! [`crate::server::Server`]) holds its address. It supervises the
 //! [`WorkerSupervisor`], which in turn supervises the worker process of each
 //! generation and one [`NamespaceForwarder`](crate::forwarder::NamespaceForwarder)
-//! per plugin namespace. When the worker supervisor ends — it panicked, or
+//! per plugin namespace, and the side relay (`/log`, `/trace`; a task whose
+//! own loop runs it again, see [`crate::side_relay`]). When the worker supervisor ends — it panicked, or
 //! was told to stop by [`RestartChild`] — the root logs why and starts a new
 //! one by its own [`RestartPolicy`] (its calls end with `WorkerExited`, its
 //! worker is killed, and the new one starts a new worker); every socket
@@ -37,6 +38,11 @@ pub struct RestartChild(pub ServerChild);
 #[derive(Message)]
 #[rtype(result = "u64")]
 pub struct SupervisorRestarts;
+
+/// How often the side relay (`/log`, `/trace`) was started again.
+#[derive(Message)]
+#[rtype(result = "u64")]
+pub struct RelayRestarts;
 
 /// Shutdown has begun: take no new calls, let those in flight finish.
 #[derive(Message)]
@@ -182,6 +188,10 @@ impl Handler<RestartChild> for ServerSupervisor {
         match child {
             ServerChild::WorkerSupervisor => supervisor.do_send(StopSupervisor),
             ServerChild::Forwarder(path) => supervisor.do_send(StopForwarder(path)),
+            ServerChild::SideRelay => {
+                let side = self.side.clone();
+                actix::spawn(async move { side.restart().await });
+            }
         }
     }
 }
@@ -191,6 +201,14 @@ impl Handler<SupervisorRestarts> for ServerSupervisor {
 
     fn handle(&mut self, _: SupervisorRestarts, _: &mut Context<Self>) -> u64 {
         self.restarts
+    }
+}
+
+impl Handler<RelayRestarts> for ServerSupervisor {
+    type Result = u64;
+
+    fn handle(&mut self, _: RelayRestarts, _: &mut Context<Self>) -> u64 {
+        self.side.restarts()
     }
 }
 

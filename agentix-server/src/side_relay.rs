@@ -18,8 +18,17 @@
 //!
 //! (A task rather than an actor: delivery must await the socket and keep
 //! order, which an actix handler cannot do without giving up one of them.)
+//! It is supervised all the same: the task that owns its inbox runs it, and
+//! runs it again with a fresh backlog when it panics or when the root of the
+//! server's tree restarts it ([`SideRelay::restart`]); batches waiting in
+//! the inbox are kept, and the sandbox log file has everything.
 
 use std::collections::VecDeque;
+use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use futures_util::FutureExt;
 
 use agentix_actors::log_record::{LogRecord, TARGET_AGENTIX};
 use agentix_actors::wire::{
@@ -41,24 +50,56 @@ enum Relayed {
     Logs(SideBatch),
     Traces(SideBatch),
     HostJoined,
+    Restart,
 }
 
 /// A handle to the relay task; cheap to clone.
 #[derive(Clone)]
 pub struct SideRelay {
     tx: mpsc::Sender<Relayed>,
+    restarts: Arc<AtomicU64>,
 }
 
 /// The relay's input, until [`SideRelayInbox::start`] gives it a task.
 pub struct SideRelayInbox {
     rx: mpsc::Receiver<Relayed>,
+    restarts: Arc<AtomicU64>,
 }
 
 impl SideRelayInbox {
     /// Starts delivering to `/log` and `/trace` on `io`.
     pub fn start(self, io: SocketIo, credits: SideCredits) {
-        tokio::spawn(relay(io, credits, self.rx));
+        tokio::spawn(supervise(io, credits, self.rx, self.restarts));
     }
+}
+
+/// Runs the relay until its inbox closes, again after each end that is
+/// not that one.
+async fn supervise(
+    io: SocketIo,
+    credits: SideCredits,
+    mut rx: mpsc::Receiver<Relayed>,
+    restarts: Arc<AtomicU64>,
+) {
+    loop {
+        let run = AssertUnwindSafe(relay(&io, &credits, &mut rx))
+            .catch_unwind()
+            .await;
+        match run {
+            Ok(Ended::InboxClosed) => return,
+            Ok(Ended::Restart) => tracing::info!("the side relay starts again, on request"),
+            Err(_) => {
+                tracing::error!("the side relay panicked; it starts again (its backlog is lost)")
+            }
+        }
+        restarts.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Why one run of the relay ended.
+enum Ended {
+    InboxClosed,
+    Restart,
 }
 
 impl SideRelay {
@@ -66,7 +107,23 @@ impl SideRelay {
     /// wait in it (the socket layer needs the handle before it exists).
     pub fn channel() -> (Self, SideRelayInbox) {
         let (tx, rx) = mpsc::channel(QUEUE);
-        (SideRelay { tx }, SideRelayInbox { rx })
+        let restarts = Arc::new(AtomicU64::new(0));
+        let relay = SideRelay {
+            tx,
+            restarts: restarts.clone(),
+        };
+        (relay, SideRelayInbox { rx, restarts })
+    }
+
+    /// Ends the relay's current run after what is queued before this, so
+    /// that its supervisor starts it again with a fresh backlog.
+    pub async fn restart(&self) {
+        let _ = self.tx.send(Relayed::Restart).await;
+    }
+
+    /// How many times the relay was started again.
+    pub fn restarts(&self) -> u64 {
+        self.restarts.load(Ordering::Relaxed)
     }
 
     /// Relays a batch of log records, waiting while the relay is behind.
@@ -89,7 +146,7 @@ impl SideRelay {
     }
 }
 
-async fn relay(io: SocketIo, credits: SideCredits, mut rx: mpsc::Receiver<Relayed>) {
+async fn relay(io: &SocketIo, credits: &SideCredits, rx: &mut mpsc::Receiver<Relayed>) -> Ended {
     let mut logs = Channel::new(LOG_NAMESPACE, EVENT_RECORDS, |b| {
         Payload::Logs(LogsEvent::from_batch(b))
     });
@@ -98,14 +155,16 @@ async fn relay(io: SocketIo, credits: SideCredits, mut rx: mpsc::Receiver<Relaye
     });
     while let Some(msg) = rx.recv().await {
         match msg {
-            Relayed::Logs(batch) => logs.deliver(&io, &credits, Some(batch)).await,
-            Relayed::Traces(batch) => traces.deliver(&io, &credits, Some(batch)).await,
+            Relayed::Logs(batch) => logs.deliver(io, credits, Some(batch)).await,
+            Relayed::Traces(batch) => traces.deliver(io, credits, Some(batch)).await,
             Relayed::HostJoined => {
-                logs.deliver(&io, &credits, None).await;
-                traces.deliver(&io, &credits, None).await;
+                logs.deliver(io, credits, None).await;
+                traces.deliver(io, credits, None).await;
             }
+            Relayed::Restart => return Ended::Restart,
         }
     }
+    Ended::InboxClosed
 }
 
 /// An event payload ready to emit.

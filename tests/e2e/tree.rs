@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use agentix::{ErrorKind, HostNamespace, Sandbox};
 use agentix_server::server_child::ServerChild;
-use agentix_server::server_supervisor::{RestartChild, SupervisorRestarts};
+use agentix_server::server_supervisor::{RelayRestarts, RestartChild, SupervisorRestarts};
 use agentix_server::{Server, ServerConfig, StartError};
 use serde_json::json;
 use support::{bundle_path, wait_until};
@@ -184,4 +184,60 @@ async fn pong(
         .await
         .expect("a pong")
         .unwrap()
+}
+
+#[actix_rt::test]
+async fn a_restarted_side_relay_carries_the_sandboxs_records_again() {
+    let server = Server::start(config("relay")).await.unwrap();
+    let (tx, mut records) = mpsc::unbounded_channel();
+    let listening = agentix::SandboxConfig::new("").on_log(move |_, record| {
+        if record.message.starts_with("log ") {
+            let _ = tx.send(record.message.clone());
+        }
+    });
+    let sandbox = Sandbox::attach_with(server.addr(), "relay", listening);
+    let logged = || async {
+        assert_eq!(
+            sandbox
+                .remote(agentix_e2e::chatter, (3, 0, 0))
+                .await
+                .unwrap(),
+            3
+        );
+    };
+    logged().await;
+    for want in ["log 0", "log 1", "log 2"] {
+        let got = tokio::time::timeout(Duration::from_secs(10), records.recv())
+            .await
+            .expect("a record")
+            .unwrap();
+        assert_eq!(got, want);
+    }
+
+    server
+        .root()
+        .send(RestartChild(ServerChild::SideRelay))
+        .await
+        .unwrap();
+    wait_until_restarted(&server).await;
+    logged().await;
+    for want in ["log 0", "log 1", "log 2"] {
+        let got = tokio::time::timeout(Duration::from_secs(10), records.recv())
+            .await
+            .expect("a record after the relay restarted")
+            .unwrap();
+        assert_eq!(got, want);
+    }
+    server.stop().await;
+}
+
+async fn wait_until_restarted(server: &Server) {
+    let start = std::time::Instant::now();
+    while server.root().send(RelayRestarts).await.unwrap() == 0 {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "the relay was never started again"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
 }
