@@ -35,8 +35,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use actix::Recipient;
 
-use crate::event_route::EventRoute;
-use crate::namespace_messages::{route_event, NamespaceEvent};
+use crate::namespace_messages::{actor_event_handlers, NamespaceEvent};
 use crate::outbox::Outbox;
 use crate::request_envelope::{no_handler_reply, request_id};
 
@@ -85,17 +84,11 @@ impl SandboxNamespace {
         events: impl IntoIterator<Item = E>,
         actor: Recipient<NamespaceEvent<SandboxNamespaceHandle>>,
     ) -> Self {
-        let route = EventRoute::new(actor);
-        for event in events {
-            let event = event.into();
-            let route = route.clone();
-            let name = event.clone();
+        for (event, handler) in actor_event_handlers(events, actor, SandboxNamespaceHandle::path) {
             self.handlers.insert(
                 event,
-                Arc::new(move |ns: SandboxNamespaceHandle, data| {
-                    let path = ns.path.clone();
-                    let event = name.clone();
-                    route_event(&route, &path, NamespaceEvent { ns, event, data });
+                Arc::new(move |ns, data| {
+                    handler(ns, data);
                     Box::pin(std::future::ready(()))
                 }),
             );

@@ -57,15 +57,31 @@ impl NamespaceFault {
     }
 }
 
-/// Hands `event` on namespace `path` to its actor's `route`, with an error
-/// line if it had to be dropped: what either half's `on_actor` does with
-/// each event.
-pub fn route_event<N: Send + 'static>(
-    route: &EventRoute<NamespaceEvent<N>>,
-    path: &str,
-    event: NamespaceEvent<N>,
-) {
-    if let Err((event, why)) = route.push(event) {
-        tracing::error!(path, event = event.event, "event dropped: {why}");
-    }
+/// What either half's `on_actor` registers: for each of `events`, the
+/// event's name and a handler that hands `(ns, data)` to `actor`, all
+/// through one route (so the actor sees them in arrival order); `path_of`
+/// names the namespace in the error line of an event that had to be
+/// dropped.
+pub fn actor_event_handlers<N: Send + 'static, E: Into<String>>(
+    events: impl IntoIterator<Item = E>,
+    actor: actix::Recipient<NamespaceEvent<N>>,
+    path_of: fn(&N) -> &str,
+) -> Vec<(String, impl Fn(N, Value) + Send + Sync + 'static)> {
+    let route = EventRoute::new(actor);
+    events
+        .into_iter()
+        .map(|event| {
+            let event: String = event.into();
+            let route = route.clone();
+            let name = event.clone();
+            let handler = move |ns: N, data: Value| {
+                let path = path_of(&ns).to_owned();
+                let event = name.clone();
+                if let Err((event, why)) = route.push(NamespaceEvent { ns, event, data }) {
+                    tracing::error!(path, event = event.event, "event dropped: {why}");
+                }
+            };
+            (event, handler)
+        })
+        .collect()
 }

@@ -27,9 +27,8 @@ use std::sync::Arc;
 
 use actix::Recipient;
 use agentix_actors::errors::{ErrorKind, RemoteError};
-use agentix_actors::event_route::EventRoute;
 use agentix_actors::namespace_messages::{
-    route_event, NamespaceEvent, NamespaceFault, NamespaceRequest,
+    actor_event_handlers, NamespaceEvent, NamespaceFault, NamespaceRequest,
 };
 use agentix_actors::request_envelope::{error_reply, no_handler_reply, request_id};
 use futures_util::FutureExt;
@@ -59,6 +58,11 @@ pub struct HostNamespaceHandle {
 impl HostNamespaceHandle {
     pub(crate) fn new(client: SioClient, path: Arc<str>) -> Self {
         HostNamespaceHandle { client, path }
+    }
+
+    /// The namespace path.
+    pub fn path(&self) -> &str {
+        &self.path
     }
 
     /// Emits `event` with `data` to the sandbox's namespace.
@@ -145,17 +149,11 @@ impl HostNamespace {
         events: impl IntoIterator<Item = E>,
         actor: Recipient<NamespaceEvent<HostNamespaceHandle>>,
     ) -> Self {
-        let route = EventRoute::new(actor);
-        for event in events {
-            let event = event.into();
-            let route = route.clone();
-            let name = event.clone();
+        for (event, handler) in actor_event_handlers(events, actor, HostNamespaceHandle::path) {
             self.handlers.insert(
                 event,
-                Arc::new(move |ns: HostNamespaceHandle, data| {
-                    let path = ns.path.clone();
-                    let event = name.clone();
-                    route_event(&route, &path, NamespaceEvent { ns, event, data });
+                Arc::new(move |ns, data| {
+                    handler(ns, data);
                     Box::pin(std::future::ready(()))
                 }),
             );
