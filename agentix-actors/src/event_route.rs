@@ -12,8 +12,7 @@
 
 use std::sync::{Arc, OnceLock};
 
-use actix::dev::ToEnvelope;
-use actix::{Actor, Message, Recipient};
+use actix::{Message, Recipient};
 use tokio::sync::mpsc;
 
 /// Messages that may wait for a busy actor before new ones are dropped.
@@ -68,15 +67,6 @@ impl<M: Routed> EventRoute<M> {
             recipient,
             queue: Arc::new(OnceLock::new()),
         }
-    }
-
-    /// A route to the actor at `addr`.
-    pub fn to<A>(addr: actix::Addr<A>) -> Self
-    where
-        A: Actor + actix::Handler<M>,
-        A::Context: ToEnvelope<A, M>,
-    {
-        Self::new(addr.recipient())
     }
 
     /// Queues `msg` for the actor (call it in arrival order, inside a tokio

@@ -75,9 +75,9 @@ pub fn actor_event_handlers<N: Send + 'static, E: Into<String>>(
             let route = route.clone();
             let name = event.clone();
             let handler = move |ns: N, data: Value| {
-                let path = path_of(&ns).to_owned();
                 let event = name.clone();
                 if let Err((event, why)) = route.push(NamespaceEvent { ns, event, data }) {
+                    let path = path_of(&event.ns);
                     tracing::error!(path, event = event.event, "event dropped: {why}");
                 }
             };

@@ -81,20 +81,6 @@ impl Outbox {
         }
     }
 
-    /// Queues `frame` only if it can go straight into the queue (nothing
-    /// waits and there is room); gives it back otherwise, for frames the
-    /// caller would rather drop than hold.
-    pub fn try_push(&self, frame: Frame) -> Result<(), Box<Frame>> {
-        let waiting = self.lock();
-        if !waiting.frames.is_empty() {
-            return Err(Box::new(frame));
-        }
-        match self.out.try_send(frame) {
-            Ok(()) | Err(mpsc::error::TrySendError::Closed(_)) => Ok(()),
-            Err(mpsc::error::TrySendError::Full(frame)) => Err(Box::new(frame)),
-        }
-    }
-
     /// Frames waiting for room in the queue now.
     pub fn waiting(&self) -> usize {
         self.lock().frames.len()

@@ -138,7 +138,7 @@ pub struct SandboxHealth;
 pub struct SandboxActor {
     sandbox: Arc<Sandbox>,
     /// Tells a supervisor when this actor ends.
-    _guard: Option<ChildGuard<String>>,
+    _guard: Option<ChildGuard<u64>>,
 }
 
 impl SandboxActor {
@@ -151,18 +151,13 @@ impl SandboxActor {
     /// Like [`SandboxActor::start`], reporting its end through `guard`.
     pub(crate) fn start_supervised(
         sandbox: Sandbox,
-        guard: Option<ChildGuard<String>>,
+        guard: Option<ChildGuard<u64>>,
     ) -> Addr<SandboxActor> {
         let sandbox = Arc::new(sandbox);
         agentix_actors::actor_home::start_actor(move |_| SandboxActor {
             sandbox,
             _guard: guard,
         })
-    }
-
-    /// The sandbox's id.
-    pub fn id(&self) -> &str {
-        self.sandbox.id()
     }
 }
 

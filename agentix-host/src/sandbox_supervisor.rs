@@ -116,7 +116,7 @@ impl SandboxSupervisor {
                 if let Some(setup) = setup {
                     setup(&sandbox);
                 }
-                let guard = ChildGuard::new(generation.to_string(), parent);
+                let guard = ChildGuard::new(generation, parent);
                 Ok::<_, crate::ProviderError>(SandboxActor::start_supervised(sandbox, Some(guard)))
             }
             .into_actor(self)
@@ -222,11 +222,11 @@ impl Actor for SandboxSupervisor {
     }
 }
 
-impl Handler<ChildEnded<String>> for SandboxSupervisor {
+impl Handler<ChildEnded<u64>> for SandboxSupervisor {
     type Result = ();
 
-    fn handle(&mut self, msg: ChildEnded<String>, ctx: &mut Context<Self>) {
-        if msg.child != self.generation.to_string() {
+    fn handle(&mut self, msg: ChildEnded<u64>, ctx: &mut Context<Self>) {
+        if msg.child != self.generation {
             return;
         }
         let how = if msg.panicked { "panicked" } else { "ended" };

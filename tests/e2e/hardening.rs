@@ -764,11 +764,7 @@ async fn a_host_that_floods_a_plugin_namespace_and_never_reads_costs_the_server_
     let before = support::rss_kib(server);
     // Every `configure` is echoed back as `configured`, which this host
     // never reads: 200 MB of echoes pile up at a socket nobody drains.
-    let mut raw = RawSocket::connect_ns(sb.addr(), sb.token(), "/e2e-plugin").await;
-    let payload = json!("x".repeat(4096));
-    for _ in 0..50_000 {
-        raw.emit("configure", payload.clone()).await;
-    }
+    let raw = flood_e2e_plugin(&sb, "configure").await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let grown = support::rss_kib(server).saturating_sub(before);
     assert!(
@@ -792,18 +788,13 @@ async fn a_host_that_floods_a_frozen_worker_costs_the_server_bounded_memory() {
     let server = sb.server_pid().expect("a local sandbox");
     let worker = support::worker_pid_from_health(&sb).await;
     let before = support::rss_kib(server);
-    // SAFETY: kill(2) on the worker this test's sandbox started.
-    unsafe { libc::kill(worker as i32, libc::SIGSTOP) };
+    agentix_actors::process::signal_pid(worker, libc::SIGSTOP);
     // 200 MB of events for a worker that reads nothing.
-    let mut raw = RawSocket::connect_ns(sb.addr(), sb.token(), "/e2e-plugin").await;
-    let payload = json!("x".repeat(4096));
-    for _ in 0..50_000 {
-        raw.emit("status:get", payload.clone()).await;
-    }
+    let raw = flood_e2e_plugin(&sb, "status:get").await;
     tokio::time::sleep(Duration::from_secs(1)).await;
     let grown = support::rss_kib(server).saturating_sub(before);
     let health = sb.health().await.unwrap();
-    unsafe { libc::kill(worker as i32, libc::SIGCONT) };
+    agentix_actors::process::signal_pid(worker, libc::SIGCONT);
     assert!(
         grown < 96 << 10,
         "the server grew by {grown} KiB for a worker that does not read"
@@ -823,4 +814,15 @@ async fn a_host_that_floods_a_frozen_worker_costs_the_server_bounded_memory() {
         .unwrap();
     assert_eq!(sum, 3);
     drop(raw);
+}
+
+/// A raw host on `/e2e-plugin` that has emitted 50,000 `event`s of 4 KiB
+/// each (200 MB) and reads nothing.
+async fn flood_e2e_plugin(sb: &agentix::Sandbox, event: &str) -> RawSocket {
+    let mut raw = RawSocket::connect_ns(sb.addr(), sb.token(), "/e2e-plugin").await;
+    let payload = json!("x".repeat(4096));
+    for _ in 0..50_000 {
+        raw.emit(event, payload.clone()).await;
+    }
+    raw
 }

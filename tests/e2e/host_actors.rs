@@ -140,7 +140,7 @@ async fn a_supervisor_starts_a_new_sandbox_when_its_server_dies() {
         .start();
     let server_pid = || async {
         let health = supervisor.send(SandboxHealth).await.unwrap().unwrap();
-        health["pid"].as_u64().unwrap() as i32
+        health["pid"].as_u64().unwrap() as u32
     };
     let call = || async {
         supervisor
@@ -151,8 +151,7 @@ async fn a_supervisor_starts_a_new_sandbox_when_its_server_dies() {
     assert_eq!(call().await.unwrap(), 4);
     let first = server_pid().await;
 
-    // SAFETY: kill(2) on a pid this test's provider started.
-    unsafe { libc::kill(first, libc::SIGKILL) };
+    agentix::process::signal_pid(first, libc::SIGKILL);
     let start = std::time::Instant::now();
     let outcome = loop {
         match call().await {
@@ -174,7 +173,7 @@ async fn a_supervisor_starts_a_new_sandbox_when_its_server_dies() {
 
     // Past the policy (one restart a minute) it stops trying, says so, and
     // does not hang.
-    unsafe { libc::kill(second, libc::SIGKILL) };
+    agentix::process::signal_pid(second, libc::SIGKILL);
     let start = std::time::Instant::now();
     let degraded = loop {
         match call().await {
