@@ -4,14 +4,15 @@
 //!
 //! Such code hands each message over as it arrives and must not wait for
 //! a handler (its receive path carries everything else too). The messages
-//! go into a queue of [`ROUTE_QUEUE`] and one task hands them to the
-//! actor's mailbox with `send().await`, one after the other: the actor sees
+//! go into a queue of [`ROUTE_QUEUE`] and one task moves them into the
+//! actor's mailbox, one after the other, waiting while it is full: the actor sees
 //! them in the order they arrived, and a slow actor fills its mailbox, then
 //! the queue; past that, messages are dropped with an error line (the
 //! caller says what was dropped), never buffered without bound.
 
 use std::sync::{Arc, OnceLock};
 
+use actix::dev::SendError;
 use actix::{Message, Recipient};
 use tokio::sync::mpsc;
 
@@ -87,7 +88,15 @@ impl<M: Routed> EventRoute<M> {
 
 async fn pump<M: Routed>(recipient: Recipient<M>, mut queue: mpsc::Receiver<M>) {
     while let Some(msg) = queue.recv().await {
-        if recipient.send(msg).await.is_err() {
+        // Straight into the mailbox while it has room: awaiting each
+        // handler's reply would cost two thread wakeups per message. A full
+        // mailbox is waited on, so order holds and nothing grows unbounded.
+        let delivered = match recipient.try_send(msg) {
+            Ok(()) => true,
+            Err(SendError::Full(msg)) => recipient.send(msg).await.is_ok(),
+            Err(SendError::Closed(_)) => false,
+        };
+        if !delivered {
             // The queue closes with this task: later pushes say so.
             return;
         }

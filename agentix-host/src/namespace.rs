@@ -180,7 +180,8 @@ impl HostNamespace {
             };
             let Ok(slot) = slots.clone().try_acquire_owned() else {
                 let message = format!(
-                    "the actor answering `{name}` on {} has {ACTOR_REQUESTS_IN_FLIGHT}                      requests in flight",
+                    "the actor answering `{name}` on {} has {ACTOR_REQUESTS_IN_FLIGHT} \
+                     requests in flight",
                     ns.path
                 );
                 let (event, reply) = error_reply(&name, request_id, OVERLOADED, message);

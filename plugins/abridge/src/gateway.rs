@@ -2,17 +2,17 @@
 //! (OpenAI, vLLM, SGLang, any compatible server) or Anthropic's (see
 //! [`crate::upstream_shape`]). It holds the key; the sandbox never sees it.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use agentix::trace::{self, SpanContext};
-use agentix::{HostNamespace, HostNamespaceHandle};
+use agentix::{start_actor, HostNamespace, HostNamespaceHandle};
 use serde_json::{json, Value};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::OwnedSemaphorePermit;
 
 use crate::anthropic;
 use crate::exchange::{Api, StreamHead, StreamOpen, UpstreamAnswer, UpstreamRequest};
 use crate::exchange_log::ExchangeLog;
+use crate::gateway_actor::GatewayActor;
 use crate::gateway_stream::{Pumping, StreamPumps};
 use crate::observation::Observation;
 use crate::tls;
@@ -115,53 +115,30 @@ impl Gateway {
 
     /// The host half of `/abridge`: register it on the sandbox with
     /// `sandbox.register_namespace(..)`. Each exchange's span goes under the
-    /// span current here (a rollout's, say).
+    /// span current here (a rollout's, say). Call it once per sandbox: the
+    /// concurrency limit is the namespace's, and each call starts a
+    /// [`GatewayActor`] of its own (on the caller's actix arbiter, or the
+    /// shared background one) that ends with the namespace.
     pub fn namespace(&self) -> HostNamespace {
-        let parent = trace::current();
-        let pumps = StreamPumps::default();
-        // One namespace per sandbox: the limit is the sandbox's.
-        let slots = Arc::new(Semaphore::new(self.max_concurrent));
-        let gateway = self.clone();
-        let (under, whole_slots) = (parent.clone(), slots.clone());
-        let whole = HostNamespace::new(NAMESPACE).request_handler(EVENT_UPSTREAM, move |body| {
-            let (gateway, parent) = (gateway.clone(), under.clone());
-            let slot = whole_slots.clone().try_acquire_owned();
-            async move {
-                let answer = match slot {
-                    Ok(_slot) => gateway.answer_under(body, parent).await,
-                    Err(_) => {
-                        let api = serde_json::from_value(body["api"].clone());
-                        gateway.busy(api.unwrap_or(Api::ChatCompletions))
-                    }
-                };
-                Ok::<_, std::convert::Infallible>(answer)
-            }
+        let actor = start_actor({
+            let (gateway, parent) = (self.clone(), trace::current());
+            move |_| GatewayActor::new(gateway, parent)
         });
-        let gateway = self.clone();
-        let opening = pumps.clone();
-        let acks = pumps.clone();
-        whole
-            .on(EVENT_STREAM, move |ns, envelope| {
-                let (gateway, pumps, parent) = (gateway.clone(), opening.clone(), parent.clone());
-                let slot = slots.clone().try_acquire_owned().ok();
-                async move { gateway.open_stream(ns, envelope, pumps, parent, slot).await }
-            })
-            .on(EVENT_STREAM_ACK, move |_, data| {
-                if let Ok(ack) = serde_json::from_value(data) {
-                    acks.ack(ack);
-                }
-                std::future::ready(())
-            })
-            .on(EVENT_STREAM_CANCEL, move |_, data| {
-                if let Ok(cancel) = serde_json::from_value(data) {
-                    pumps.cancel(cancel);
-                }
-                std::future::ready(())
-            })
+        HostNamespace::new(NAMESPACE)
+            .request_actor(EVENT_UPSTREAM, actor.clone().recipient())
+            .on_actor(
+                [EVENT_STREAM, EVENT_STREAM_ACK, EVENT_STREAM_CANCEL],
+                actor.recipient(),
+            )
+    }
+
+    /// How many requests one sandbox may have in flight.
+    pub(crate) fn concurrency(&self) -> usize {
+        self.max_concurrent
     }
 
     /// The answer past the concurrency limit, in the agent's API's words.
-    fn busy(&self, api: Api) -> UpstreamAnswer {
+    pub(crate) fn busy(&self, api: Api) -> UpstreamAnswer {
         let message = format!(
             "this sandbox already has {} requests in flight, the gateway's limit; retry",
             self.max_concurrent
@@ -179,7 +156,11 @@ impl Gateway {
         self.answer_under(request, trace::current()).await
     }
 
-    async fn answer_under(&self, request: Value, parent: Option<SpanContext>) -> UpstreamAnswer {
+    pub(crate) async fn answer_under(
+        &self,
+        request: Value,
+        parent: Option<SpanContext>,
+    ) -> UpstreamAnswer {
         let request: UpstreamRequest = match serde_json::from_value(request) {
             Ok(r) => r,
             Err(e) => {
@@ -228,7 +209,7 @@ impl Gateway {
 
     /// Answers a `stream` request with the upstream's head; its body
     /// follows through `pumps`.
-    async fn open_stream(
+    pub(crate) async fn open_stream(
         &self,
         ns: HostNamespaceHandle,
         mut envelope: Value,

@@ -37,14 +37,17 @@
 //! and any a gateway adds).
 //!
 //! Layout: [`exchange`] is what crosses the namespace; [`sandbox_endpoint`]
-//! and [`sandbox_stream`] the sandbox half; [`gateway`], [`gateway_stream`]
-//! and [`upstream`] the host half.
+//! and [`sandbox_stream`] the sandbox half, whose stream items an
+//! [`arriving_streams`] actor puts in order; [`gateway`], its
+//! [`gateway_actor`], [`gateway_stream`] and [`upstream`] the host half.
 
 pub mod anthropic;
 pub mod anthropic_stream;
+pub mod arriving_streams;
 pub mod exchange;
 pub mod exchange_log;
 pub mod gateway;
+pub mod gateway_actor;
 pub mod gateway_stream;
 pub mod observation;
 pub mod sandbox_endpoint;

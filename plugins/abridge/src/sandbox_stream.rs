@@ -2,18 +2,17 @@
 //! the upstream stream, then writes the `stream:item`s it sends to the
 //! agent as server-sent events, in their order, as they come.
 //!
-//! Items may reach [`on_item`] out of order (each namespace event is
-//! handled on a task of its own), so they are put back in order by number.
-//! The agent's pace sets the host's: an acknowledgement goes back every
+//! The items go through an [`ArrivingStreams`] actor, which passes them
+//! on in their order. The agent's pace sets the host's: an acknowledgement goes back every
 //! few items written, and the host sends no more than [`STREAM_WINDOW`]
 //! past it. An agent that disconnects drops the response body, which tells
 //! the host to drop the upstream request.
 
-use std::collections::{BTreeMap, HashMap};
 use std::convert::Infallible;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{LazyLock, Mutex};
 use std::time::Duration;
+
+use agentix::actix::Addr;
 
 use agentix::{RemoteSioError, SandboxNamespaceHandle};
 use bytes::Bytes;
@@ -24,8 +23,9 @@ use hyper::Response;
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
+use crate::arriving_streams::{ArrivingStreams, Expect, Forget};
 use crate::exchange::{
-    Api, StreamAck, StreamCancel, StreamHead, StreamItem, StreamOpen, StreamPart, UpstreamAnswer,
+    Api, StreamAck, StreamCancel, StreamHead, StreamOpen, StreamPart, UpstreamAnswer,
     UpstreamRequest, STREAM_WINDOW,
 };
 use crate::{EVENT_STREAM, EVENT_STREAM_ACK, EVENT_STREAM_CANCEL};
@@ -35,85 +35,22 @@ pub type AgentBody = UnsyncBoxBody<Bytes, Infallible>;
 
 /// Items written between two acknowledgements.
 const ACK_EVERY: u64 = STREAM_WINDOW / 4;
-/// Items kept out of order before the stream is given up as broken: the
-/// window, and the one end item the host may send past it.
-const MOST_EARLY: u64 = STREAM_WINDOW + 1;
-
 /// The number of this worker's next stream.
 static NEXT_STREAM: AtomicU64 = AtomicU64::new(1);
-
-/// Streams whose items are arriving, by id.
-static ARRIVING: LazyLock<Mutex<HashMap<String, Arriving>>> = LazyLock::new(Mutex::default);
-
-/// One stream's items on their way to the agent.
-struct Arriving {
-    /// The number of the next item the agent gets.
-    next: u64,
-    /// Items that came before their turn.
-    early: BTreeMap<u64, StreamPart>,
-    /// Items in order, to the response body.
-    to_agent: mpsc::Sender<StreamPart>,
-}
-
-/// The `stream:item` handler: puts the item in its place and passes on
-/// whatever is now in order.
-pub fn on_item(data: Value) {
-    let item: StreamItem = match serde_json::from_value(data) {
-        Ok(item) => item,
-        Err(e) => {
-            tracing::debug!("abridge: malformed stream item dropped: {e}");
-            return;
-        }
-    };
-    let mut streams = ARRIVING.lock().unwrap_or_else(|p| p.into_inner());
-    let Some(stream) = streams.get_mut(&item.stream_id) else {
-        tracing::debug!(
-            stream = item.stream_id,
-            "abridge: item for a stream that ended"
-        );
-        return;
-    };
-    let over = if item.seq < stream.next {
-        false
-    } else if item.seq >= stream.next + MOST_EARLY {
-        let why = format!(
-            "the host sent item {} while item {} was awaited",
-            item.seq, stream.next
-        );
-        let _ = stream.to_agent.try_send(StreamPart::End(Some(why)));
-        true
-    } else {
-        stream.early.insert(item.seq, item.part);
-        let mut over = false;
-        while let Some(part) = stream.early.remove(&stream.next) {
-            stream.next += 1;
-            over = matches!(part, StreamPart::End(_));
-            // Room is certain: the channel holds more than the window.
-            if stream.to_agent.try_send(part).is_err() || over {
-                over = true;
-                break;
-            }
-        }
-        over
-    };
-    if over {
-        streams.remove(&item.stream_id);
-    }
-}
 
 /// Forgets a stream and, unless it ended, tells the host to stop it.
 struct Abandon {
     id: String,
     handle: SandboxNamespaceHandle,
+    streams: Addr<ArrivingStreams>,
     ended: bool,
 }
 
 impl Drop for Abandon {
     fn drop(&mut self) {
-        ARRIVING
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&self.id);
+        self.streams.do_send(Forget {
+            id: self.id.clone(),
+        });
         if !self.ended {
             let cancel = StreamCancel {
                 stream_id: self.id.clone(),
@@ -130,6 +67,7 @@ impl Drop for Abandon {
 /// as they arrive.
 pub async fn relay(
     handle: &SandboxNamespaceHandle,
+    streams: &Addr<ArrivingStreams>,
     request: UpstreamRequest,
     host_timeout: Duration,
 ) -> Response<AgentBody> {
@@ -142,17 +80,15 @@ pub async fn relay(
     );
     let api = request.api;
     let (to_agent, arriving) = mpsc::channel((2 * STREAM_WINDOW) as usize);
-    ARRIVING.lock().unwrap_or_else(|p| p.into_inner()).insert(
-        id.clone(),
-        Arriving {
-            next: 1,
-            early: BTreeMap::new(),
-            to_agent,
-        },
-    );
+    // Before the open leaves: the first item comes after its answer.
+    streams.do_send(Expect {
+        id: id.clone(),
+        to_agent,
+    });
     let mut abandon = Abandon {
         id: id.clone(),
         handle: handle.clone(),
+        streams: streams.clone(),
         ended: false,
     };
     let open = StreamOpen {
