@@ -758,6 +758,7 @@ async fn a_frozen_worker_shows_in_health_and_the_default_timeout_ends_calls() {
 
 #[tokio::test]
 async fn a_host_that_floods_a_plugin_namespace_and_never_reads_costs_the_server_bounded_memory() {
+    let _flooding = ONE_FLOOD_AT_A_TIME.lock().await;
     let sb = sandbox().await;
     sb.remote(agentix_e2e::open_plugin, ()).await.unwrap();
     let server = sb.server_pid().expect("a local sandbox");
@@ -783,6 +784,7 @@ async fn a_host_that_floods_a_plugin_namespace_and_never_reads_costs_the_server_
 
 #[tokio::test]
 async fn a_host_that_floods_a_frozen_worker_costs_the_server_bounded_memory() {
+    let _flooding = ONE_FLOOD_AT_A_TIME.lock().await;
     let sb = sandbox().await;
     sb.remote(agentix_e2e::open_plugin, ()).await.unwrap();
     let server = sb.server_pid().expect("a local sandbox");
@@ -815,6 +817,11 @@ async fn a_host_that_floods_a_frozen_worker_costs_the_server_bounded_memory() {
     assert_eq!(sum, 3);
     drop(raw);
 }
+
+/// Held by each test that floods a server with 200 MB: run side by side on
+/// two cores, one flood starved the other until its raw connection broke,
+/// and each measures its own server's memory besides.
+static ONE_FLOOD_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// A raw host on `/e2e-plugin` that has emitted 50,000 `event`s of 4 KiB
 /// each (200 MB) and reads nothing.
