@@ -146,18 +146,23 @@ impl Arriving {
 mod tests {
     use super::*;
 
+    fn new_stream() -> (Arriving, mpsc::Receiver<StreamPart>) {
+        let (to_agent, agent) = mpsc::channel(2 * STREAM_WINDOW as usize);
+        let stream = Arriving {
+            next: 1,
+            early: BTreeMap::new(),
+            to_agent,
+        };
+        (stream, agent)
+    }
+
     fn lines(text: &str) -> StreamPart {
         StreamPart::Lines(text.into())
     }
 
     #[test]
     fn items_reach_the_agent_in_order_whatever_order_they_arrive_in() {
-        let (to_agent, mut agent) = mpsc::channel(2 * STREAM_WINDOW as usize);
-        let mut stream = Arriving {
-            next: 1,
-            early: BTreeMap::new(),
-            to_agent,
-        };
+        let (mut stream, mut agent) = new_stream();
         assert!(!stream.take(2, lines("b")));
         assert!(agent.try_recv().is_err(), "item 2 waits for item 1");
         assert!(!stream.take(1, lines("a")));
@@ -169,12 +174,7 @@ mod tests {
 
     #[test]
     fn an_item_too_far_ahead_breaks_its_stream() {
-        let (to_agent, mut agent) = mpsc::channel(2 * STREAM_WINDOW as usize);
-        let mut stream = Arriving {
-            next: 1,
-            early: BTreeMap::new(),
-            to_agent,
-        };
+        let (mut stream, mut agent) = new_stream();
         assert!(stream.take(1 + MOST_EARLY, lines("far")));
         match agent.try_recv() {
             Ok(StreamPart::End(Some(why))) => assert!(why.contains("while item 1")),

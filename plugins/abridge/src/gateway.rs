@@ -1,24 +1,25 @@
 //! [`Gateway`]: the host half, one per upstream: an OpenAI-compatible one
 //! (OpenAI, vLLM, SGLang, any compatible server) or Anthropic's (see
 //! [`crate::upstream_shape`]). It holds the key; the sandbox never sees it.
+//! Its `namespace()`, which starts the actor that serves a sandbox, lives
+//! with that actor in [`crate::gateway_actor`].
 
 use std::time::Duration;
 
 use agentix::trace::{self, SpanContext};
-use agentix::{start_actor, HostNamespace, HostNamespaceHandle};
+use agentix::HostNamespaceHandle;
 use serde_json::{json, Value};
 use tokio::sync::OwnedSemaphorePermit;
 
 use crate::anthropic;
 use crate::exchange::{Api, StreamHead, StreamOpen, UpstreamAnswer, UpstreamRequest};
 use crate::exchange_log::ExchangeLog;
-use crate::gateway_actor::GatewayActor;
 use crate::gateway_stream::{Pumping, StreamPumps};
 use crate::observation::Observation;
 use crate::tls;
 use crate::upstream::{self, send, Outgoing, UpstreamClient};
 use crate::upstream_shape::{UpstreamCall, UpstreamShape};
-use crate::{EVENT_STREAM, EVENT_STREAM_ACK, EVENT_STREAM_CANCEL, EVENT_UPSTREAM, NAMESPACE};
+use crate::EVENT_STREAM;
 
 /// How long an upstream may take to answer in full, unless set.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(600);
@@ -111,25 +112,6 @@ impl Gateway {
     pub fn record_to(mut self, log: ExchangeLog) -> Self {
         self.log = Some(log);
         self
-    }
-
-    /// The host half of `/abridge`: register it on the sandbox with
-    /// `sandbox.register_namespace(..)`. Each exchange's span goes under the
-    /// span current here (a rollout's, say). Call it once per sandbox: the
-    /// concurrency limit is the namespace's, and each call starts a
-    /// [`GatewayActor`] of its own (on the caller's actix arbiter, or the
-    /// shared background one) that ends with the namespace.
-    pub fn namespace(&self) -> HostNamespace {
-        let actor = start_actor({
-            let (gateway, parent) = (self.clone(), trace::current());
-            move |_| GatewayActor::new(gateway, parent)
-        });
-        HostNamespace::new(NAMESPACE)
-            .request_actor(EVENT_UPSTREAM, actor.clone().recipient())
-            .on_actor(
-                [EVENT_STREAM, EVENT_STREAM_ACK, EVENT_STREAM_CANCEL],
-                actor.recipient(),
-            )
     }
 
     /// How many requests one sandbox may have in flight.

@@ -15,14 +15,17 @@
 use std::sync::Arc;
 
 use agentix::actix::{Actor, Context, Handler, ResponseFuture};
-use agentix::trace::SpanContext;
-use agentix::{HostNamespaceHandle, JsonValue, NamespaceEvent, NamespaceFault, NamespaceRequest};
+use agentix::trace::{self, SpanContext};
+use agentix::{
+    start_actor, HostNamespace, HostNamespaceHandle, JsonValue, NamespaceEvent, NamespaceFault,
+    NamespaceRequest,
+};
 use tokio::sync::Semaphore;
 
 use crate::exchange::Api;
 use crate::gateway::Gateway;
 use crate::gateway_stream::StreamPumps;
-use crate::{EVENT_STREAM, EVENT_STREAM_ACK, EVENT_STREAM_CANCEL};
+use crate::{EVENT_STREAM, EVENT_STREAM_ACK, EVENT_STREAM_CANCEL, EVENT_UPSTREAM, NAMESPACE};
 
 /// One sandbox's gateway: its upstream, its open streams and its share of
 /// the concurrency limit.
@@ -45,6 +48,28 @@ impl GatewayActor {
             pumps: StreamPumps::default(),
             slots,
         }
+    }
+}
+
+// Beside the actor it starts, so the gateway's own file need not know it.
+impl Gateway {
+    /// The host half of `/abridge`: register it on the sandbox with
+    /// `sandbox.register_namespace(..)`. Each exchange's span goes under the
+    /// span current here (a rollout's, say). Call it once per sandbox: the
+    /// concurrency limit is the namespace's, and each call starts a
+    /// [`GatewayActor`] of its own (on the caller's actix arbiter, or the
+    /// shared background one) that ends with the namespace.
+    pub fn namespace(&self) -> HostNamespace {
+        let actor = start_actor({
+            let (gateway, parent) = (self.clone(), trace::current());
+            move |_| GatewayActor::new(gateway, parent)
+        });
+        HostNamespace::new(NAMESPACE)
+            .request_actor(EVENT_UPSTREAM, actor.clone().recipient())
+            .on_actor(
+                [EVENT_STREAM, EVENT_STREAM_ACK, EVENT_STREAM_CANCEL],
+                actor.recipient(),
+            )
     }
 }
 
