@@ -3,9 +3,9 @@
 //! agent as server-sent events, in their order, as they come.
 //!
 //! The items go through an [`ArrivingStreams`] actor, which passes them
-//! on in their order. The agent's pace sets the host's: an acknowledgement goes back every
-//! few items written, and the host sends no more than [`STREAM_WINDOW`]
-//! past it. An agent that disconnects drops the response body, which tells
+//! on in their order. The agent's pace sets the host's: an acknowledgement
+//! goes back every few items written, and the host sends no more than
+//! [`STREAM_WINDOW`] past it. An agent that disconnects drops the response body, which tells
 //! the host to drop the upstream request.
 
 use std::convert::Infallible;
@@ -13,7 +13,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use agentix::actix::Addr;
-
 use agentix::{RemoteSioError, SandboxNamespaceHandle};
 use bytes::Bytes;
 use http_body_util::combinators::UnsyncBoxBody;
