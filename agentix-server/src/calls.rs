@@ -380,6 +380,17 @@ impl CallTable {
         self.by_origin.clear();
         self.inflight.drain().map(|(_, c)| c.reply).collect()
     }
+
+    /// Ends every call, in flight or queued, with `error` (nothing is left
+    /// to answer them).
+    pub fn fail_all(&mut self, error: &RemoteError) {
+        for reply in self.take_inflight() {
+            reply.fail(error.clone());
+        }
+        for call in self.take_queued() {
+            call.reply.fail(error.clone());
+        }
+    }
 }
 
 #[cfg(test)]

@@ -679,16 +679,10 @@ impl Drop for WorkerSupervisor {
             let tag = worker_process::worker_tag(&w.worker_id);
             std::thread::spawn(move || process::kill_tagged(&tag));
         }
-        let err = RemoteError::new(
+        self.calls.fail_all(&RemoteError::new(
             ErrorKind::WorkerExited,
             "the server's worker supervisor ended mid-call; a new one starts the worker again",
-        );
-        for reply in self.calls.take_inflight() {
-            reply.fail(err.clone());
-        }
-        for call in self.calls.take_queued() {
-            call.reply.fail(err.clone());
-        }
+        ));
     }
 }
 
@@ -785,16 +779,10 @@ impl Handler<StopWorker> for WorkerSupervisor {
         self.phase = Phase::Stopped;
         self.guard.disarm();
         ctx.stop();
-        let err = RemoteError::new(
+        self.calls.fail_all(&RemoteError::new(
             ErrorKind::ServerExited,
             "the server shut down before the call finished",
-        );
-        for reply in self.calls.take_inflight() {
-            reply.fail(err.clone());
-        }
-        for call in self.calls.take_queued() {
-            call.reply.fail(err.clone());
-        }
+        ));
         if let Some(w) = self.worker.take() {
             process::signal_group(w.pid, libc::SIGKILL);
             // Here, not on a task: the server exits right after.
