@@ -46,6 +46,9 @@ pub enum ErrorKind {
     PayloadTooLarge,
     /// A peer broke the wire protocol (malformed event or frame).
     Protocol,
+    /// The server lost track of the call (the part of it that holds calls
+    /// restarted); the call was cancelled in the worker and can be sent again.
+    CallLost,
     /// A kind this version does not know (sent by a newer peer).
     #[serde(other)]
     Unknown,
@@ -71,6 +74,7 @@ impl ErrorKind {
             ErrorKind::AuthRejected => "AuthRejected",
             ErrorKind::PayloadTooLarge => "PayloadTooLarge",
             ErrorKind::Protocol => "Protocol",
+            ErrorKind::CallLost => "CallLost",
             ErrorKind::Unknown => "Unknown",
         }
     }

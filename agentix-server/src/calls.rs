@@ -1,7 +1,7 @@
 //! The calls the server knows about: queued for a worker, or in flight.
 //!
-//! A plain data structure owned by the `WorkerSupervisor` actor, so every
-//! change to it goes through that actor's mailbox and no lock guards it. Each
+//! A plain data structure owned by the `CallRouter` actor, so every change
+//! to it goes through that actor's mailbox and no lock guards it. Each
 //! call is known by the host's `(socket, call id)` and by the id the server
 //! gives it on the worker pipe; a call leaves the table exactly once, which is
 //! what makes "exactly one terminal reply per call" hold. A streaming call
@@ -186,7 +186,7 @@ pub enum Cancelled {
     Unknown,
 }
 
-/// The supervisor's table of calls.
+/// The call router's table of calls.
 #[derive(Default)]
 pub struct CallTable {
     next_id: u64,
@@ -196,6 +196,14 @@ pub struct CallTable {
 }
 
 impl CallTable {
+    /// An empty table whose worker call ids start after `last_id`.
+    pub fn starting_after(last_id: u64) -> Self {
+        CallTable {
+            next_id: last_id,
+            ..CallTable::default()
+        }
+    }
+
     /// Calls queued or in flight.
     pub fn len(&self) -> usize {
         self.inflight.len() + self.queued.len()
@@ -375,16 +383,16 @@ impl CallTable {
             .collect()
     }
 
-    /// Removes every in-flight call (its worker is gone).
-    pub fn take_inflight(&mut self) -> Vec<Reply> {
+    /// Removes every in-flight call, with its worker call id.
+    pub fn take_inflight(&mut self) -> Vec<(u64, Reply)> {
         self.by_origin.clear();
-        self.inflight.drain().map(|(_, c)| c.reply).collect()
+        self.inflight.drain().map(|(id, c)| (id, c.reply)).collect()
     }
 
     /// Ends every call, in flight or queued, with `error` (nothing is left
     /// to answer them).
     pub fn fail_all(&mut self, error: &RemoteError) {
-        for reply in self.take_inflight() {
+        for (_, reply) in self.take_inflight() {
             reply.fail(error.clone());
         }
         for call in self.take_queued() {

@@ -14,7 +14,8 @@
 //! - [`calls`]: the table of calls waiting for a worker or in flight.
 //! - [`server_supervisor`]: the `ServerSupervisor` actor, root of the tree;
 //!   [`server_child`]: the names of the children it and its children restart.
-//! - [`supervisor`]: the `WorkerSupervisor` actor: owns the worker, correlates calls.
+//! - [`supervisor`]: the `WorkerSupervisor` actor: owns the worker, restarts it.
+//! - [`call_router`]: the `CallRouter` actor: holds the calls, correlates replies.
 //! - [`call_request`]: a host's `call` event, checked and decoded.
 //! - [`rpc`]: the `/rpc` Socket.IO namespace.
 //! - [`forwarder`]: plugin namespaces, forwarded both ways without knowing their events.
@@ -31,15 +32,17 @@
 //! The actor tree:
 //!
 //! ```text
-//! ServerSupervisor                 root; restarts its child by policy
-//! ├── WorkerSupervisor             worker restart policy, call table
+//! ServerSupervisor                 root; restarts its children by policy
+//! ├── WorkerSupervisor             worker restart policy
 //! │   ├── worker process           one per generation, pumped by worker_pipes
 //! │   └── NamespaceForwarder × N   one per plugin namespace the worker opened
+//! ├── CallRouter                   call table; replies correlated by mailbox
 //! └── side relay                   /log and /trace to hosts (a task its own loop restarts)
 //! ```
 
 pub mod auth;
 pub mod call_request;
+pub mod call_router;
 pub mod calls;
 pub mod config;
 pub mod emit;

@@ -10,7 +10,7 @@
 //! events before the event that carries their last part
 //! (`agentix_actors::part`), so they never hold other replies back. Each
 //! event is handed to the
-//! `WorkerSupervisor` mailbox as soon as it is parsed, so calls, acks and
+//! `CallRouter` mailbox as soon as it is parsed, so calls, acks and
 //! cancels from one socket reach it in the order they were sent. A
 //! `heartbeat` event is echoed back at once, so hosts can tell a hung or
 //! unreachable server from a slow call.
@@ -41,21 +41,21 @@ use agentix_actors::supervision::ChildAddr;
 
 use crate::auth::{auth_middleware, Token};
 use crate::call_request::CallRequest;
+use crate::call_router::{AckStream, CallRouter, CancelCall, HostDisconnected, StartCall};
 use crate::calls::{NewCall, Origin, Reply, StreamEvent};
 use crate::emit::emit;
 use crate::raw_event::RawEvent;
-use crate::supervisor::{AckStream, CancelCall, HostDisconnected, StartCall, WorkerSupervisor};
 
-/// Registers `/rpc` on `io`, forwarding calls to `supervisor`; no event
+/// Registers `/rpc` on `io`, forwarding calls to `router`; no event
 /// sent to a host is larger than `max_event_bytes` (the host reads no more).
 pub fn register(
     io: &SocketIo,
-    supervisor: ChildAddr<WorkerSupervisor>,
+    router: ChildAddr<CallRouter>,
     token: Token,
     max_event_bytes: usize,
 ) {
     let attach_handlers = move |s: SocketRef| {
-        attach(s, supervisor.clone(), max_event_bytes);
+        attach(s, router.clone(), max_event_bytes);
         std::future::ready(Ok::<(), std::convert::Infallible>(()))
     };
     let on_connect = |_: SocketRef| std::future::ready(());
@@ -75,7 +75,7 @@ type SocketParts = Arc<Mutex<PartTable>>;
 /// Parts of results sent to this socket and not yet acknowledged, at most.
 const PART_WINDOW: usize = 2;
 
-fn attach(s: SocketRef, supervisor: ChildAddr<WorkerSupervisor>, max_event_bytes: usize) {
+fn attach(s: SocketRef, router: ChildAddr<CallRouter>, max_event_bytes: usize) {
     let parts: SocketParts = Arc::new(Mutex::new(PartTable::new(max_event_bytes)));
     // Shared by every call of the socket: what queues ahead of a small
     // reply is PART_WINDOW parts, however many large results are underway.
@@ -93,7 +93,7 @@ fn attach(s: SocketRef, supervisor: ChildAddr<WorkerSupervisor>, max_event_bytes
         on_part(&s, &mine, raw);
         std::future::ready(())
     });
-    let sup = supervisor.clone();
+    let sup = router.clone();
     let mine = parts.clone();
     let sending = window.clone();
     s.on(EVENT_CALL, move |s: SocketRef, raw: RawEvent| {
@@ -102,7 +102,7 @@ fn attach(s: SocketRef, supervisor: ChildAddr<WorkerSupervisor>, max_event_bytes
         let window = sending.clone();
         async move { on_call(s, sup, &parts, window, raw, max_event_bytes).await }
     });
-    let sup = supervisor.clone();
+    let sup = router.clone();
     s.on(
         EVENT_CANCEL,
         move |s: SocketRef, TryData(data): TryData<Value>| {
@@ -119,7 +119,7 @@ fn attach(s: SocketRef, supervisor: ChildAddr<WorkerSupervisor>, max_event_bytes
             std::future::ready(())
         },
     );
-    let sup = supervisor.clone();
+    let sup = router.clone();
     s.on(
         EVENT_ACK,
         move |s: SocketRef, TryData(data): TryData<Value>| {
@@ -152,7 +152,7 @@ fn attach(s: SocketRef, supervisor: ChildAddr<WorkerSupervisor>, max_event_bytes
     s.on_disconnect(move |s: SocketRef| {
         // Results waiting to send their next part give up.
         window.close();
-        supervisor.get().do_send(HostDisconnected(s.id));
+        router.get().do_send(HostDisconnected(s.id));
         std::future::ready(())
     });
 }
@@ -183,7 +183,7 @@ fn on_part(s: &SocketRef, parts: &SocketParts, raw: RawEvent) {
 
 async fn on_call(
     s: SocketRef,
-    supervisor: Addr<WorkerSupervisor>,
+    router: Addr<CallRouter>,
     parts: &SocketParts,
     window: Arc<Semaphore>,
     raw: RawEvent,
@@ -235,20 +235,20 @@ async fn on_call(
                 args,
                 trace,
             };
-            unary_call(&s, &supervisor, call, window, max).await
+            unary_call(&s, &router, call, window, max).await
         }
         Some(window) => {
             let (events, rx) = mpsc::unbounded_channel();
             let reply = Reply::Stream { events, window };
             let stream_target = target.clone();
-            supervisor.do_send(StartCall(NewCall {
+            router.do_send(StartCall(NewCall {
                 origin,
                 target,
                 args,
                 trace,
                 reply,
             }));
-            relay_stream(&s, &supervisor, origin, &stream_target, rx, max).await;
+            relay_stream(&s, &router, origin, &stream_target, rx, max).await;
         }
     }
 }
@@ -265,7 +265,7 @@ struct UnaryCall {
 /// paced by `window`, when the host asked for parts.
 async fn unary_call(
     s: &SocketRef,
-    supervisor: &Addr<WorkerSupervisor>,
+    router: &Addr<CallRouter>,
     call: UnaryCall,
     window: Option<Arc<Semaphore>>,
     max: usize,
@@ -277,7 +277,7 @@ async fn unary_call(
         trace,
     } = call;
     let (reply, rx) = oneshot::channel();
-    supervisor.do_send(StartCall(NewCall {
+    router.do_send(StartCall(NewCall {
         origin,
         target: target.clone(),
         args,
@@ -336,7 +336,7 @@ fn too_large(what: &str, target: &str, len: usize, max: usize) -> Option<RemoteE
 /// Emits a streaming call's events in order until its end or error.
 async fn relay_stream(
     s: &SocketRef,
-    supervisor: &Addr<WorkerSupervisor>,
+    router: &Addr<CallRouter>,
     origin: Origin,
     target: &str,
     mut rx: mpsc::UnboundedReceiver<StreamEvent>,
@@ -357,7 +357,7 @@ async fn relay_stream(
                     Ok(items) => items,
                     Err(error) => {
                         // The worker would go on producing for nobody.
-                        supervisor.do_send(CancelCall(origin));
+                        router.do_send(CancelCall(origin));
                         emit(s, EVENT_ERROR, &ErrorEvent { id, error }).await;
                         return;
                     }

@@ -97,8 +97,8 @@ impl Server {
         );
         let token = Token::new(config.token.clone());
         let (side, log_inbox) = SideRelay::channel();
-        let (root, worker_supervisor) =
-            ServerSupervisor::start_tree(config.clone(), side.clone(), server_id);
+        let (root, tree) = ServerSupervisor::start_tree(config.clone(), side.clone(), server_id);
+        let worker_supervisor = tree.worker_supervisor;
         let credits = SideCredits::default();
         // A message's bytes travel as one binary frame beside a small JSON
         // header; the slack is for that header.
@@ -122,12 +122,7 @@ impl Server {
                 credits.clone(),
                 token.clone(),
             ));
-        rpc::register(
-            &io,
-            worker_supervisor.clone(),
-            token.clone(),
-            config.max_message_bytes,
-        );
+        rpc::register(&io, tree.router, token.clone(), config.max_message_bytes);
         root.do_send(AttachIo(io.clone()));
         forwarder::register(&io, worker_supervisor.clone(), token.clone());
         side_namespaces::register(&io, side, credits.clone(), token.clone());

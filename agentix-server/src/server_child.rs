@@ -7,6 +7,8 @@
 pub enum ServerChild {
     /// The worker's supervisor (and with it the worker process).
     WorkerSupervisor,
+    /// The call router (and with it the calls in flight).
+    CallRouter,
     /// The forwarder of plugin namespace `path`.
     Forwarder(String),
     /// The relay of `/log` and `/trace` to hosts.

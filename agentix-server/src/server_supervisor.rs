@@ -4,13 +4,18 @@
 //! [`crate::server::Server`]) holds its address. It supervises the
 //! [`WorkerSupervisor`], which in turn supervises the worker process of each
 //! generation and one [`NamespaceForwarder`](crate::forwarder::NamespaceForwarder)
-//! per plugin namespace, and the side relay (`/log`, `/trace`; a task whose
-//! own loop runs it again, see [`crate::side_relay`]). When the worker supervisor ends — it panicked, or
-//! was told to stop by [`RestartChild`] — the root logs why and starts a new
-//! one by its own [`RestartPolicy`] (its calls end with `WorkerExited`, its
-//! worker is killed, and the new one starts a new worker); every socket
-//! handler reaches the new incarnation through the same [`ChildAddr`], so
-//! hosts keep their connections.
+//! per plugin namespace; the [`CallRouter`], which holds the calls; and the
+//! side relay (`/log`, `/trace`; a task whose own loop runs it again, see
+//! [`crate::side_relay`]).
+//!
+//! When a child ends — it panicked, or was told to stop by [`RestartChild`]
+//! — the root logs why and starts a new one by its [`RestartPolicy`] (one
+//! budget for all its children, as in OTP). A new worker supervisor kills
+//! the old worker's calls with `WorkerExited` and starts a new worker; a new
+//! call router ends the old one's calls with `CallLost` (the worker cancels
+//! them) and is told by the worker supervisor where the worker stands.
+//! Every socket handler reaches the new incarnation through the same
+//! [`ChildAddr`], so hosts keep their connections.
 
 use std::time::{Duration, Instant};
 
@@ -19,11 +24,12 @@ use agentix_actors::restart_policy::{Restart, RestartPolicy};
 use agentix_actors::supervision::{ChildAddr, ChildEnded, ChildGuard};
 use socketioxide::SocketIo;
 
+use crate::call_router::{CallCount, CallRouter, StopRouter};
 use crate::config::ServerConfig;
 use crate::server_child::ServerChild;
 use crate::side_relay::SideRelay;
 use crate::supervisor::{
-    AttachIo, BeginDrain, StopForwarder, StopSupervisor, StopWorker, WorkerSupervisor,
+    AttachIo, BeginDrain, RetellWorker, StopForwarder, StopSupervisor, StopWorker, WorkerSupervisor,
 };
 
 // ---- messages ------------------------------------------------------------
@@ -38,6 +44,11 @@ pub struct RestartChild(pub ServerChild);
 #[derive(Message)]
 #[rtype(result = "u64")]
 pub struct SupervisorRestarts;
+
+/// How often the root restarted the call router.
+#[derive(Message)]
+#[rtype(result = "u64")]
+pub struct RouterRestarts;
 
 /// How often the side relay (`/log`, `/trace`) was started again.
 #[derive(Message)]
@@ -56,7 +67,7 @@ pub struct StopTree;
 
 // ---- the actor -----------------------------------------------------------
 
-/// Restarts of the worker's supervisor allowed within [`RESTART_PERIOD`].
+/// Restarts of the root's children allowed within [`RESTART_PERIOD`].
 const RESTART_INTENSITY: u32 = 5;
 /// The window those restarts are counted over.
 const RESTART_PERIOD: Duration = Duration::from_secs(60);
@@ -70,38 +81,75 @@ pub struct ServerSupervisor {
     io: Option<SocketIo>,
     worker_supervisor: ChildAddr<WorkerSupervisor>,
     incarnation: u64,
+    router: ChildAddr<CallRouter>,
+    router_incarnation: u64,
+    calls: CallCount,
     policy: RestartPolicy,
     restarts: u64,
+    router_restarts: u64,
     stopping: bool,
 }
 
+/// The shared addresses of a tree's children, for socket handlers.
+pub struct TreeAddrs {
+    /// The worker's supervisor.
+    pub worker_supervisor: ChildAddr<WorkerSupervisor>,
+    /// The call router.
+    pub router: ChildAddr<CallRouter>,
+}
+
 impl ServerSupervisor {
-    /// Starts the tree on the current arbiter: the root and the worker's
-    /// supervisor (which starts the worker). Returns the root's address and
-    /// the shared address of the worker's supervisor, for socket handlers.
+    /// Starts the tree on the current arbiter: the root, the call router
+    /// and the worker's supervisor (which starts the worker). Returns the
+    /// root's address and the shared addresses of its children.
     pub fn start_tree(
         config: ServerConfig,
         side: SideRelay,
         server_id: String,
-    ) -> (Addr<ServerSupervisor>, ChildAddr<WorkerSupervisor>) {
-        let mut child = None;
+    ) -> (Addr<ServerSupervisor>, TreeAddrs) {
+        let mut children = None;
         let root = ServerSupervisor::create(|ctx| {
-            let first = start_worker_supervisor(&config, &side, &server_id, 1, ctx.address());
-            let shared = ChildAddr::new(first);
-            child = Some(shared.clone());
+            let calls = CallCount::default();
+            let router = ChildAddr::new(start_router(&config, &calls, 1, ctx.address()));
+            let tree = Tree {
+                config: &config,
+                side: &side,
+                server_id: &server_id,
+                router: &router,
+                calls: &calls,
+            };
+            let worker_supervisor = ChildAddr::new(tree.start_worker_supervisor(1, ctx.address()));
+            children = Some(TreeAddrs {
+                worker_supervisor: worker_supervisor.clone(),
+                router: router.clone(),
+            });
             ServerSupervisor {
                 config,
                 server_id,
                 side,
                 io: None,
-                worker_supervisor: shared,
+                worker_supervisor,
                 incarnation: 1,
+                router,
+                router_incarnation: 1,
+                calls,
                 policy: RestartPolicy::new(RESTART_INTENSITY, RESTART_PERIOD),
                 restarts: 0,
+                router_restarts: 0,
                 stopping: false,
             }
         });
-        (root, child.expect("set by create"))
+        (root, children.expect("set by create"))
+    }
+
+    fn tree(&self) -> Tree<'_> {
+        Tree {
+            config: &self.config,
+            side: &self.side,
+            server_id: &self.server_id,
+            router: &self.router,
+            calls: &self.calls,
+        }
     }
 
     fn restart_worker_supervisor(&mut self, ctx: &mut Context<Self>) {
@@ -110,31 +158,112 @@ impl ServerSupervisor {
         }
         self.incarnation += 1;
         self.restarts += 1;
-        let addr = start_worker_supervisor(
-            &self.config,
-            &self.side,
-            &self.server_id,
-            self.incarnation,
-            ctx.address(),
-        );
+        let addr = self
+            .tree()
+            .start_worker_supervisor(self.incarnation, ctx.address());
         if let Some(io) = &self.io {
             addr.do_send(AttachIo(io.clone()));
         }
         self.worker_supervisor.replace(addr);
     }
+
+    fn restart_router(&mut self, ctx: &mut Context<Self>) {
+        if self.stopping {
+            return;
+        }
+        self.router_incarnation += 1;
+        self.router_restarts += 1;
+        let addr = start_router(
+            &self.config,
+            &self.calls,
+            self.router_incarnation,
+            ctx.address(),
+        );
+        self.router.replace(addr);
+        // The new router knows no worker yet: it waits for this.
+        self.worker_supervisor.get().do_send(RetellWorker);
+    }
+
+    /// Restarts `child` when the policy allows; `how` it ended is logged.
+    fn restart(&mut self, child: ServerChild, how: &str, ctx: &mut Context<Self>) {
+        let shown = format!("{child:?}");
+        let restart = move |act: &mut Self, ctx: &mut Context<Self>| match child {
+            ServerChild::CallRouter => act.restart_router(ctx),
+            _ => act.restart_worker_supervisor(ctx),
+        };
+        match self.policy.on_exit(Instant::now()) {
+            Restart::Now => {
+                tracing::error!(
+                    child = shown,
+                    "a child of the root {how}; starting a new one"
+                );
+                restart(self, ctx);
+            }
+            Restart::After(delay) => {
+                tracing::error!(
+                    child = shown,
+                    "a child of the root {how}; starting a new one in {delay:?}"
+                );
+                ctx.run_later(delay, restart);
+            }
+            Restart::GiveUp { retry_at } => {
+                let wait = retry_at.saturating_duration_since(Instant::now());
+                tracing::error!(
+                    child = shown,
+                    "a child of the root {how}, and children ended more than \
+                     {RESTART_INTENSITY} times within {RESTART_PERIOD:?}; trying again in {wait:?}"
+                );
+                ctx.run_later(wait, restart);
+            }
+        }
+    }
 }
 
-fn start_worker_supervisor(
+/// What starting a child of the tree takes.
+struct Tree<'a> {
+    config: &'a ServerConfig,
+    side: &'a SideRelay,
+    server_id: &'a str,
+    router: &'a ChildAddr<CallRouter>,
+    calls: &'a CallCount,
+}
+
+impl Tree<'_> {
+    fn start_worker_supervisor(
+        &self,
+        incarnation: u64,
+        root: Addr<ServerSupervisor>,
+    ) -> Addr<WorkerSupervisor> {
+        let guard = ChildGuard::new(ServerChild::WorkerSupervisor, root.recipient());
+        // Worker ids name log files: letters, digits and dashes only.
+        let worker_ids = format!("{}-{incarnation}", self.server_id);
+        WorkerSupervisor::new(
+            self.config.clone(),
+            self.side.clone(),
+            self.router.clone(),
+            self.calls.clone(),
+            worker_ids,
+            guard,
+        )
+        .start()
+    }
+}
+
+fn start_router(
     config: &ServerConfig,
-    side: &SideRelay,
-    server_id: &str,
+    calls: &CallCount,
     incarnation: u64,
     root: Addr<ServerSupervisor>,
-) -> Addr<WorkerSupervisor> {
-    let guard = ChildGuard::new(ServerChild::WorkerSupervisor, root.recipient());
-    // Worker ids name log files: letters, digits and dashes only.
-    let worker_ids = format!("{server_id}-{incarnation}");
-    WorkerSupervisor::new(config.clone(), side.clone(), worker_ids, guard).start()
+) -> Addr<CallRouter> {
+    let guard = ChildGuard::new(ServerChild::CallRouter, root.recipient());
+    CallRouter::new(
+        incarnation,
+        config.max_inflight,
+        config.max_message_bytes,
+        calls.clone(),
+        guard,
+    )
+    .start()
 }
 
 impl Actor for ServerSupervisor {
@@ -145,28 +274,15 @@ impl Handler<ChildEnded<ServerChild>> for ServerSupervisor {
     type Result = ();
 
     fn handle(&mut self, msg: ChildEnded<ServerChild>, ctx: &mut Context<Self>) {
-        if self.stopping || msg.child != ServerChild::WorkerSupervisor {
+        let ours = matches!(
+            msg.child,
+            ServerChild::WorkerSupervisor | ServerChild::CallRouter
+        );
+        if self.stopping || !ours {
             return;
         }
         let how = if msg.panicked { "panicked" } else { "stopped" };
-        match self.policy.on_exit(Instant::now()) {
-            Restart::Now => {
-                tracing::error!("the worker supervisor {how}; starting a new one");
-                self.restart_worker_supervisor(ctx);
-            }
-            Restart::After(delay) => {
-                tracing::error!("the worker supervisor {how}; starting a new one in {delay:?}");
-                ctx.run_later(delay, |act, ctx| act.restart_worker_supervisor(ctx));
-            }
-            Restart::GiveUp { retry_at } => {
-                let wait = retry_at.saturating_duration_since(Instant::now());
-                tracing::error!(
-                    "the worker supervisor {how} more than {RESTART_INTENSITY} times within \
-                     {RESTART_PERIOD:?}; trying again in {wait:?}"
-                );
-                ctx.run_later(wait, |act, ctx| act.restart_worker_supervisor(ctx));
-            }
-        }
+        self.restart(msg.child, how, ctx);
     }
 }
 
@@ -187,6 +303,7 @@ impl Handler<RestartChild> for ServerSupervisor {
         let supervisor = self.worker_supervisor.get();
         match child {
             ServerChild::WorkerSupervisor => supervisor.do_send(StopSupervisor),
+            ServerChild::CallRouter => self.router.get().do_send(StopRouter),
             ServerChild::Forwarder(path) => supervisor.do_send(StopForwarder(path)),
             ServerChild::SideRelay => {
                 let side = self.side.clone();
@@ -201,6 +318,14 @@ impl Handler<SupervisorRestarts> for ServerSupervisor {
 
     fn handle(&mut self, _: SupervisorRestarts, _: &mut Context<Self>) -> u64 {
         self.restarts
+    }
+}
+
+impl Handler<RouterRestarts> for ServerSupervisor {
+    type Result = u64;
+
+    fn handle(&mut self, _: RouterRestarts, _: &mut Context<Self>) -> u64 {
+        self.router_restarts
     }
 }
 

@@ -1,10 +1,11 @@
 //! The pumps between the server and one worker process, started by the
 //! `WorkerSupervisor` for each generation ([`start`]): frames to the worker,
-//! frames from it (each a message to the supervisor), its side pipe of log
-//! and trace batches (to the side relay), and the watch on its exit.
+//! frames from it (those that answer calls to the call router, the rest to
+//! the supervisor), its side pipe of log and trace batches (to the side
+//! relay), and the watch on its exit.
 //!
 //! They are tasks, not actors: each owns one pipe end and ends with it, and
-//! the supervisor learns everything it must act on through its mailbox.
+//! the actors learn everything they must act on through their mailboxes.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -12,16 +13,18 @@ use std::time::Duration;
 use actix::prelude::*;
 use agentix_actors::codec::{self, FrameReader};
 use agentix_actors::process;
+use agentix_actors::supervision::ChildAddr;
 use agentix_actors::wire::Frame;
 use tokio::sync::mpsc;
 
+use crate::call_router::{CallFrame, CallRouter, UnreadableReply};
 use crate::oom_kills::oom_kills;
 use crate::side_relay::SideRelay;
 use crate::worker_process::{WorkerOutput, WorkerProcess};
 
 // ---- messages to the supervisor -------------------------------------------
 
-/// A frame arrived from worker `generation`.
+/// A frame that answers no call arrived from worker `generation`.
 #[derive(Message)]
 #[rtype(result = "()")]
 pub struct FrameArrived {
@@ -29,18 +32,6 @@ pub struct FrameArrived {
     pub generation: u64,
     /// The frame.
     pub frame: Frame,
-}
-
-/// Worker `generation` sent a frame for call `id` that did not decode.
-#[derive(Message)]
-#[rtype(result = "()")]
-pub struct UnreadableReply {
-    /// The worker's generation.
-    pub generation: u64,
-    /// The call the frame named.
-    pub id: u64,
-    /// Why it did not decode.
-    pub why: String,
 }
 
 /// Worker `generation` exited.
@@ -68,10 +59,11 @@ pub fn drain_output(output: &UnreadOutput) -> Option<tokio::task::JoinHandle<()>
 
 /// Where a worker's pumps report.
 pub struct Reports {
-    /// Each decoded frame.
+    /// Each decoded frame that answers no call.
     pub frames: Recipient<FrameArrived>,
-    /// Frames that did not decode but named their call.
-    pub unreadable: Recipient<UnreadableReply>,
+    /// Frames that answer calls, and those that did not decode but named
+    /// their call: to whichever router holds the calls now.
+    pub calls: ChildAddr<CallRouter>,
     /// The worker's exit.
     pub exited: Recipient<WorkerExited>,
 }
@@ -98,7 +90,7 @@ pub fn start(
         generation,
         pid,
         reports.frames,
-        reports.unreadable,
+        reports.calls,
     ));
     let side = FrameReader::new(proc.side_in, codec::DEFAULT_MAX_FRAME);
     actix::spawn(side_pipe(
@@ -127,10 +119,15 @@ async fn frames_from_worker(
     generation: u64,
     pid: u32,
     frames: Recipient<FrameArrived>,
-    unreadable: Recipient<UnreadableReply>,
+    calls: ChildAddr<CallRouter>,
 ) {
     loop {
         match reader.next().await {
+            Ok(Some(frame)) if answers_a_call(&frame) => {
+                // A router that ended (and is being restarted) ended these
+                // calls: the frame has nobody to go to.
+                let _ = calls.get().send(CallFrame { generation, frame }).await;
+            }
             Ok(Some(frame)) => {
                 if frames
                     .send(FrameArrived { generation, frame })
@@ -155,9 +152,7 @@ async fn frames_from_worker(
                     id,
                     why,
                 };
-                if unreadable.send(reply).await.is_err() {
-                    break;
-                }
+                let _ = calls.get().send(reply).await;
             }
             Err(e) if e.is_recoverable() => {
                 tracing::warn!(generation, "dropped a malformed frame from the worker: {e}");
@@ -172,6 +167,18 @@ async fn frames_from_worker(
             }
         }
     }
+}
+
+/// Whether `frame` belongs to a call (and so to the call router).
+fn answers_a_call(frame: &Frame) -> bool {
+    matches!(
+        frame,
+        Frame::Items { .. }
+            | Frame::Result { .. }
+            | Frame::End { .. }
+            | Frame::Error { .. }
+            | Frame::Part { .. }
+    )
 }
 
 async fn side_pipe(

@@ -6,12 +6,14 @@ mod support;
 
 use std::time::Duration;
 
-use agentix::{ErrorKind, HostNamespace, Sandbox};
+use agentix::{ErrorKind, HostNamespace, Sandbox, StreamExt};
 use agentix_server::server_child::ServerChild;
-use agentix_server::server_supervisor::{RelayRestarts, RestartChild, SupervisorRestarts};
+use agentix_server::server_supervisor::{
+    RelayRestarts, RestartChild, RouterRestarts, SupervisorRestarts,
+};
 use agentix_server::{Server, ServerConfig, StartError};
 use serde_json::json;
-use support::{bundle_path, wait_until};
+use support::{bundle_path, scratch_dir, wait_until};
 use tokio::sync::mpsc;
 
 fn config(token: &str) -> ServerConfig {
@@ -135,6 +137,52 @@ async fn the_root_restarts_a_worker_supervisor_that_ended_and_calls_go_on() {
     assert_eq!(sandbox.remote(agentix_e2e::add, (1, 1)).await.unwrap(), 2);
     assert_eq!(server.root().send(SupervisorRestarts).await.unwrap(), 1);
     assert_eq!(server.hosts(), 1, "the host kept its connection");
+    server.stop().await;
+}
+
+#[actix_rt::test]
+async fn the_root_restarts_a_call_router_that_ended_and_the_same_worker_serves_on() {
+    let server = Server::start(config("router")).await.unwrap();
+    let sandbox = Sandbox::attach(server.addr(), "router");
+    let pid = worker_pid(&sandbox).await;
+    let marker = scratch_dir("router-restart").join("held");
+    let marker_text = marker.to_string_lossy().into_owned();
+
+    // The call runs in the worker, held by the router that is stopped.
+    let held = sandbox.remote(agentix_e2e::hold, marker_text);
+    let (held_outcome, ()) = tokio::join!(held, async {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        server
+            .root()
+            .send(RestartChild(ServerChild::CallRouter))
+            .await
+            .unwrap();
+    });
+    let err = held_outcome.unwrap_err();
+    assert_eq!(err.kind, ErrorKind::CallLost, "{err}");
+    // The worker dropped the lost call's task: nobody would hear its result.
+    wait_until(
+        "the lost call's task to be dropped in the worker",
+        Duration::from_secs(10),
+        || marker.exists(),
+    )
+    .await;
+
+    assert_eq!(sandbox.remote(agentix_e2e::add, (2, 2)).await.unwrap(), 4);
+    assert_eq!(worker_pid(&sandbox).await, pid, "the same worker serves");
+    let items: Vec<u64> = sandbox
+        .stream(agentix_e2e::count, 5u64)
+        .await
+        .unwrap()
+        .map(|item| item.unwrap())
+        .collect()
+        .await;
+    assert_eq!(items, [0, 1, 2, 3, 4]);
+    assert_eq!(server.root().send(RouterRestarts).await.unwrap(), 1);
+    assert_eq!(server.root().send(SupervisorRestarts).await.unwrap(), 0);
+    assert_eq!(server.hosts(), 1, "the host kept its connection");
+    let health = server.health().await.unwrap();
+    assert_eq!(health.inflight, 0, "no call is left in the new router");
     server.stop().await;
 }
 

@@ -1,21 +1,21 @@
-//! The `WorkerSupervisor` actor: owns the worker process and every call.
+//! The `WorkerSupervisor` actor: owns the worker process of each generation.
 //!
 //! Supervised by the [`ServerSupervisor`](crate::server_supervisor::ServerSupervisor),
 //! which its [`ChildGuard`] tells when it ends; it supervises the worker
-//! process of each generation and one
-//! [`NamespaceForwarder`] per plugin namespace (a forwarder that ends is
-//! started again on the same path). It starts the worker, restarts it when it dies (by its
-//! [`RestartPolicy`]: first at once, then with exponential backoff, at most
-//! `max_restarts` within `restart_window`; past that the server reports
-//! `degraded` until the window has passed, then tries once more) and calls fail
-//! fast), and correlates calls: a call is a message whose reply resolves when
-//! the worker's matching result or error frame arrives, so the pending table
-//! lives inside this actor and behind no lock. When the worker dies every call
-//! in flight ends at once with `WorkerExited`; when this actor itself ends
-//! (it panicked, or its parent stopped it) its calls end the same way and
-//! its worker is killed. The pipes between it and the worker are pumped by
-//! tasks of [`crate::worker_pipes`]; its plugin namespaces (forwarders, and
-//! events both ways, bounded) are in `namespaces`.
+//! process of each generation (pumped by tasks of [`crate::worker_pipes`])
+//! and one [`NamespaceForwarder`] per plugin namespace (a forwarder that
+//! ends is started again on the same path; see `namespaces`). It starts the
+//! worker and restarts it when it dies, by its [`RestartPolicy`]: first at
+//! once, then with exponential backoff, at most `max_restarts` within
+//! `restart_window`; past that the server reports `degraded` until the
+//! window has passed, then tries once more.
+//!
+//! Calls are not its business: the [`CallRouter`](crate::call_router::CallRouter),
+//! its sibling, holds them, and hears from this actor what becomes of the
+//! worker ([`WorkerNews`]): ready (with its pipe's queue), gone (its calls
+//! in flight end with `WorkerExited`), degraded, draining, stopped. When this
+//! actor itself ends (it panicked, or its parent stopped it) its worker is
+//! killed and the router told so.
 
 use std::ffi::OsString;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -27,52 +27,22 @@ use agentix_actors::errors::{ErrorKind, RemoteError};
 use agentix_actors::outbox::Outbox;
 use agentix_actors::process;
 use agentix_actors::restart_policy::{Restart, RestartPolicy};
-use agentix_actors::supervision::ChildGuard;
+use agentix_actors::supervision::{ChildAddr, ChildGuard};
 use agentix_actors::wire::Frame;
 use serde::Serialize;
-use socketioxide::socket::Sid;
 use tokio::sync::mpsc;
 
-use crate::calls::{CallTable, Cancelled, Delivery, NewCall, Origin, PartDelivery};
+use crate::call_router::{CallCount, CallRouter, WorkerNews};
 use crate::config::ServerConfig;
 use crate::forwarder::NamespaceForwarder;
 use crate::server_child::ServerChild;
 use crate::side_relay::SideRelay;
-use crate::worker_pipes::{
-    self, drain_output, FrameArrived, UnreadOutput, UnreadableReply, WorkerExited,
-};
+use crate::worker_pipes::{self, drain_output, FrameArrived, UnreadOutput, WorkerExited};
 use crate::worker_process::{self, OutputTail};
 
 mod namespaces;
 
 // ---- messages ------------------------------------------------------------
-
-/// Run a call on the worker (queued until one is ready); the outcome goes to `call.reply`.
-#[derive(Message)]
-#[rtype(result = "()")]
-pub struct StartCall(pub NewCall);
-
-/// Cancel the call `origin` started; it ends as `Cancelled`.
-#[derive(Message)]
-#[rtype(result = "()")]
-pub struct CancelCall(pub Origin);
-
-/// The host consumed part of the stream `origin` started.
-#[derive(Message)]
-#[rtype(result = "()")]
-pub struct AckStream {
-    /// Which call.
-    pub origin: Origin,
-    /// Items consumed since the last ack.
-    pub items: u64,
-    /// Their bytes.
-    pub bytes: u64,
-}
-
-/// A host socket went away: cancel its calls.
-#[derive(Message)]
-#[rtype(result = "()")]
-pub struct HostDisconnected(pub Sid);
 
 /// The Socket.IO server exists now: forwarders can be started.
 #[derive(Message)]
@@ -98,6 +68,11 @@ pub struct StopWorker;
 #[derive(Message)]
 #[rtype(result = "()")]
 pub struct StopSupervisor;
+
+/// Tell the call router what the worker is doing now (it is new, and knows nothing).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct RetellWorker;
 
 /// Stop the forwarder of namespace `path`, as a crash would: it is started again.
 #[derive(Message)]
@@ -162,7 +137,7 @@ struct Running {
     output: UnreadOutput,
 }
 
-/// Owns the worker process and the table of calls.
+/// Owns the worker process of each generation.
 pub struct WorkerSupervisor {
     config: ServerConfig,
     /// Tells the root when this supervisor ends.
@@ -172,7 +147,10 @@ pub struct WorkerSupervisor {
     worker_ids: String,
     /// Where the workers' log records, output and spans go.
     side: SideRelay,
-    calls: CallTable,
+    /// Holds the calls; told what becomes of the worker.
+    router: ChildAddr<CallRouter>,
+    /// How many calls it holds, for `/health`.
+    calls: CallCount,
     phase: Phase,
     worker: Option<Running>,
     generation: u64,
@@ -200,12 +178,15 @@ pub struct WorkerSupervisor {
 
 impl WorkerSupervisor {
     /// A supervisor that will start `config.worker_command` once started,
-    /// relaying what its workers log, print and trace to `side`; its
+    /// relaying what its workers log, print and trace to `side` and telling
+    /// `router` (whose call count is `calls`) what becomes of them; its
     /// workers' ids start with `worker_ids`, and `guard` tells its parent
     /// when it ends.
     pub fn new(
         config: ServerConfig,
         side: SideRelay,
+        router: ChildAddr<CallRouter>,
+        calls: CallCount,
         worker_ids: String,
         guard: ChildGuard<ServerChild>,
     ) -> Self {
@@ -215,7 +196,8 @@ impl WorkerSupervisor {
             guard,
             worker_ids,
             side,
-            calls: CallTable::default(),
+            router,
+            calls,
             phase: Phase::Starting,
             worker: None,
             generation: 0,
@@ -239,6 +221,7 @@ impl WorkerSupervisor {
         let generation = self.generation;
         let worker_id = format!("{}-{}", self.worker_ids, generation);
         self.phase = Phase::Starting;
+        self.tell_router(WorkerNews::Starting);
         let spawned = worker_process::spawn(&self.config.worker_command, &worker_id, &self.side);
         let proc = match spawned {
             Ok(p) => p,
@@ -259,7 +242,7 @@ impl WorkerSupervisor {
         let (tx, rx) = mpsc::channel(WORKER_QUEUE);
         let reports = worker_pipes::Reports {
             frames: ctx.address().recipient(),
-            unreadable: ctx.address().recipient(),
+            calls: self.router.clone(),
             exited: ctx.address().recipient(),
         };
         let output = worker_pipes::start(proc, generation, rx, &self.side, reports);
@@ -311,9 +294,10 @@ impl WorkerSupervisor {
                 format!("the worker died while the server was shutting down ({status})"),
             )
             .with_details(tail_details(&tail));
-            for reply in self.calls.take_inflight() {
-                reply.fail(err.clone());
-            }
+            self.tell_router(WorkerNews::Gone {
+                error: err,
+                queued_too: true,
+            });
             self.phase = Phase::Stopped;
             return;
         }
@@ -332,16 +316,12 @@ impl WorkerSupervisor {
         };
         let exited = exited.with_details(tail_details(&tail));
         tracing::warn!(%status, "worker gone");
-        for reply in self.calls.take_inflight() {
-            reply.fail(exited.clone());
-        }
-        if !was_ready {
-            // Calls waiting for this worker would wait for the next one, which
-            // may fail the same way: tell them now rather than hang.
-            for call in self.calls.take_queued() {
-                call.reply.fail(exited.clone());
-            }
-        }
+        // Calls waiting for a worker that never became ready would wait for
+        // the next one, which may fail the same way: they end now too.
+        self.tell_router(WorkerNews::Gone {
+            error: exited.clone(),
+            queued_too: !was_ready,
+        });
         self.start_error = Some(exited);
 
         let now = Instant::now();
@@ -356,10 +336,7 @@ impl WorkerSupervisor {
                 );
                 self.phase = Phase::Degraded;
                 self.retry_at = Some(retry_at);
-                let err = self.degraded_error();
-                for call in self.calls.take_queued() {
-                    call.reply.fail(err.clone());
-                }
+                self.tell_router(WorkerNews::Degraded(self.degraded_error()));
                 ctx.run_later(retry_at.saturating_duration_since(now), |act, ctx| {
                     if act.phase == Phase::Degraded {
                         tracing::info!("the restart window has passed; trying the worker again");
@@ -397,33 +374,6 @@ impl WorkerSupervisor {
         )
         .with_details(why)
     }
-
-    fn send_to_worker(&mut self, call: NewCall) {
-        let frames = self.calls.start(call);
-        let Some(Frame::Call { id, .. }) = frames.last() else {
-            unreachable!("CallTable::start ends with the call frame")
-        };
-        let id = *id;
-        let Some(w) = &self.worker else {
-            // Gone between the check and now: its exit fails the call.
-            return;
-        };
-        let waiting = w.frames.waiting();
-        if waiting >= CALLS_STOP_PAST {
-            // A worker this far behind its pipe is wedged or stopped: say
-            // so now rather than hold the call's frames too.
-            if let Some(reply) = self.calls.finish(id) {
-                reply.fail(RemoteError::new(
-                    ErrorKind::Degraded,
-                    format!("the worker is not reading its pipe ({waiting} frames wait for it)"),
-                ));
-            }
-            return;
-        }
-        for frame in frames {
-            w.frames.push(frame);
-        }
-    }
 }
 
 impl WorkerSupervisor {
@@ -432,6 +382,27 @@ impl WorkerSupervisor {
     fn send_frame(&self, frame: Frame) {
         if let Some(w) = &self.worker {
             w.frames.push(frame);
+        }
+    }
+
+    /// Tells the call router what became of the worker.
+    fn tell_router(&self, news: WorkerNews) {
+        // Its mailbox takes one message per change of the worker's state,
+        // which no peer can cause faster than workers start and die.
+        self.router.get().do_send(news);
+    }
+
+    /// What the call router would have been told by now.
+    fn news(&self) -> WorkerNews {
+        match (self.phase, &self.worker) {
+            (Phase::Ready, Some(w)) => WorkerNews::Ready {
+                generation: self.generation,
+                frames: w.frames.clone(),
+            },
+            (Phase::Degraded, _) => WorkerNews::Degraded(self.degraded_error()),
+            (Phase::Draining, _) => WorkerNews::Draining,
+            (Phase::Stopped, _) => WorkerNews::Stopped(shut_down()),
+            _ => WorkerNews::Starting,
         }
     }
 }
@@ -467,9 +438,6 @@ const WORKER_QUEUE: usize = 4096;
 /// (which nobody waits for) are dropped.
 const HOST_EVENTS_WAIT_PAST: usize = 8_192;
 
-/// Frames waiting in a worker's outbox past which new calls fail at once.
-const CALLS_STOP_PAST: usize = 16_384;
-
 /// How often the worker's frame loop is asked to answer.
 const PING_EVERY: Duration = Duration::from_secs(1);
 
@@ -491,88 +459,6 @@ impl WorkerSupervisor {
     /// How long the worker has left a ping unanswered, if it has.
     fn silent_for(&self) -> Option<Duration> {
         self.unanswered.map(|(_, since)| since.elapsed())
-    }
-}
-
-impl Handler<StartCall> for WorkerSupervisor {
-    type Result = ();
-
-    fn handle(&mut self, StartCall(call): StartCall, _: &mut Context<Self>) {
-        if self.calls.contains(call.origin) {
-            let err = RemoteError::new(
-                ErrorKind::Protocol,
-                format!(
-                    "call id {} is already in use on this connection",
-                    call.origin.host_id
-                ),
-            );
-            call.reply.fail(err);
-            return;
-        }
-        if self.calls.len() >= self.config.max_inflight {
-            let err = RemoteError::new(
-                ErrorKind::Degraded,
-                format!(
-                    "the server already holds {} calls; try again later",
-                    self.calls.len()
-                ),
-            );
-            call.reply.fail(err);
-            return;
-        }
-        match self.phase {
-            Phase::Ready => self.send_to_worker(call),
-            Phase::Starting | Phase::Restarting => self.calls.queue(call),
-            Phase::Degraded => {
-                call.reply.fail(self.degraded_error());
-            }
-            Phase::Draining | Phase::Stopped => call.reply.fail(shutting_down()),
-        }
-    }
-}
-
-impl Handler<CancelCall> for WorkerSupervisor {
-    type Result = ();
-
-    fn handle(&mut self, CancelCall(origin): CancelCall, _: &mut Context<Self>) {
-        let cancelled = RemoteError::new(ErrorKind::Cancelled, "the call was cancelled");
-        match self.calls.cancel(origin) {
-            Cancelled::Queued(reply) => {
-                reply.fail(cancelled);
-            }
-            Cancelled::InFlight(id, reply) => {
-                self.send_frame(Frame::Cancel { id });
-                reply.fail(cancelled);
-            }
-            Cancelled::Unknown => {
-                tracing::debug!(
-                    host_id = origin.host_id,
-                    "cancel for a call that is not running"
-                );
-            }
-        }
-    }
-}
-
-impl Handler<AckStream> for WorkerSupervisor {
-    type Result = ();
-
-    fn handle(&mut self, ack: AckStream, _: &mut Context<Self>) {
-        if let Some((id, items, bytes)) = self.calls.ack(ack.origin, ack.items, ack.bytes) {
-            if items > 0 || bytes > 0 {
-                self.send_frame(Frame::Ack { id, items, bytes });
-            }
-        }
-    }
-}
-
-impl Handler<HostDisconnected> for WorkerSupervisor {
-    type Result = ();
-
-    fn handle(&mut self, HostDisconnected(sid): HostDisconnected, ctx: &mut Context<Self>) {
-        for origin in self.calls.origins_of(sid) {
-            self.handle(CancelCall(origin), ctx);
-        }
     }
 }
 
@@ -602,46 +488,7 @@ impl Handler<FrameArrived> for WorkerSupervisor {
                 }
                 self.phase = Phase::Ready;
                 self.start_error = None;
-                for call in self.calls.take_queued() {
-                    self.send_to_worker(call);
-                }
-            }
-            Frame::Items { id, items } => match self.calls.deliver(id, items) {
-                Delivery::Delivered | Delivery::Unknown => {}
-                Delivery::Violation(why) => {
-                    tracing::warn!(id, "{why}; ending the call");
-                    if let Some(reply) = self.calls.finish(id) {
-                        reply.fail(RemoteError::new(ErrorKind::Protocol, why));
-                    }
-                    self.send_frame(Frame::Cancel { id });
-                }
-            },
-            frame @ (Frame::Result { .. } | Frame::End { .. } | Frame::Error { .. }) => {
-                let id = match &frame {
-                    Frame::Result { id, .. } | Frame::End { id } | Frame::Error { id, .. } => *id,
-                    _ => unreachable!("matched above"),
-                };
-                if !self.calls.finish_with(id, frame) {
-                    // Normal after a cancel raced the result; otherwise a worker bug.
-                    tracing::debug!(id, "the worker ended a call that is not running; dropped")
-                }
-            }
-            Frame::Part { id, total, bytes } => {
-                let max = self.config.max_message_bytes;
-                let error = match self.calls.deliver_part(id, total, bytes.0, max) {
-                    PartDelivery::Kept | PartDelivery::Unknown => None,
-                    PartDelivery::TooLarge(error) => Some(error),
-                    PartDelivery::Violation(why) => {
-                        Some(RemoteError::new(ErrorKind::Protocol, why))
-                    }
-                };
-                if let Some(error) = error {
-                    tracing::warn!(id, "{}; ending the call", error.message);
-                    if let Some(reply) = self.calls.finish(id) {
-                        reply.fail(error);
-                        self.send_frame(Frame::Cancel { id });
-                    }
-                }
+                self.tell_router(self.news());
             }
             Frame::Pong { seq } => {
                 if self.unanswered.is_some_and(|(s, _)| s == seq) {
@@ -650,6 +497,15 @@ impl Handler<FrameArrived> for WorkerSupervisor {
             }
             Frame::SioOpen { path } => self.open_namespace(path, ctx),
             Frame::SioEvent { path, event, data } => self.forward_to_hosts(path, event, data),
+            Frame::Items { .. }
+            | Frame::Result { .. }
+            | Frame::End { .. }
+            | Frame::Error { .. }
+            | Frame::Part { .. } => {
+                tracing::warn!(
+                    "a frame that answers a call reached the worker supervisor; dropped"
+                );
+            }
             Frame::Call { .. }
             | Frame::Ping { .. }
             | Frame::Cancel { .. }
@@ -679,28 +535,15 @@ impl Drop for WorkerSupervisor {
             let tag = worker_process::worker_tag(&w.worker_id);
             std::thread::spawn(move || process::kill_tagged(&tag));
         }
-        self.calls.fail_all(&RemoteError::new(
-            ErrorKind::WorkerExited,
-            "the server's worker supervisor ended mid-call; a new one starts the worker again",
-        ));
-    }
-}
-
-impl Handler<UnreadableReply> for WorkerSupervisor {
-    type Result = ();
-
-    // The frame may have been the call's last: end the call rather than
-    // leave it waiting for a reply that was already sent.
-    fn handle(&mut self, msg: UnreadableReply, _: &mut Context<Self>) {
-        if msg.generation != self.generation {
-            return;
-        }
-        if let Some(reply) = self.calls.finish(msg.id) {
-            reply.fail(RemoteError::new(
-                ErrorKind::Protocol,
-                format!("the worker's reply could not be read: {}", msg.why),
-            ));
-            self.send_frame(Frame::Cancel { id: msg.id });
+        if self.phase != Phase::Stopped {
+            // Calls queued wait for the worker the next supervisor starts.
+            self.tell_router(WorkerNews::Gone {
+                error: RemoteError::new(
+                    ErrorKind::WorkerExited,
+                    "the server's worker supervisor ended mid-call; a new one starts the worker again",
+                ),
+                queued_too: false,
+            });
         }
     }
 }
@@ -737,7 +580,7 @@ impl Handler<ReportHealth> for WorkerSupervisor {
             pid: self.worker.as_ref().map(|w| w.pid),
             worker_id: self.worker.as_ref().map(|w| w.worker_id.clone()),
             restarts: self.restarts,
-            inflight: self.calls.len(),
+            inflight: self.calls.get(),
             last_exit: self.last_exit.clone(),
             restart_budget: (self.policy.intensity(), self.policy.period().as_secs_f64()),
             recent_restarts: self.policy.recent(Instant::now()),
@@ -759,16 +602,14 @@ impl Handler<BeginDrain> for WorkerSupervisor {
             return;
         }
         self.phase = Phase::Draining;
-        for call in self.calls.take_queued() {
-            call.reply.fail(shutting_down());
-        }
+        self.tell_router(WorkerNews::Draining);
     }
 }
 
-fn shutting_down() -> RemoteError {
+fn shut_down() -> RemoteError {
     RemoteError::new(
         ErrorKind::ServerExited,
-        "the server is shutting down and takes no new calls",
+        "the server shut down before the call finished",
     )
 }
 
@@ -779,14 +620,19 @@ impl Handler<StopWorker> for WorkerSupervisor {
         self.phase = Phase::Stopped;
         self.guard.disarm();
         ctx.stop();
-        self.calls.fail_all(&RemoteError::new(
-            ErrorKind::ServerExited,
-            "the server shut down before the call finished",
-        ));
+        self.tell_router(WorkerNews::Stopped(shut_down()));
         if let Some(w) = self.worker.take() {
             process::signal_group(w.pid, libc::SIGKILL);
             // Here, not on a task: the server exits right after.
             process::kill_tagged(&worker_process::worker_tag(&w.worker_id));
         }
+    }
+}
+
+impl Handler<RetellWorker> for WorkerSupervisor {
+    type Result = ();
+
+    fn handle(&mut self, _: RetellWorker, _: &mut Context<Self>) {
+        self.tell_router(self.news());
     }
 }
