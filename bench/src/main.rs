@@ -70,6 +70,7 @@ async fn run(sections: Sections) -> Report {
     }
     let sb = provider.session(config()).await.expect("sandbox starts");
     if sections.wants("echo") {
+        process_round_trip(&mut report);
         sequential_echo(&sb, &mut report).await;
         unix_echo(&provider, &mut report).await;
         actor_echo(&provider, &mut report).await;
@@ -302,6 +303,41 @@ async fn sequential_echo(sb: &Sandbox, report: &mut Report) {
         "sequential small echo",
         "calls/s",
         2000.0 / total.as_secs_f64(),
+    );
+}
+
+/// The machine's floor for the echo: one byte to a `cat` process and back
+/// through pipes, with no Agentix at all. An echo makes two such round
+/// trips (host to server, server to worker), so on a machine where waking a
+/// process is slow no echo can beat twice this figure.
+fn process_round_trip(report: &mut Report) {
+    use std::io::{Read, Write};
+    use std::process::{Command, Stdio};
+    let mut cat = Command::new("cat")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("cat starts");
+    let mut to = cat.stdin.take().expect("piped");
+    let mut from = cat.stdout.take().expect("piped");
+    let mut byte = [0u8; 1];
+    let mut times = Vec::with_capacity(5000);
+    for i in 0..5200 {
+        let t = Instant::now();
+        to.write_all(b"x").expect("cat reads");
+        from.read_exact(&mut byte).expect("cat writes");
+        if i >= 200 {
+            times.push(t.elapsed());
+        }
+    }
+    drop(to);
+    let _ = cat.wait();
+    times.sort();
+    report.add(
+        "process_rtt_p50_us",
+        "one byte to another process and back through pipes (the machine's floor), p50",
+        "µs",
+        us(times[times.len() / 2]),
     );
 }
 
