@@ -1,44 +1,48 @@
-//! [`NamespaceForwarder`]: one actor per plugin namespace the worker opened.
+//! [`NamespaceForwarder`]: one actor per plugin namespace the worker opened,
+//! carrying its events both ways.
 //!
 //! Supervised by the `WorkerSupervisor`, which its [`ChildGuard`] tells
 //! when it ends and which then starts another on the same path; it has no
 //! children.
 //!
-//! The server knows no plugin's events or payloads: the forwarder emits
-//! whatever the worker sends to every host on its path, in order, and the
-//! plugin namespace handler (see [`register`]) passes whatever hosts send on
-//! to the worker. A host may connect to a path before the worker opens it:
-//! it then gets the events the worker emits once it does. A request the
+//! The server knows no plugin's events or payloads. Worker to hosts: the
+//! forwarder emits whatever the worker sends to every host on its path, in
+//! order, from a pump of its own, so a host slow to take an event never
+//! holds up the other direction. Hosts to worker: the plugin namespace
+//! handler (see [`register`]) finds the path's forwarder in
+//! [`Forwarders`] and hands it each event, which it puts on the worker's
+//! pipe queue at once. A host may connect to a path before the worker opens
+//! it: it then gets the events the worker emits once it does. A request the
 //! worker makes while no host is on its path is answered at once with a
-//! `NoHost` error, through the same route a host's reply takes.
+//! `NoHost` error, and one its hosts are too far behind to take with
+//! `HostBehind`.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use actix::prelude::*;
-use agentix_actors::request_envelope::{error_reply, request_id, NO_HOST};
-use agentix_actors::supervision::{ChildAddr, ChildGuard};
-use agentix_actors::wire::check_plugin_path;
+use agentix_actors::outbox::Outbox;
+use agentix_actors::request_envelope::{error_reply, request_id, HOST_BEHIND, NO_HOST};
+use agentix_actors::supervision::ChildGuard;
+use agentix_actors::wire::{check_plugin_path, Frame};
 use serde_json::Value;
 use socketioxide::extract::{Event, SocketRef, TryData};
 use socketioxide::handler::ConnectHandler;
 use socketioxide::socket::Sid;
 use socketioxide::SocketIo;
+use tokio::sync::mpsc;
 
 use crate::auth::{auth_middleware, Token};
 use crate::emit::emit_within;
 
 // ---- messages ------------------------------------------------------------
 
-/// A host emitted `event` on plugin namespace `path`: sent to whoever
-/// routes host events to the worker (the `WorkerSupervisor`).
+/// A host emitted `event` on the forwarder's path: for the worker.
 #[derive(actix::Message)]
 #[rtype(result = "()")]
 pub struct HostEvent {
-    /// The namespace path.
-    pub path: String,
     /// The event name.
     pub event: String,
     /// The payload.
@@ -55,46 +59,146 @@ pub struct ToHosts {
     pub data: Value,
 }
 
+/// Where hosts' events go now: the ready worker's pipe queue, or nowhere
+/// while no worker is ready (they are dropped).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct WorkerFrames(pub Option<Outbox>);
+
 /// Stop forwarding (the supervisor then starts a new forwarder).
 #[derive(Message)]
 #[rtype(result = "()")]
 pub struct StopForwarding;
 
+// ---- the registry ----------------------------------------------------------
+
+/// The forwarders of the current worker supervisor, by path: the socket
+/// handlers find a host event's forwarder here. Cheap to clone.
+#[derive(Clone, Default)]
+pub struct Forwarders(Arc<Mutex<HashMap<String, Addr<NamespaceForwarder>>>>);
+
+impl Forwarders {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Addr<NamespaceForwarder>>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The forwarder of `path`, if the worker opened it.
+    pub fn get(&self, path: &str) -> Option<Addr<NamespaceForwarder>> {
+        self.lock().get(path).cloned()
+    }
+
+    /// Whether the worker opened `path`.
+    pub fn contains(&self, path: &str) -> bool {
+        self.lock().contains_key(path)
+    }
+
+    /// Makes `forwarder` the one of `path`.
+    pub fn insert(&self, path: String, forwarder: Addr<NamespaceForwarder>) {
+        self.lock().insert(path, forwarder);
+    }
+
+    /// Every forwarder, for news of the worker.
+    pub fn all(&self) -> Vec<Addr<NamespaceForwarder>> {
+        self.lock().values().cloned().collect()
+    }
+
+    /// Forgets every forwarder (their supervisor ended; they stop once
+    /// nobody holds them).
+    pub fn clear(&self) {
+        self.lock().clear();
+    }
+}
+
 // ---- the actor -----------------------------------------------------------
 
-/// Forwards the worker's events on one namespace path to its hosts.
+/// What the forwarder counts, shared with `/health`.
+#[derive(Clone, Default)]
+pub struct ForwarderCounts {
+    /// Worker events not sent to hosts: hosts too far behind, or lagging.
+    pub to_hosts_dropped: Arc<AtomicU64>,
+    /// Hosts' events the worker could not take in time.
+    pub to_worker_dropped: Arc<AtomicU64>,
+}
+
+/// Forwards the worker's events on one namespace path to its hosts, and
+/// its hosts' events to the worker.
 pub struct NamespaceForwarder {
     path: String,
     io: SocketIo,
-    /// Where hosts' events go, so an unanswerable request is answered.
-    to_worker: Recipient<HostEvent>,
+    /// The ready worker's pipe queue.
+    worker: Option<Outbox>,
+    /// Worker events on their way to hosts, in order.
+    to_hosts: Option<mpsc::Sender<ToHosts>>,
     /// Hosts whose socket stayed full past [`LAG_PATIENCE`].
     lagging: Arc<Mutex<HashSet<Sid>>>,
-    /// Events not sent to lagging hosts, shared with `/health`.
-    dropped: Arc<AtomicU64>,
+    counts: ForwarderCounts,
     _guard: ChildGuard<String>,
 }
 
 impl NamespaceForwarder {
-    /// A forwarder for `path` on `io`; replies it makes itself go to
-    /// `to_worker`, and `guard` tells its supervisor when it ends.
+    /// A forwarder for `path` on `io`, passing hosts' events to `worker`
+    /// (if one is ready); `guard` tells its supervisor when it ends.
     pub fn new(
         path: String,
         io: SocketIo,
-        to_worker: Recipient<HostEvent>,
-        dropped: Arc<AtomicU64>,
+        worker: Option<Outbox>,
+        counts: ForwarderCounts,
         guard: ChildGuard<String>,
     ) -> Self {
         NamespaceForwarder {
             path,
             io,
-            to_worker,
+            worker,
+            to_hosts: None,
             lagging: Arc::default(),
-            dropped,
+            counts,
             _guard: guard,
         }
     }
+
+    /// Puts a host's event (or a reply made on the hosts' behalf) on the
+    /// worker's pipe queue.
+    fn to_worker(&self, event: String, data: Value) {
+        let Some(frames) = &self.worker else {
+            tracing::debug!(
+                path = self.path,
+                event,
+                "no worker is ready for this namespace; event dropped"
+            );
+            return;
+        };
+        let is_reply = event.ends_with(":result") || event.ends_with(":error");
+        let frame = Frame::SioEvent {
+            path: self.path.clone(),
+            event,
+            data,
+        };
+        // A reply is never dropped for a full pipe: the worker waits for
+        // it. Other events queue in order, so a burst arrives whole, until
+        // the worker is far behind its pipe: then they are dropped, counted,
+        // and a host cannot fill the server's memory.
+        if is_reply || frames.waiting() < HOST_EVENTS_WAIT_PAST {
+            frames.push(frame);
+            return;
+        }
+        let dropped = self
+            .counts
+            .to_worker_dropped
+            .fetch_add(1, Ordering::Relaxed)
+            + 1;
+        if dropped % 10_000 == 1 {
+            tracing::warn!(
+                path = self.path,
+                dropped,
+                "the worker falls behind its pipe; hosts' plugin events are dropped"
+            );
+        }
+    }
 }
+
+/// Frames waiting in a worker's outbox past which hosts' plugin events
+/// (which nobody waits for) are dropped.
+pub const HOST_EVENTS_WAIT_PAST: usize = 8_192;
 
 impl Handler<StopForwarding> for NamespaceForwarder {
     type Result = ();
@@ -104,9 +208,25 @@ impl Handler<StopForwarding> for NamespaceForwarder {
     }
 }
 
-/// Events waiting for a forwarder; past this the supervisor drops new ones
-/// rather than hold them. Large, because the supervisor can hand over a
-/// burst before the forwarder (on the same arbiter) runs at all.
+impl Handler<WorkerFrames> for NamespaceForwarder {
+    type Result = ();
+
+    fn handle(&mut self, WorkerFrames(worker): WorkerFrames, _: &mut Context<Self>) {
+        self.worker = worker;
+    }
+}
+
+impl Handler<HostEvent> for NamespaceForwarder {
+    type Result = ();
+
+    fn handle(&mut self, msg: HostEvent, _: &mut Context<Self>) {
+        self.to_worker(msg.event, msg.data);
+    }
+}
+
+/// Worker events waiting for their hosts; past this new ones are dropped
+/// (counted) rather than held. Large, because the worker can hand over a
+/// burst before the pump (on the same arbiter) runs at all.
 pub const FORWARDER_MAILBOX: usize = 65_536;
 
 /// How long a host's full socket is waited for before the host counts as
@@ -116,6 +236,21 @@ pub const LAG_PATIENCE: std::time::Duration = std::time::Duration::from_secs(1);
 
 impl Actor for NamespaceForwarder {
     type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        let (tx, rx) = mpsc::channel(FORWARDER_MAILBOX);
+        self.to_hosts = Some(tx);
+        let pump = ToHostsPump {
+            path: self.path.clone(),
+            io: self.io.clone(),
+            lagging: self.lagging.clone(),
+            dropped: self.counts.to_hosts_dropped.clone(),
+            forwarder: ctx.address(),
+        };
+        // Spawned in the actor's context: it ends with the actor, and runs
+        // beside its handlers, not instead of them.
+        ctx.spawn(pump.run(rx).into_actor(self));
+    }
 }
 
 impl NamespaceForwarder {
@@ -130,11 +265,52 @@ impl NamespaceForwarder {
 }
 
 impl Handler<ToHosts> for NamespaceForwarder {
-    // Atomic: the next event waits until this one is handed to every host,
-    // which keeps the order and lets a full socket slow the worker down.
-    type Result = AtomicResponse<Self, ()>;
+    type Result = ();
 
-    fn handle(&mut self, msg: ToHosts, _: &mut Context<Self>) -> Self::Result {
+    fn handle(&mut self, msg: ToHosts, _: &mut Context<Self>) {
+        let Some(to_hosts) = &self.to_hosts else {
+            return;
+        };
+        let ToHosts { event, data } = match to_hosts.try_send(msg) {
+            Ok(()) => return,
+            Err(mpsc::error::TrySendError::Full(msg) | mpsc::error::TrySendError::Closed(msg)) => {
+                msg
+            }
+        };
+        let dropped = self.counts.to_hosts_dropped.fetch_add(1, Ordering::Relaxed) + 1;
+        if dropped % 10_000 == 1 {
+            tracing::warn!(
+                path = self.path,
+                dropped,
+                "the hosts on this namespace fall behind; events to them are dropped"
+            );
+        }
+        if let Some(request_id) = request_id(&event, &data) {
+            let message = format!("the hosts on {} are too far behind to be asked", self.path);
+            let (event, data) = error_reply(&event, request_id, HOST_BEHIND, message);
+            self.to_worker(event, data);
+        }
+    }
+}
+
+/// Emits a forwarder's worker events to its hosts, one at a time, in order.
+struct ToHostsPump {
+    path: String,
+    io: SocketIo,
+    lagging: Arc<Mutex<HashSet<Sid>>>,
+    dropped: Arc<AtomicU64>,
+    /// Where replies made on the hosts' behalf go, on to the worker.
+    forwarder: Addr<NamespaceForwarder>,
+}
+
+impl ToHostsPump {
+    async fn run(self, mut rx: mpsc::Receiver<ToHosts>) {
+        while let Some(msg) = rx.recv().await {
+            self.emit(msg).await;
+        }
+    }
+
+    async fn emit(&self, msg: ToHosts) {
         let hosts = self
             .io
             .of(&self.path)
@@ -148,11 +324,7 @@ impl Handler<ToHosts> for NamespaceForwarder {
                         self.path
                     );
                     let (event, data) = error_reply(&msg.event, request_id, NO_HOST, message);
-                    self.to_worker.do_send(HostEvent {
-                        path: self.path.clone(),
-                        event,
-                        data,
-                    });
+                    self.forwarder.do_send(HostEvent { event, data });
                 }
                 None => tracing::debug!(
                     path = self.path,
@@ -160,48 +332,48 @@ impl Handler<ToHosts> for NamespaceForwarder {
                     "no host on this namespace; event dropped"
                 ),
             }
+            return;
         }
-        let lagging = self.lagging.clone();
-        let dropped = self.dropped.clone();
-        AtomicResponse::new(Box::pin(
-            async move {
-                for host in &hosts {
-                    let behind = lock(&lagging).contains(&host.id);
-                    // A lagging host gets one try; it is back once it takes one.
-                    let patience = if behind { Duration::ZERO } else { LAG_PATIENCE };
-                    let sent = emit_within(host, &msg.event, &msg.data, patience).await;
-                    if sent && behind {
-                        lock(&lagging).remove(&host.id);
-                    } else if !sent {
-                        if !behind {
-                            tracing::warn!(socket = %host.id, "a host does not read its plugin events; skipping it until it does");
-                            lock(&lagging).insert(host.id);
-                        }
-                        dropped.fetch_add(1, Ordering::Relaxed);
-                    }
+        for host in &hosts {
+            let behind = lock(&self.lagging).contains(&host.id);
+            // A lagging host gets one try; it is back once it takes one.
+            let patience = if behind { Duration::ZERO } else { LAG_PATIENCE };
+            let sent = emit_within(host, &msg.event, &msg.data, patience).await;
+            if sent && behind {
+                lock(&self.lagging).remove(&host.id);
+            } else if !sent {
+                if !behind {
+                    tracing::warn!(socket = %host.id, "a host does not read its plugin events; skipping it until it does");
+                    lock(&self.lagging).insert(host.id);
                 }
+                self.dropped.fetch_add(1, Ordering::Relaxed);
             }
-            .into_actor(self),
-        ))
+        }
     }
 }
 
 /// Accepts hosts on any path that is not a core namespace and passes their
-/// events to the current `supervisor`.
-pub fn register<A>(io: &SocketIo, supervisor: ChildAddr<A>, token: Token)
-where
-    A: Actor<Context = Context<A>> + Handler<HostEvent>,
-{
+/// events to the path's forwarder, found in `forwarders`.
+pub fn register(io: &SocketIo, forwarders: Forwarders, token: Token) {
     // Attached before the connect ack (see `crate::rpc` for why).
     let attach_handlers = move |s: SocketRef| {
-        let supervisor = supervisor.clone();
+        let forwarders = forwarders.clone();
         s.on_fallback(
             move |s: SocketRef, Event(event): Event, TryData(data): TryData<Value>| {
-                let path = s.ns().to_owned();
+                let path = s.ns();
                 match data {
-                    Ok(data) if check_plugin_path(&path).is_ok() => {
-                        supervisor.get().do_send(HostEvent { path, event, data });
-                    }
+                    Ok(data) if check_plugin_path(path).is_ok() => match forwarders.get(path) {
+                        // `do_send`, in the order the host sent them: the
+                        // forwarder takes each in O(1) onto the worker's
+                        // queue, whose own bound drops what a flood sends
+                        // past it (see `NamespaceForwarder::to_worker`).
+                        Some(forwarder) => forwarder.do_send(HostEvent { event, data }),
+                        None => tracing::debug!(
+                            path,
+                            event,
+                            "event for a namespace no worker opened; dropped"
+                        ),
+                    },
                     Ok(_) => {
                         tracing::debug!(path, event, "event on a path no plugin may use; dropped")
                     }

@@ -124,7 +124,7 @@ impl Server {
             ));
         rpc::register(&io, tree.router, token.clone(), config.max_message_bytes);
         root.do_send(AttachIo(io.clone()));
-        forwarder::register(&io, worker_supervisor.clone(), token.clone());
+        forwarder::register(&io, tree.forwarders, token.clone());
         side_namespaces::register(&io, side, credits.clone(), token.clone());
         log_inbox.start(io.clone(), credits);
         let accept = tokio::spawn(accept_loop(listener, service, token));

@@ -26,6 +26,7 @@ use socketioxide::SocketIo;
 
 use crate::call_router::{CallCount, CallRouter, StopRouter};
 use crate::config::ServerConfig;
+use crate::forwarder::{ForwarderCounts, Forwarders};
 use crate::server_child::ServerChild;
 use crate::side_relay::SideRelay;
 use crate::supervisor::{
@@ -84,6 +85,8 @@ pub struct ServerSupervisor {
     router: ChildAddr<CallRouter>,
     router_incarnation: u64,
     calls: CallCount,
+    forwarders: Forwarders,
+    forwarder_counts: ForwarderCounts,
     policy: RestartPolicy,
     restarts: u64,
     router_restarts: u64,
@@ -96,6 +99,8 @@ pub struct TreeAddrs {
     pub worker_supervisor: ChildAddr<WorkerSupervisor>,
     /// The call router.
     pub router: ChildAddr<CallRouter>,
+    /// The plugin namespaces' forwarders, by path.
+    pub forwarders: Forwarders,
 }
 
 impl ServerSupervisor {
@@ -110,6 +115,8 @@ impl ServerSupervisor {
         let mut children = None;
         let root = ServerSupervisor::create(|ctx| {
             let calls = CallCount::default();
+            let forwarders = Forwarders::default();
+            let forwarder_counts = ForwarderCounts::default();
             let router = ChildAddr::new(start_router(&config, &calls, 1, ctx.address()));
             let tree = Tree {
                 config: &config,
@@ -117,11 +124,14 @@ impl ServerSupervisor {
                 server_id: &server_id,
                 router: &router,
                 calls: &calls,
+                forwarders: &forwarders,
+                forwarder_counts: &forwarder_counts,
             };
             let worker_supervisor = ChildAddr::new(tree.start_worker_supervisor(1, ctx.address()));
             children = Some(TreeAddrs {
                 worker_supervisor: worker_supervisor.clone(),
                 router: router.clone(),
+                forwarders: forwarders.clone(),
             });
             ServerSupervisor {
                 config,
@@ -133,6 +143,8 @@ impl ServerSupervisor {
                 router,
                 router_incarnation: 1,
                 calls,
+                forwarders,
+                forwarder_counts,
                 policy: RestartPolicy::new(RESTART_INTENSITY, RESTART_PERIOD),
                 restarts: 0,
                 router_restarts: 0,
@@ -149,6 +161,8 @@ impl ServerSupervisor {
             server_id: &self.server_id,
             router: &self.router,
             calls: &self.calls,
+            forwarders: &self.forwarders,
+            forwarder_counts: &self.forwarder_counts,
         }
     }
 
@@ -226,6 +240,8 @@ struct Tree<'a> {
     server_id: &'a str,
     router: &'a ChildAddr<CallRouter>,
     calls: &'a CallCount,
+    forwarders: &'a Forwarders,
+    forwarder_counts: &'a ForwarderCounts,
 }
 
 impl Tree<'_> {
@@ -242,6 +258,8 @@ impl Tree<'_> {
             self.side.clone(),
             self.router.clone(),
             self.calls.clone(),
+            self.forwarders.clone(),
+            self.forwarder_counts.clone(),
             worker_ids,
             guard,
         )

@@ -3,14 +3,14 @@
 //! Supervised by the [`ServerSupervisor`](crate::server_supervisor::ServerSupervisor),
 //! which its [`ChildGuard`] tells when it ends; it supervises the worker
 //! process of each generation (pumped by tasks of [`crate::worker_pipes`])
-//! and one [`NamespaceForwarder`] per plugin namespace (a forwarder that
+//! and one [`NamespaceForwarder`](crate::forwarder::NamespaceForwarder) per plugin namespace (a forwarder that
 //! ends is started again on the same path; see `namespaces`). It starts the
 //! worker and restarts it when it dies, by its [`RestartPolicy`]: first at
 //! once, then with exponential backoff, at most `max_restarts` within
 //! `restart_window`; past that the server reports `degraded` until the
 //! window has passed, then tries once more.
 //!
-//! Calls are not its business: the [`CallRouter`](crate::call_router::CallRouter),
+//! Calls are not its business: the [`CallRouter`],
 //! its sibling, holds them, and hears from this actor what becomes of the
 //! worker ([`WorkerNews`]): ready (with its pipe's queue), gone (its calls
 //! in flight end with `WorkerExited`), degraded, draining, stopped. When this
@@ -18,8 +18,7 @@
 //! killed and the router told so.
 
 use std::ffi::OsString;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use actix::prelude::*;
@@ -34,7 +33,7 @@ use tokio::sync::mpsc;
 
 use crate::call_router::{CallCount, CallRouter, WorkerNews};
 use crate::config::ServerConfig;
-use crate::forwarder::NamespaceForwarder;
+use crate::forwarder::{ForwarderCounts, Forwarders};
 use crate::server_child::ServerChild;
 use crate::side_relay::SideRelay;
 use crate::worker_pipes::{self, drain_output, FrameArrived, UnreadOutput, WorkerExited};
@@ -162,34 +161,37 @@ pub struct WorkerSupervisor {
     unanswered: Option<(u64, Instant)>,
     pings: u64,
     io: Option<socketioxide::SocketIo>,
-    /// One forwarder per plugin namespace a worker opened; they outlive
-    /// worker restarts (the new worker opens its namespaces again).
-    forwarders: std::collections::HashMap<String, Addr<NamespaceForwarder>>,
+    /// One forwarder per plugin namespace a worker opened, shared with the
+    /// socket handlers; they outlive worker restarts (the new worker opens
+    /// its namespaces again).
+    forwarders: Forwarders,
     /// Namespaces opened before the Socket.IO server was attached.
     early_opens: Vec<String>,
     last_exit: Option<String>,
     start_error: Option<RemoteError>,
-    /// Worker events not sent to hosts: a forwarder a whole mailbox behind
-    /// (see `forward_to_hosts`), or lagging hosts (counted by forwarders).
-    events_dropped: Arc<AtomicU64>,
-    /// Hosts' events the worker could not take in time.
-    host_events_dropped: u64,
+    /// Events the forwarders dropped, both ways.
+    forwarder_counts: ForwarderCounts,
 }
 
 impl WorkerSupervisor {
     /// A supervisor that will start `config.worker_command` once started,
     /// relaying what its workers log, print and trace to `side` and telling
     /// `router` (whose call count is `calls`) what becomes of them; its
-    /// workers' ids start with `worker_ids`, and `guard` tells its parent
-    /// when it ends.
+    /// forwarders go in `forwarders` (emptied now: the last supervisor's
+    /// stop with it); its workers' ids start with `worker_ids`, and `guard`
+    /// tells its parent when it ends.
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         config: ServerConfig,
         side: SideRelay,
         router: ChildAddr<CallRouter>,
         calls: CallCount,
+        forwarders: Forwarders,
+        forwarder_counts: ForwarderCounts,
         worker_ids: String,
         guard: ChildGuard<ServerChild>,
     ) -> Self {
+        forwarders.clear();
         WorkerSupervisor {
             policy: RestartPolicy::new(config.max_restarts, config.restart_window),
             config,
@@ -206,12 +208,11 @@ impl WorkerSupervisor {
             unanswered: None,
             pings: 0,
             io: None,
-            forwarders: std::collections::HashMap::new(),
+            forwarders,
             early_opens: Vec::new(),
             last_exit: None,
             start_error: None,
-            events_dropped: Arc::default(),
-            host_events_dropped: 0,
+            forwarder_counts,
         }
     }
 
@@ -277,6 +278,7 @@ impl WorkerSupervisor {
     ) {
         let was_ready = self.phase == Phase::Ready;
         let gone = self.worker.take();
+        self.tell_forwarders();
         if let Some(w) = &gone {
             // What its commands started outlives it otherwise (a `setsid`
             // or a double fork escapes its process group).
@@ -434,10 +436,6 @@ impl Actor for WorkerSupervisor {
 /// Frames queued for a worker's pipe before new ones wait in its outbox.
 const WORKER_QUEUE: usize = 4096;
 
-/// Frames waiting in a worker's outbox past which hosts' plugin events
-/// (which nobody waits for) are dropped.
-const HOST_EVENTS_WAIT_PAST: usize = 8_192;
-
 /// How often the worker's frame loop is asked to answer.
 const PING_EVERY: Duration = Duration::from_secs(1);
 
@@ -489,6 +487,7 @@ impl Handler<FrameArrived> for WorkerSupervisor {
                 self.phase = Phase::Ready;
                 self.start_error = None;
                 self.tell_router(self.news());
+                self.tell_forwarders();
             }
             Frame::Pong { seq } => {
                 if self.unanswered.is_some_and(|(s, _)| s == seq) {
@@ -530,6 +529,8 @@ impl Drop for WorkerSupervisor {
     // Runs however this supervisor ends, a panic included: nothing it owned
     // may outlive it, and no call may wait for a reply it can no longer send.
     fn drop(&mut self) {
+        // Its forwarders stop with it; the next supervisor starts its own.
+        self.forwarders.clear();
         if let Some(w) = self.worker.take() {
             process::signal_group(w.pid, libc::SIGKILL);
             let tag = worker_process::worker_tag(&w.worker_id);
@@ -588,8 +589,14 @@ impl Handler<ReportHealth> for WorkerSupervisor {
                 .retry_at
                 .map(|t| t.saturating_duration_since(Instant::now()).as_secs_f64()),
             worker_silent_ms: silent.map(|d| d.as_millis() as u64),
-            plugin_events_dropped: self.events_dropped.load(Ordering::Relaxed),
-            host_events_dropped: self.host_events_dropped,
+            plugin_events_dropped: self
+                .forwarder_counts
+                .to_hosts_dropped
+                .load(Ordering::Relaxed),
+            host_events_dropped: self
+                .forwarder_counts
+                .to_worker_dropped
+                .load(Ordering::Relaxed),
         })
     }
 }
