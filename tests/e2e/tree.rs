@@ -108,6 +108,20 @@ async fn a_server_that_cannot_start_says_why() {
     taken.stop().await;
 }
 
+/// Runs `call` and, 300 ms into it, stops `child` of `server`'s tree as a
+/// crash would; returns the error the call ended with.
+async fn stopped_mid_call<T: std::fmt::Debug>(
+    server: &Server,
+    child: ServerChild,
+    call: impl std::future::IntoFuture<Output = Result<T, agentix::RemoteError>>,
+) -> agentix::RemoteError {
+    let (outcome, ()) = tokio::join!(call.into_future(), async {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        server.root().send(RestartChild(child)).await.unwrap();
+    });
+    outcome.expect_err("the call outlives the child")
+}
+
 #[actix_rt::test]
 async fn the_root_restarts_a_worker_supervisor_that_ended_and_calls_go_on() {
     let server = Server::start(config("tree")).await.unwrap();
@@ -115,15 +129,7 @@ async fn the_root_restarts_a_worker_supervisor_that_ended_and_calls_go_on() {
     let first = worker_pid(&sandbox).await;
 
     let slow = sandbox.remote(agentix_e2e::sleep_ms, (30_000,));
-    let (slow_outcome, ()) = tokio::join!(slow, async {
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        server
-            .root()
-            .send(RestartChild(ServerChild::WorkerSupervisor))
-            .await
-            .unwrap();
-    });
-    let err = slow_outcome.unwrap_err();
+    let err = stopped_mid_call(&server, ServerChild::WorkerSupervisor, slow).await;
     assert_eq!(err.kind, ErrorKind::WorkerExited, "{err}");
     wait_until(
         "the old supervisor's worker to be gone",
@@ -150,15 +156,7 @@ async fn the_root_restarts_a_call_router_that_ended_and_the_same_worker_serves_o
 
     // The call runs in the worker, held by the router that is stopped.
     let held = sandbox.remote(agentix_e2e::hold, marker_text);
-    let (held_outcome, ()) = tokio::join!(held, async {
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        server
-            .root()
-            .send(RestartChild(ServerChild::CallRouter))
-            .await
-            .unwrap();
-    });
-    let err = held_outcome.unwrap_err();
+    let err = stopped_mid_call(&server, ServerChild::CallRouter, held).await;
     assert_eq!(err.kind, ErrorKind::CallLost, "{err}");
     // The worker dropped the lost call's task: nobody would hear its result.
     wait_until(
