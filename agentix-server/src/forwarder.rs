@@ -245,7 +245,8 @@ impl Actor for NamespaceForwarder {
             io: self.io.clone(),
             lagging: self.lagging.clone(),
             dropped: self.counts.to_hosts_dropped.clone(),
-            forwarder: ctx.address(),
+            // Weak: the pump must not keep its own actor alive.
+            forwarder: ctx.address().downgrade(),
         };
         // Spawned in the actor's context: it ends with the actor, and runs
         // beside its handlers, not instead of them.
@@ -300,7 +301,7 @@ struct ToHostsPump {
     lagging: Arc<Mutex<HashSet<Sid>>>,
     dropped: Arc<AtomicU64>,
     /// Where replies made on the hosts' behalf go, on to the worker.
-    forwarder: Addr<NamespaceForwarder>,
+    forwarder: actix::WeakAddr<NamespaceForwarder>,
 }
 
 impl ToHostsPump {
@@ -324,7 +325,9 @@ impl ToHostsPump {
                         self.path
                     );
                     let (event, data) = error_reply(&msg.event, request_id, NO_HOST, message);
-                    self.forwarder.do_send(HostEvent { event, data });
+                    if let Some(forwarder) = self.forwarder.upgrade() {
+                        forwarder.do_send(HostEvent { event, data });
+                    }
                 }
                 None => tracing::debug!(
                     path = self.path,

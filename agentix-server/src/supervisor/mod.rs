@@ -33,7 +33,7 @@ use tokio::sync::mpsc;
 
 use crate::call_router::{CallCount, CallRouter, WorkerNews};
 use crate::config::ServerConfig;
-use crate::forwarder::{ForwarderCounts, Forwarders};
+use crate::forwarder::{ForwarderCounts, Forwarders, StopForwarding};
 use crate::server_child::ServerChild;
 use crate::side_relay::SideRelay;
 use crate::worker_pipes::{self, drain_output, FrameArrived, UnreadOutput, WorkerExited};
@@ -530,6 +530,9 @@ impl Drop for WorkerSupervisor {
     // may outlive it, and no call may wait for a reply it can no longer send.
     fn drop(&mut self) {
         // Its forwarders stop with it; the next supervisor starts its own.
+        for forwarder in self.forwarders.all() {
+            forwarder.do_send(StopForwarding);
+        }
         self.forwarders.clear();
         if let Some(w) = self.worker.take() {
             process::signal_group(w.pid, libc::SIGKILL);
