@@ -19,7 +19,8 @@
 //! - [`call_request`]: a host's `call` event, checked and decoded.
 //! - [`rpc`]: the `/rpc` Socket.IO namespace.
 //! - [`forwarder`]: plugin namespaces, forwarded both ways without knowing their events.
-//! - [`side_relay`]: what the sandbox logs, prints and traces, to its log file and to hosts.
+//! - [`channel_relay`]: the `ChannelRelay` actors, one carrying `/log` and one
+//!   `/trace` to hosts; [`side_relay`]: the handle the worker's pumps send through.
 //! - [`side_credits`]: how far behind each host may be on the side channels.
 //! - [`side_namespaces`]: the `/log` and `/trace` namespaces hosts listen on.
 //! - [`http`]: `/health`, the token gate and the listener.
@@ -37,13 +38,14 @@
 //! │   ├── worker process           one per generation, pumped by worker_pipes
 //! │   └── NamespaceForwarder × N   one per plugin namespace the worker opened
 //! ├── CallRouter                   call table; replies correlated by mailbox
-//! └── side relay                   /log and /trace to hosts (a task its own loop restarts)
+//! └── ChannelRelay × 2             /log and /trace to hosts
 //! ```
 
 pub mod auth;
 pub mod call_request;
 pub mod call_router;
 pub mod calls;
+pub mod channel_relay;
 pub mod config;
 pub mod emit;
 pub mod forwarder;

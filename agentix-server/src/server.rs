@@ -26,7 +26,6 @@ use crate::rpc;
 use crate::server_supervisor::{Drain, ServerSupervisor, StopTree};
 use crate::side_credits::SideCredits;
 use crate::side_namespaces;
-use crate::side_relay::SideRelay;
 use crate::supervisor::{AttachIo, Health, ReportHealth, WorkerSupervisor};
 use crate::upgrade_gate::UpgradeGate;
 
@@ -96,10 +95,9 @@ impl Server {
             SERVERS_STARTED.fetch_add(1, Ordering::Relaxed) + 1
         );
         let token = Token::new(config.token.clone());
-        let (side, log_inbox) = SideRelay::channel();
-        let (root, tree) = ServerSupervisor::start_tree(config.clone(), side.clone(), server_id);
-        let worker_supervisor = tree.worker_supervisor;
         let credits = SideCredits::default();
+        let (root, tree) = ServerSupervisor::start_tree(config.clone(), credits.clone(), server_id);
+        let worker_supervisor = tree.worker_supervisor;
         // A message's bytes travel as one binary frame beside a small JSON
         // header; the slack is for that header.
         let max_frame = config.max_message_bytes.saturating_add(HEADER_SLACK);
@@ -125,8 +123,7 @@ impl Server {
         rpc::register(&io, tree.router, token.clone(), config.max_message_bytes);
         root.do_send(AttachIo(io.clone()));
         forwarder::register(&io, tree.forwarders, token.clone());
-        side_namespaces::register(&io, side, credits.clone(), token.clone());
-        log_inbox.start(io.clone(), credits);
+        side_namespaces::register(&io, tree.side, credits.clone(), token.clone());
         let accept = tokio::spawn(accept_loop(listener, service, token));
         Ok(Server {
             addr,

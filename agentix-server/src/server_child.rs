@@ -11,6 +11,8 @@ pub enum ServerChild {
     CallRouter,
     /// The forwarder of plugin namespace `path`.
     Forwarder(String),
-    /// The relay of `/log` and `/trace` to hosts.
-    SideRelay,
+    /// The relay of `/log` to hosts.
+    LogRelay,
+    /// The relay of `/trace` to hosts.
+    TraceRelay,
 }

@@ -5,8 +5,7 @@
 //! [`WorkerSupervisor`], which in turn supervises the worker process of each
 //! generation and one [`NamespaceForwarder`](crate::forwarder::NamespaceForwarder)
 //! per plugin namespace; the [`CallRouter`], which holds the calls; and the
-//! side relay (`/log`, `/trace`; a task whose own loop runs it again, see
-//! [`crate::side_relay`]).
+//! two [`ChannelRelay`]s, which carry `/log` and `/trace` to hosts.
 //!
 //! When a child ends — it panicked, or was told to stop by [`RestartChild`]
 //! — the root logs why and starts a new one by its [`RestartPolicy`] (one
@@ -25,9 +24,11 @@ use agentix_actors::supervision::{ChildAddr, ChildEnded, ChildGuard};
 use socketioxide::SocketIo;
 
 use crate::call_router::{CallCount, CallRouter, StopRouter};
+use crate::channel_relay::{ChannelRelay, RelayTo, SideChannelKind, StopRelay};
 use crate::config::ServerConfig;
 use crate::forwarder::{ForwarderCounts, Forwarders};
 use crate::server_child::ServerChild;
+use crate::side_credits::SideCredits;
 use crate::side_relay::SideRelay;
 use crate::supervisor::{
     AttachIo, BeginDrain, RetellWorker, StopForwarder, StopSupervisor, StopWorker, WorkerSupervisor,
@@ -51,7 +52,7 @@ pub struct SupervisorRestarts;
 #[rtype(result = "u64")]
 pub struct RouterRestarts;
 
-/// How often the side relay (`/log`, `/trace`) was started again.
+/// How often the root restarted the log and trace relays, together.
 #[derive(Message)]
 #[rtype(result = "u64")]
 pub struct RelayRestarts;
@@ -79,6 +80,10 @@ pub struct ServerSupervisor {
     /// Unique among the servers of the process; worker ids start with it.
     server_id: String,
     side: SideRelay,
+    logs: ChildAddr<ChannelRelay>,
+    traces: ChildAddr<ChannelRelay>,
+    credits: SideCredits,
+    relay_restarts: u64,
     io: Option<SocketIo>,
     worker_supervisor: ChildAddr<WorkerSupervisor>,
     incarnation: u64,
@@ -101,6 +106,8 @@ pub struct TreeAddrs {
     pub router: ChildAddr<CallRouter>,
     /// The plugin namespaces' forwarders, by path.
     pub forwarders: Forwarders,
+    /// The log and trace relays.
+    pub side: SideRelay,
 }
 
 impl ServerSupervisor {
@@ -109,11 +116,18 @@ impl ServerSupervisor {
     /// root's address and the shared addresses of its children.
     pub fn start_tree(
         config: ServerConfig,
-        side: SideRelay,
+        credits: SideCredits,
         server_id: String,
     ) -> (Addr<ServerSupervisor>, TreeAddrs) {
         let mut children = None;
         let root = ServerSupervisor::create(|ctx| {
+            let relay = |kind, child| {
+                let guard = ChildGuard::new(child, ctx.address().recipient());
+                ChildAddr::new(ChannelRelay::start(kind, None, credits.clone(), guard))
+            };
+            let logs = relay(SideChannelKind::Logs, ServerChild::LogRelay);
+            let traces = relay(SideChannelKind::Traces, ServerChild::TraceRelay);
+            let side = SideRelay::new(logs.clone(), traces.clone());
             let calls = CallCount::default();
             let forwarders = Forwarders::default();
             let forwarder_counts = ForwarderCounts::default();
@@ -132,11 +146,16 @@ impl ServerSupervisor {
                 worker_supervisor: worker_supervisor.clone(),
                 router: router.clone(),
                 forwarders: forwarders.clone(),
+                side: side.clone(),
             });
             ServerSupervisor {
                 config,
                 server_id,
                 side,
+                logs,
+                traces,
+                credits,
+                relay_restarts: 0,
                 io: None,
                 worker_supervisor,
                 incarnation: 1,
@@ -198,12 +217,31 @@ impl ServerSupervisor {
         self.worker_supervisor.get().do_send(RetellWorker);
     }
 
+    fn restart_relay(&mut self, child: ServerChild, ctx: &mut Context<Self>) {
+        if self.stopping {
+            return;
+        }
+        let (kind, addr) = match child {
+            ServerChild::LogRelay => (SideChannelKind::Logs, &self.logs),
+            ServerChild::TraceRelay => (SideChannelKind::Traces, &self.traces),
+            _ => return,
+        };
+        self.relay_restarts += 1;
+        let guard = ChildGuard::new(child, ctx.address().recipient());
+        let relay = ChannelRelay::start(kind, self.io.clone(), self.credits.clone(), guard);
+        addr.replace(relay);
+    }
+
     /// Restarts `child` when the policy allows; `how` it ended is logged.
     fn restart(&mut self, child: ServerChild, how: &str, ctx: &mut Context<Self>) {
         let shown = format!("{child:?}");
         let restart = move |act: &mut Self, ctx: &mut Context<Self>| match child {
             ServerChild::CallRouter => act.restart_router(ctx),
-            _ => act.restart_worker_supervisor(ctx),
+            ServerChild::WorkerSupervisor => act.restart_worker_supervisor(ctx),
+            relay @ (ServerChild::LogRelay | ServerChild::TraceRelay) => {
+                act.restart_relay(relay, ctx)
+            }
+            ServerChild::Forwarder(_) => {}
         };
         match self.policy.on_exit(Instant::now()) {
             Restart::Now => {
@@ -292,10 +330,7 @@ impl Handler<ChildEnded<ServerChild>> for ServerSupervisor {
     type Result = ();
 
     fn handle(&mut self, msg: ChildEnded<ServerChild>, ctx: &mut Context<Self>) {
-        let ours = matches!(
-            msg.child,
-            ServerChild::WorkerSupervisor | ServerChild::CallRouter
-        );
+        let ours = !matches!(msg.child, ServerChild::Forwarder(_));
         if self.stopping || !ours {
             return;
         }
@@ -309,6 +344,9 @@ impl Handler<AttachIo> for ServerSupervisor {
 
     fn handle(&mut self, AttachIo(io): AttachIo, _: &mut Context<Self>) {
         self.worker_supervisor.get().do_send(AttachIo(io.clone()));
+        // Sent before any batch could need it: no host can have joined yet.
+        self.logs.get().do_send(RelayTo(io.clone()));
+        self.traces.get().do_send(RelayTo(io.clone()));
         self.io = Some(io);
     }
 }
@@ -323,10 +361,8 @@ impl Handler<RestartChild> for ServerSupervisor {
             ServerChild::WorkerSupervisor => supervisor.do_send(StopSupervisor),
             ServerChild::CallRouter => self.router.get().do_send(StopRouter),
             ServerChild::Forwarder(path) => supervisor.do_send(StopForwarder(path)),
-            ServerChild::SideRelay => {
-                let side = self.side.clone();
-                actix::spawn(async move { side.restart().await });
-            }
+            ServerChild::LogRelay => self.logs.get().do_send(StopRelay),
+            ServerChild::TraceRelay => self.traces.get().do_send(StopRelay),
         }
     }
 }
@@ -351,7 +387,7 @@ impl Handler<RelayRestarts> for ServerSupervisor {
     type Result = u64;
 
     fn handle(&mut self, _: RelayRestarts, _: &mut Context<Self>) -> u64 {
-        self.side.restarts()
+        self.relay_restarts
     }
 }
 

@@ -4,6 +4,7 @@
 
 mod support;
 
+use std::future::IntoFuture;
 use std::time::Duration;
 
 use agentix::{ErrorKind, HostNamespace, Sandbox, StreamExt};
@@ -233,7 +234,7 @@ async fn pong(
 }
 
 #[actix_rt::test]
-async fn a_restarted_side_relay_carries_the_sandboxs_records_again() {
+async fn a_restarted_log_relay_carries_the_sandboxs_records_again() {
     let server = Server::start(config("relay")).await.unwrap();
     let (tx, mut records) = mpsc::unbounded_channel();
     let listening = agentix::SandboxConfig::new("").on_log(move |_, record| {
@@ -262,10 +263,10 @@ async fn a_restarted_side_relay_carries_the_sandboxs_records_again() {
 
     server
         .root()
-        .send(RestartChild(ServerChild::SideRelay))
+        .send(RestartChild(ServerChild::LogRelay))
         .await
         .unwrap();
-    wait_until_restarted(&server).await;
+    wait_until_restarted(&server, 1).await;
     logged().await;
     for want in ["log 0", "log 1", "log 2"] {
         let got = tokio::time::timeout(Duration::from_secs(10), records.recv())
@@ -277,9 +278,49 @@ async fn a_restarted_side_relay_carries_the_sandboxs_records_again() {
     server.stop().await;
 }
 
-async fn wait_until_restarted(server: &Server) {
+/// Sends the names of the sandbox's `burst.span` spans as they end.
+struct SpanNames(mpsc::UnboundedSender<String>);
+
+impl agentix::trace::Processor for SpanNames {
+    fn on_span_end(&mut self, span: &agentix::trace::SpanData) {
+        if span.name == "burst.span" {
+            let _ = self.0.send(span.name.clone());
+        }
+    }
+}
+
+#[actix_rt::test]
+async fn a_restarted_trace_relay_carries_the_sandboxs_spans_again() {
+    let server = Server::start(config("traces")).await.unwrap();
+    let (tx, mut spans) = mpsc::unbounded_channel();
+    agentix::trace::add_processor(SpanNames(tx));
+    let sandbox = Sandbox::attach(server.addr(), "traces");
+    for restart in [false, true] {
+        if restart {
+            server
+                .root()
+                .send(RestartChild(ServerChild::TraceRelay))
+                .await
+                .unwrap();
+            wait_until_restarted(&server, 1).await;
+        }
+        let call = sandbox.remote(agentix_e2e::chatter, (0, 0, 2));
+        let made = agentix::trace::span("host.step").scope(call.into_future());
+        assert_eq!(made.await.unwrap(), 2);
+        for _ in 0..2 {
+            tokio::time::timeout(Duration::from_secs(10), spans.recv())
+                .await
+                .expect("a span from the sandbox")
+                .unwrap();
+        }
+    }
+    assert_eq!(server.root().send(SupervisorRestarts).await.unwrap(), 0);
+    server.stop().await;
+}
+
+async fn wait_until_restarted(server: &Server, times: u64) {
     let start = std::time::Instant::now();
-    while server.root().send(RelayRestarts).await.unwrap() == 0 {
+    while server.root().send(RelayRestarts).await.unwrap() < times {
         assert!(
             start.elapsed() < Duration::from_secs(10),
             "the relay was never started again"
