@@ -7,6 +7,7 @@
 
 use std::io;
 
+use bytes::BufMut;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::sync::mpsc;
 
@@ -130,8 +131,8 @@ pub struct FrameReader<R> {
     prefix_got: usize,
     /// The body's announced length, once the prefix is complete.
     body_len: Option<usize>,
+    /// The body read so far: its length is the reader's progress.
     body: Vec<u8>,
-    body_got: usize,
 }
 
 impl<R: AsyncRead + Unpin> FrameReader<R> {
@@ -144,7 +145,6 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
             prefix_got: 0,
             body_len: None,
             body: Vec::new(),
-            body_got: 0,
         }
     }
 
@@ -172,21 +172,26 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
                     return Err(FrameError::Oversized { len, max: self.max });
                 }
                 self.body.clear();
-                self.body.resize(len, 0);
-                self.body_got = 0;
+                // Room, not zeroes: the pipe's bytes go straight into the
+                // spare capacity (zeroing a 1 MiB body first was a pass
+                // over it of its own).
+                self.body.reserve(len);
                 self.body_len = Some(len);
                 len
             }
         };
-        while self.body_got < len {
-            let n = self.inner.read(&mut self.body[self.body_got..]).await?;
+        while self.body.len() < len {
+            // Cancel-safe: `read_buf` records what it read in `body` before
+            // it returns, and reads nothing when it does not complete.
+            let want = len - self.body.len();
+            let mut room = (&mut self.body).limit(want);
+            let n = self.inner.read_buf(&mut room).await?;
             if n == 0 {
                 return Err(FrameError::Truncated {
-                    got: self.body_got,
+                    got: self.body.len(),
                     want: len,
                 });
             }
-            self.body_got += n;
         }
         self.prefix_got = 0;
         self.body_len = None;
