@@ -6,6 +6,8 @@
 //!
 //! Layout:
 //! - [`config`]: command-line flags and environment.
+//! - [`worker`]: the `Worker` actor, one generation of the worker process;
+//!   [`worker_pipes`]: the tasks that pump its pipes;
 //! - [`worker_process`]: starting the worker with its frame pipes, capturing its output;
 //!   [`oom_kills`] tells an OOM kill from another SIGKILL.
 //! - [`auth`]: the sandbox token check and the connect middleware applying it.
@@ -35,7 +37,7 @@
 //! ```text
 //! ServerSupervisor                 root; restarts its children by policy
 //! ├── WorkerSupervisor             worker restart policy
-//! │   ├── worker process           one per generation, pumped by worker_pipes
+//! │   ├── Worker                   one per generation: the process, pumped by worker_pipes
 //! │   └── NamespaceForwarder × N   one per plugin namespace the worker opened
 //! ├── CallRouter                   call table; replies correlated by mailbox
 //! └── ChannelRelay × 2             /log and /trace to hosts
@@ -63,6 +65,7 @@ pub mod side_namespaces;
 pub mod side_relay;
 pub mod supervisor;
 pub mod upgrade_gate;
+pub mod worker;
 pub mod worker_pipes;
 pub mod worker_process;
 

@@ -1,8 +1,9 @@
-//! The pumps between the server and one worker process, started by the
-//! `WorkerSupervisor` for each generation ([`start`]): frames to the worker,
+//! The pumps between the server and one worker process, started by its
+//! [`Worker`](crate::worker::Worker) actor ([`start`]): frames to the worker,
 //! frames from it (those that answer calls to the call router, the rest to
 //! the supervisor), its side pipe of log and trace batches (to the side
-//! relay), and the watch on its exit.
+//! relay), and the watch on its exit (to the `Worker`, which cleans up and
+//! tells its supervisor).
 //!
 //! They are tasks, not actors: each owns one pipe end and ends with it, and
 //! the actors learn everything they must act on through their mailboxes.

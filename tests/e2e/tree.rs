@@ -109,6 +109,29 @@ async fn a_server_that_cannot_start_says_why() {
     taken.stop().await;
 }
 
+#[actix_rt::test]
+async fn a_worker_that_never_becomes_ready_is_killed_and_the_calls_waiting_for_it_fail() {
+    let mut never_ready = config("never-ready");
+    never_ready.worker_command = vec!["sleep".into(), "600".into()];
+    never_ready.worker_start_timeout = Duration::from_millis(300);
+    let server = Server::start(never_ready).await.unwrap();
+    let first = server.health().await.unwrap().pid.expect("a worker runs");
+    let sandbox = Sandbox::attach(server.addr(), "never-ready");
+    let err = sandbox
+        .remote(agentix_e2e::add, (1, 2))
+        .timeout(Duration::from_secs(20))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind, ErrorKind::WorkerStartFailed, "{err}");
+    wait_until(
+        "the worker that never became ready to be killed",
+        Duration::from_secs(10),
+        || !alive(first),
+    )
+    .await;
+    server.stop().await;
+}
+
 /// Runs `call` and, 300 ms into it, stops `child` of `server`'s tree as a
 /// crash would; returns the error the call ended with.
 async fn stopped_mid_call<T: std::fmt::Debug>(

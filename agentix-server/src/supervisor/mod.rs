@@ -1,10 +1,11 @@
-//! The `WorkerSupervisor` actor: owns the worker process of each generation.
+//! The `WorkerSupervisor` actor: starts a worker for each generation.
 //!
 //! Supervised by the [`ServerSupervisor`](crate::server_supervisor::ServerSupervisor),
-//! which its [`ChildGuard`] tells when it ends; it supervises the worker
-//! process of each generation (pumped by tasks of [`crate::worker_pipes`])
-//! and one [`NamespaceForwarder`](crate::forwarder::NamespaceForwarder) per plugin namespace (a forwarder that
-//! ends is started again on the same path; see `namespaces`). It starts the
+//! which its [`ChildGuard`] tells when it ends; it supervises one
+//! [`Worker`] actor per generation (the process, and the tasks pumping its
+//! pipes) and one [`NamespaceForwarder`](crate::forwarder::NamespaceForwarder)
+//! per plugin namespace (a forwarder that ends is started again on the same
+//! path; see `namespaces`). It starts the
 //! worker and restarts it when it dies, by its [`RestartPolicy`]: first at
 //! once, then with exponential backoff, at most `max_restarts` within
 //! `restart_window`; past that the server reports `degraded` until the
@@ -23,21 +24,19 @@ use std::time::{Duration, Instant};
 
 use actix::prelude::*;
 use agentix_actors::errors::{ErrorKind, RemoteError};
-use agentix_actors::outbox::Outbox;
-use agentix_actors::process;
 use agentix_actors::restart_policy::{Restart, RestartPolicy};
 use agentix_actors::supervision::{ChildAddr, ChildGuard};
 use agentix_actors::wire::Frame;
 use serde::Serialize;
-use tokio::sync::mpsc;
 
 use crate::call_router::{CallCount, CallRouter, WorkerNews};
 use crate::config::ServerConfig;
 use crate::forwarder::{ForwarderCounts, Forwarders, StopForwarding};
 use crate::server_child::ServerChild;
 use crate::side_relay::SideRelay;
-use crate::worker_pipes::{self, drain_output, FrameArrived, UnreadOutput, WorkerExited};
-use crate::worker_process::{self, OutputTail};
+use crate::worker::{DrainOutput, KillWorker, Worker, WorkerHandle, WorkerReports};
+use crate::worker_pipes::{FrameArrived, WorkerExited};
+use crate::worker_process;
 
 mod namespaces;
 
@@ -124,18 +123,6 @@ enum Phase {
     Stopped,
 }
 
-struct Running {
-    pid: u32,
-    worker_id: String,
-    /// Frames to its pipe, in order: a bounded queue with an outbox in
-    /// front for what cannot wait (see `agentix_actors::outbox`).
-    frames: Outbox,
-    tail: OutputTail,
-    /// Its stdout and stderr, until someone reads them: the server, at
-    /// once for a worker that does not capture its own, else once it died.
-    output: UnreadOutput,
-}
-
 /// Owns the worker process of each generation.
 pub struct WorkerSupervisor {
     config: ServerConfig,
@@ -151,7 +138,7 @@ pub struct WorkerSupervisor {
     /// How many calls it holds, for `/health`.
     calls: CallCount,
     phase: Phase,
-    worker: Option<Running>,
+    worker: Option<WorkerHandle>,
     generation: u64,
     restarts: u64,
     policy: RestartPolicy,
@@ -239,21 +226,13 @@ impl WorkerSupervisor {
             }
         };
         tracing::info!(pid = proc.pid, worker_id, "worker started");
-        let (pid, tail) = (proc.pid, proc.tail.clone());
-        let (tx, rx) = mpsc::channel(WORKER_QUEUE);
-        let reports = worker_pipes::Reports {
+        let reports = WorkerReports {
             frames: ctx.address().recipient(),
             calls: self.router.clone(),
             exited: ctx.address().recipient(),
         };
-        let output = worker_pipes::start(proc, generation, rx, &self.side, reports);
-        self.worker = Some(Running {
-            pid,
-            worker_id,
-            frames: Outbox::new(tx),
-            tail,
-            output,
-        });
+        let worker = Worker::start(proc, generation, worker_id, &self.side, reports);
+        self.worker = Some(worker);
         let timeout = self.config.worker_start_timeout;
         ctx.run_later(timeout, move |act, _| {
             if act.phase == Phase::Starting && act.generation == generation {
@@ -262,7 +241,7 @@ impl WorkerSupervisor {
                         pid = w.pid,
                         "worker did not report ready in {timeout:?}; killing it"
                     );
-                    process::signal_group(w.pid, libc::SIGKILL);
+                    w.addr.do_send(KillWorker);
                 }
             }
         });
@@ -277,14 +256,9 @@ impl WorkerSupervisor {
         start_error: Option<RemoteError>,
     ) {
         let was_ready = self.phase == Phase::Ready;
+        // Its `Worker` has killed what its commands left behind.
         let gone = self.worker.take();
         self.tell_forwarders();
-        if let Some(w) = &gone {
-            // What its commands started outlives it otherwise (a `setsid`
-            // or a double fork escapes its process group).
-            let tag = worker_process::worker_tag(&w.worker_id);
-            tokio::task::spawn_blocking(move || process::kill_tagged(&tag));
-        }
         let tail = gone.map(|w| w.tail.text()).unwrap_or_default();
         self.last_exit = Some(status.clone());
         if self.phase == Phase::Stopped {
@@ -433,9 +407,6 @@ impl Actor for WorkerSupervisor {
     }
 }
 
-/// Frames queued for a worker's pipe before new ones wait in its outbox.
-const WORKER_QUEUE: usize = 4096;
-
 /// How often the worker's frame loop is asked to answer.
 const PING_EVERY: Duration = Duration::from_secs(1);
 
@@ -478,7 +449,7 @@ impl Handler<FrameArrived> for WorkerSupervisor {
                 tracing::info!(worker_id, pid, functions, version, "worker ready");
                 if !captures_output {
                     if let Some(w) = &self.worker {
-                        drain_output(&w.output);
+                        w.addr.do_send(DrainOutput);
                     }
                 }
                 if matches!(self.phase, Phase::Draining | Phase::Stopped) {
@@ -535,9 +506,7 @@ impl Drop for WorkerSupervisor {
         }
         self.forwarders.clear();
         if let Some(w) = self.worker.take() {
-            process::signal_group(w.pid, libc::SIGKILL);
-            let tag = worker_process::worker_tag(&w.worker_id);
-            std::thread::spawn(move || process::kill_tagged(&tag));
+            w.kill_in_background();
         }
         if self.phase != Phase::Stopped {
             // Calls queued wait for the worker the next supervisor starts.
@@ -632,9 +601,8 @@ impl Handler<StopWorker> for WorkerSupervisor {
         ctx.stop();
         self.tell_router(WorkerNews::Stopped(shut_down()));
         if let Some(w) = self.worker.take() {
-            process::signal_group(w.pid, libc::SIGKILL);
             // Here, not on a task: the server exits right after.
-            process::kill_tagged(&worker_process::worker_tag(&w.worker_id));
+            w.kill_now();
         }
     }
 }
