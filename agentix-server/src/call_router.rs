@@ -187,6 +187,12 @@ impl CallRouter {
         }
     }
 
+    /// Whether `generation` is the ready worker's: frames of any other
+    /// answer calls that have ended.
+    fn is_current(&self, generation: u64) -> bool {
+        self.worker.as_ref().is_some_and(|(g, _)| *g == generation)
+    }
+
     fn counted(&self) {
         self.count.0.store(self.calls.len(), Ordering::Relaxed);
     }
@@ -342,7 +348,7 @@ impl Handler<CallFrame> for CallRouter {
     type Result = ();
 
     fn handle(&mut self, msg: CallFrame, _: &mut Context<Self>) {
-        if self.worker.as_ref().map(|(g, _)| *g) != Some(msg.generation) {
+        if !self.is_current(msg.generation) {
             // A worker that is gone, or not yet ready: its calls ended.
             return;
         }
@@ -390,7 +396,7 @@ impl Handler<UnreadableReply> for CallRouter {
     // The frame may have been the call's last: end the call rather than
     // leave it waiting for a reply that was already sent.
     fn handle(&mut self, msg: UnreadableReply, _: &mut Context<Self>) {
-        if self.worker.as_ref().map(|(g, _)| *g) != Some(msg.generation) {
+        if !self.is_current(msg.generation) {
             return;
         }
         let error = RemoteError::new(

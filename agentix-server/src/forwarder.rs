@@ -128,7 +128,9 @@ pub struct NamespaceForwarder {
     /// The ready worker's pipe queue.
     worker: Option<Outbox>,
     /// Worker events on their way to hosts, in order.
-    to_hosts: Option<mpsc::Sender<ToHosts>>,
+    to_hosts: mpsc::Sender<ToHosts>,
+    /// Their other end, until `started` hands it to the pump.
+    pump_input: Option<mpsc::Receiver<ToHosts>>,
     /// Hosts whose socket stayed full past [`LAG_PATIENCE`].
     lagging: Arc<Mutex<HashSet<Sid>>>,
     counts: ForwarderCounts,
@@ -145,11 +147,13 @@ impl NamespaceForwarder {
         counts: ForwarderCounts,
         guard: ChildGuard<String>,
     ) -> Self {
+        let (to_hosts, pump_input) = mpsc::channel(FORWARDER_MAILBOX);
         NamespaceForwarder {
             path,
             io,
             worker,
-            to_hosts: None,
+            to_hosts,
+            pump_input: Some(pump_input),
             lagging: Arc::default(),
             counts,
             _guard: guard,
@@ -238,8 +242,9 @@ impl Actor for NamespaceForwarder {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Context<Self>) {
-        let (tx, rx) = mpsc::channel(FORWARDER_MAILBOX);
-        self.to_hosts = Some(tx);
+        let Some(rx) = self.pump_input.take() else {
+            return;
+        };
         let pump = ToHostsPump {
             path: self.path.clone(),
             io: self.io.clone(),
@@ -269,29 +274,38 @@ impl Handler<ToHosts> for NamespaceForwarder {
     type Result = ();
 
     fn handle(&mut self, msg: ToHosts, _: &mut Context<Self>) {
-        let Some(to_hosts) = &self.to_hosts else {
-            return;
-        };
-        let ToHosts { event, data } = match to_hosts.try_send(msg) {
+        let ToHosts { event, data } = match self.to_hosts.try_send(msg) {
             Ok(()) => return,
             Err(mpsc::error::TrySendError::Full(msg) | mpsc::error::TrySendError::Closed(msg)) => {
                 msg
             }
         };
-        let dropped = self.counts.to_hosts_dropped.fetch_add(1, Ordering::Relaxed) + 1;
-        if dropped % 10_000 == 1 {
-            tracing::warn!(
-                path = self.path,
-                dropped,
-                "the hosts on this namespace fall behind; events to them are dropped"
-            );
-        }
-        if let Some(request_id) = request_id(&event, &data) {
-            let message = format!("the hosts on {} are too far behind to be asked", self.path);
-            let (event, data) = error_reply(&event, request_id, HOST_BEHIND, message);
+        if let Some((event, data)) = not_forwarded(&self.counts, &self.path, &event, &data) {
             self.to_worker(event, data);
         }
     }
+}
+
+/// Counts a worker event on `path` that its hosts are too far behind to
+/// be given; if it was a request, returns the `HostBehind` reply the
+/// worker gets instead (it must not wait out its timeout).
+pub fn not_forwarded(
+    counts: &ForwarderCounts,
+    path: &str,
+    event: &str,
+    data: &Value,
+) -> Option<(String, Value)> {
+    let dropped = counts.to_hosts_dropped.fetch_add(1, Ordering::Relaxed) + 1;
+    if dropped % 10_000 == 1 {
+        tracing::warn!(
+            path,
+            dropped,
+            "the hosts on this namespace fall behind; events to them are dropped"
+        );
+    }
+    let request_id = request_id(event, data)?;
+    let message = format!("the hosts on {path} are too far behind to be asked");
+    Some(error_reply(event, request_id, HOST_BEHIND, message))
 }
 
 /// Emits a forwarder's worker events to its hosts, one at a time, in order.

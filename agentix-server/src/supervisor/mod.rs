@@ -164,8 +164,8 @@ impl WorkerSupervisor {
     /// A supervisor that will start `config.worker_command` once started,
     /// relaying what its workers log, print and trace to `side` and telling
     /// `router` (whose call count is `calls`) what becomes of them; its
-    /// forwarders go in `forwarders` (emptied now: the last supervisor's
-    /// stop with it); its workers' ids start with `worker_ids`, and `guard`
+    /// forwarders go in `forwarders` (which the last supervisor emptied
+    /// when it ended); its workers' ids start with `worker_ids`, and `guard`
     /// tells its parent when it ends.
     #[allow(clippy::too_many_arguments)]
     pub fn new(
@@ -178,7 +178,6 @@ impl WorkerSupervisor {
         worker_ids: String,
         guard: ChildGuard<ServerChild>,
     ) -> Self {
-        forwarders.clear();
         WorkerSupervisor {
             policy: RestartPolicy::new(config.max_restarts, config.restart_window),
             config,
@@ -370,14 +369,16 @@ impl WorkerSupervisor {
 
     /// What the call router would have been told by now.
     fn news(&self) -> WorkerNews {
-        match (self.phase, &self.worker) {
-            (Phase::Ready, Some(w)) => WorkerNews::Ready {
+        if let Some(frames) = self.ready_frames() {
+            return WorkerNews::Ready {
                 generation: self.generation,
-                frames: w.frames.clone(),
-            },
-            (Phase::Degraded, _) => WorkerNews::Degraded(self.degraded_error()),
-            (Phase::Draining, _) => WorkerNews::Draining,
-            (Phase::Stopped, _) => WorkerNews::Stopped(shut_down()),
+                frames,
+            };
+        }
+        match self.phase {
+            Phase::Degraded => WorkerNews::Degraded(self.degraded_error()),
+            Phase::Draining => WorkerNews::Draining,
+            Phase::Stopped => WorkerNews::Stopped(shut_down()),
             _ => WorkerNews::Starting,
         }
     }

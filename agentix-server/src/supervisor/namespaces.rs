@@ -4,14 +4,13 @@
 //! events handed to them. Hosts' events reach the forwarders without this
 //! actor (see [`crate::forwarder::register`]).
 
-use std::sync::atomic::Ordering;
-
 use actix::prelude::*;
 use agentix_actors::outbox::Outbox;
 use agentix_actors::supervision::{ChildEnded, ChildGuard};
+use agentix_actors::wire::Frame;
 
 use super::{AttachIo, Phase, StopForwarder, WorkerSupervisor};
-use crate::forwarder::{NamespaceForwarder, StopForwarding, ToHosts, WorkerFrames};
+use crate::forwarder::{not_forwarded, NamespaceForwarder, StopForwarding, ToHosts, WorkerFrames};
 
 impl WorkerSupervisor {
     pub(super) fn open_namespace(&mut self, path: String, ctx: &mut Context<Self>) {
@@ -62,8 +61,9 @@ impl WorkerSupervisor {
     }
 
     /// Hands a worker's event to its namespace's forwarder without waiting:
-    /// a forwarder a whole mailbox behind (its hosts do not read) loses the
-    /// event, counted, and a request among them is answered at once.
+    /// a forwarder a whole mailbox behind (a burst it has not run for yet)
+    /// loses the event, counted, and a request among them is answered at
+    /// once.
     pub(super) fn forward_to_hosts(
         &mut self,
         path: String,
@@ -78,12 +78,12 @@ impl WorkerSupervisor {
             );
             return;
         };
-        if forwarder.try_send(ToHosts { event, data }).is_err() {
-            // Its mailbox is full of events it takes in O(1) each: it is
-            // stopping, and its successor starts with the next event.
-            let counts = &self.forwarder_counts;
-            counts.to_hosts_dropped.fetch_add(1, Ordering::Relaxed);
-            tracing::warn!(path, "a forwarder did not take an event; dropped");
+        let ToHosts { event, data } = match forwarder.try_send(ToHosts { event, data }) {
+            Ok(()) => return,
+            Err(SendError::Full(msg) | SendError::Closed(msg)) => msg,
+        };
+        if let Some((event, data)) = not_forwarded(&self.forwarder_counts, &path, &event, &data) {
+            self.send_frame(Frame::SioEvent { path, event, data });
         }
     }
 }
