@@ -3,13 +3,16 @@
 //! queue.
 //!
 //! Such code hands each message over as it arrives and must not wait for
-//! a handler (its receive path carries everything else too). The messages
-//! go into a queue of [`ROUTE_QUEUE`] and one task moves them into the
-//! actor's mailbox, one after the other, waiting while it is full: the actor sees
-//! them in the order they arrived, and a slow actor fills its mailbox, then
-//! the queue; past that, messages are dropped with an error line (the
-//! caller says what was dropped), never buffered without bound.
+//! a handler (its receive path carries everything else too). A message
+//! goes straight into the actor's mailbox while the mailbox has room and
+//! nothing is queued before it. Otherwise it goes into a queue of
+//! [`ROUTE_QUEUE`] and one task moves the queue into the mailbox, one
+//! message after the other, waiting while it is full: the actor sees them
+//! in the order they arrived, and a slow actor fills its mailbox, then the
+//! queue; past that, messages are dropped with an error line (the caller
+//! says what was dropped), never buffered without bound.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use actix::dev::SendError;
@@ -30,8 +33,12 @@ impl<M: Message<Result = ()> + Send + 'static> Routed for M {}
 /// Delivers messages to one actor in order; cheap to clone.
 pub struct EventRoute<M: Routed> {
     recipient: Recipient<M>,
-    /// Started with the first message, on the runtime that pushes it.
+    /// Started with the first message that must wait, on the runtime that
+    /// pushes it.
     queue: Arc<OnceLock<mpsc::Sender<M>>>,
+    /// Messages in the queue or being moved from it: while there are any,
+    /// a new message queues behind them.
+    queued: Arc<AtomicUsize>,
 }
 
 impl<M: Routed> Clone for EventRoute<M> {
@@ -39,6 +46,7 @@ impl<M: Routed> Clone for EventRoute<M> {
         EventRoute {
             recipient: self.recipient.clone(),
             queue: self.queue.clone(),
+            queued: self.queued.clone(),
         }
     }
 }
@@ -67,6 +75,7 @@ impl<M: Routed> EventRoute<M> {
         EventRoute {
             recipient,
             queue: Arc::new(OnceLock::new()),
+            queued: Arc::new(AtomicUsize::new(0)),
         }
     }
 
@@ -74,19 +83,38 @@ impl<M: Routed> EventRoute<M> {
     /// runtime); gives it back, with the reason, when it had to be dropped,
     /// so the caller can say what was lost.
     pub fn push(&self, msg: M) -> Result<(), (M, Dropped)> {
+        // The queue's task hands a message over before it stops counting
+        // it, so a message that skips the queue never overtakes one in it.
+        let msg = if self.queued.load(Ordering::Acquire) == 0 {
+            match self.recipient.try_send(msg) {
+                Ok(()) => return Ok(()),
+                Err(SendError::Full(msg)) => msg,
+                Err(SendError::Closed(msg)) => return Err((msg, Dropped::Stopped)),
+            }
+        } else {
+            msg
+        };
         let queue = self.queue.get_or_init(|| {
             let (tx, rx) = mpsc::channel(ROUTE_QUEUE);
-            tokio::spawn(pump(self.recipient.clone(), rx));
+            tokio::spawn(pump(self.recipient.clone(), rx, self.queued.clone()));
             tx
         });
-        queue.try_send(msg).map_err(|e| match e {
-            mpsc::error::TrySendError::Full(msg) => (msg, Dropped::Behind),
-            mpsc::error::TrySendError::Closed(msg) => (msg, Dropped::Stopped),
+        self.queued.fetch_add(1, Ordering::AcqRel);
+        queue.try_send(msg).map_err(|e| {
+            self.queued.fetch_sub(1, Ordering::AcqRel);
+            match e {
+                mpsc::error::TrySendError::Full(msg) => (msg, Dropped::Behind),
+                mpsc::error::TrySendError::Closed(msg) => (msg, Dropped::Stopped),
+            }
         })
     }
 }
 
-async fn pump<M: Routed>(recipient: Recipient<M>, mut queue: mpsc::Receiver<M>) {
+async fn pump<M: Routed>(
+    recipient: Recipient<M>,
+    mut queue: mpsc::Receiver<M>,
+    queued: Arc<AtomicUsize>,
+) {
     while let Some(msg) = queue.recv().await {
         // Straight into the mailbox while it has room: awaiting each
         // handler's reply would cost two thread wakeups per message. A full
@@ -96,6 +124,7 @@ async fn pump<M: Routed>(recipient: Recipient<M>, mut queue: mpsc::Receiver<M>) 
             Err(SendError::Full(msg)) => recipient.send(msg).await.is_ok(),
             Err(SendError::Closed(_)) => false,
         };
+        queued.fetch_sub(1, Ordering::AcqRel);
         if !delivered {
             // The queue closes with this task: later pushes say so.
             return;
@@ -141,20 +170,26 @@ mod tests {
     async fn a_busy_actor_gets_every_queued_event_in_order() {
         let actor = Slow::default().start();
         let route = EventRoute::new(actor.clone().recipient());
-        for i in 0..500 {
-            let event = NamespaceEvent {
-                ns: (),
-                event: "e".into(),
-                data: serde_json::json!(i),
-            };
-            route.push(event).unwrap();
-        }
         let mut seen = Vec::new();
-        while seen.len() < 500 {
-            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-            seen.extend(actor.send(Seen).await.unwrap());
+        // A burst past the mailbox (some straight in, the rest queued),
+        // then, once the queue has drained, more that go straight in again.
+        for burst in [0..500, 500..520] {
+            let end = burst.end;
+            for i in burst {
+                let event = NamespaceEvent {
+                    ns: (),
+                    event: "e".into(),
+                    data: serde_json::json!(i),
+                };
+                route.push(event).unwrap();
+            }
+            while seen.len() < end {
+                tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+                seen.extend(actor.send(Seen).await.unwrap());
+            }
         }
-        let expected: Vec<String> = (0..500).map(|i| i.to_string()).collect();
+        let expected: Vec<String> = (0..520).map(|i| i.to_string()).collect();
         assert_eq!(seen, expected);
+        assert_eq!(route.queued.load(Ordering::Acquire), 0, "the queue drained");
     }
 }
