@@ -96,6 +96,23 @@ pub struct StreamHead {
     /// The whole answer when it is not a stream.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub body: Option<serde_json::Value>,
+    /// The stream's first lines, when they came soon enough to travel with
+    /// the head: the agent gets them with the headers, and the items that
+    /// follow still count from 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first: Option<String>,
+}
+
+impl StreamHead {
+    /// The head of an answer that is not a stream: `answer` whole.
+    pub fn whole(answer: UpstreamAnswer) -> Self {
+        StreamHead {
+            status: answer.status,
+            retry_after: answer.retry_after,
+            body: Some(answer.body),
+            first: None,
+        }
+    }
 }
 
 /// One piece of a streamed body, host to sandbox (`stream:item`). Items are

@@ -14,7 +14,7 @@ use tokio::sync::OwnedSemaphorePermit;
 use crate::anthropic;
 use crate::exchange::{Api, StreamHead, StreamOpen, UpstreamAnswer, UpstreamRequest};
 use crate::exchange_log::ExchangeLog;
-use crate::gateway_stream::{Pumping, StreamPumps};
+use crate::gateway_stream::{Pump, Pumping, Started, StreamPumps};
 use crate::observation::Observation;
 use crate::tls;
 use crate::upstream::{self, send, Outgoing, UpstreamClient};
@@ -200,19 +200,15 @@ impl Gateway {
         slot: Option<OwnedSemaphorePermit>,
     ) {
         let request_id = envelope.get("request_id").cloned().unwrap_or(Value::Null);
-        let head = match (
+        let (head, pump) = match (
             serde_json::from_value::<StreamOpen>(envelope["data"].take()),
             slot,
         ) {
-            (Err(e), _) => refused(400, "invalid_request", format!("not a stream request: {e}")),
-            (Ok(open), None) => {
-                let busy = self.busy(open.request.api);
-                StreamHead {
-                    status: busy.status,
-                    retry_after: busy.retry_after,
-                    body: Some(busy.body),
-                }
-            }
+            (Err(e), _) => (
+                refused(400, "invalid_request", format!("not a stream request: {e}")),
+                None,
+            ),
+            (Ok(open), None) => (StreamHead::whole(self.busy(open.request.api)), None),
             (Ok(open), Some(slot)) => {
                 let watch = self.observe(&open.request, parent);
                 self.stream_head(ns.clone(), open, pumps, watch, slot).await
@@ -221,6 +217,11 @@ impl Gateway {
         let reply = json!({"request_id": request_id, "data": head});
         if let Err(e) = ns.emit(&format!("{EVENT_STREAM}:result"), reply).await {
             tracing::debug!("abridge: stream head not sent: {e}");
+        }
+        // Even with the head lost: the pump then ends at its first item,
+        // and ends the exchange's observation with it.
+        if let Some(pump) = pump {
+            pump.run().await;
         }
     }
 
@@ -231,7 +232,7 @@ impl Gateway {
         pumps: StreamPumps,
         watch: Observation,
         slot: OwnedSemaphorePermit,
-    ) -> StreamHead {
+    ) -> (StreamHead, Option<Box<Pump>>) {
         let api = open.request.api;
         let (call, client) = match self.upstream_call(open.request) {
             Ok(call) => call,
@@ -239,11 +240,11 @@ impl Gateway {
                 watch
                     .end(refused.status, Some(&refused.body), None, None)
                     .await;
-                return StreamHead {
-                    status: refused.status,
+                let head = StreamHead::whole(UpstreamAnswer {
                     retry_after: None,
-                    body: Some(refused.body),
-                };
+                    ..refused
+                });
+                return (head, None);
             }
         };
         let outgoing = Outgoing {
@@ -265,19 +266,19 @@ impl Gateway {
                     watch,
                     slot,
                 };
-                pumps.start(ns, open.stream_id, opened, pumping).await
+                match pumps.start(ns, open.stream_id, opened, pumping).await {
+                    Started::Answered(head, watch) => (head, *watch),
+                    Started::Streaming(head, pump) => return (head, Some(pump)),
+                }
             }
-            Ok(Err(unreachable)) => (
-                refused(502, "upstream_unreachable", unreachable),
-                Some(watch),
-            ),
+            Ok(Err(unreachable)) => (refused(502, "upstream_unreachable", unreachable), watch),
             Err(_) => (
                 refused(
                     504,
                     "upstream_timeout",
                     format!("the upstream did not answer within {:?}", self.timeout),
                 ),
-                Some(watch),
+                watch,
             ),
         };
         if let Some(body) = head.body.take() {
@@ -288,10 +289,8 @@ impl Gateway {
             };
             head.body = Some(for_agent(api, answer).body);
         }
-        if let Some(watch) = watch {
-            watch.end(head.status, head.body.as_ref(), None, None).await;
-        }
-        head
+        watch.end(head.status, head.body.as_ref(), None, None).await;
+        (head, None)
     }
 
     /// The upstream call for an agent's request (the model overridden if
@@ -335,10 +334,5 @@ fn for_agent(api: Api, answer: UpstreamAnswer) -> UpstreamAnswer {
 
 /// A head that ends a stream before it starts.
 fn refused(status: u16, kind: &str, message: impl Into<String>) -> StreamHead {
-    let answer = UpstreamAnswer::error(status, kind, message);
-    StreamHead {
-        status,
-        retry_after: None,
-        body: Some(answer.body),
-    }
+    StreamHead::whole(UpstreamAnswer::error(status, kind, message))
 }

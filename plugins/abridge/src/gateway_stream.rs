@@ -1,6 +1,8 @@
 //! The host half of a streamed answer: [`StreamPumps`] opens the upstream
-//! request, answers the sandbox's `stream` request with the status, then
-//! pumps the body to the sandbox as numbered `stream:item`s, at most
+//! request and makes the head that answers the sandbox's `stream` request:
+//! the status and, when they come within 200 ms (`FIRST_LINES_WAIT`), the first
+//! lines, which an agent waits on most. Once the head is sent, a [`Pump`]
+//! sends the rest of the body as numbered `stream:item`s, at most
 //! [`STREAM_WINDOW`] ahead of what the sandbox has written to its agent.
 //!
 //! A `stream:cancel` (the agent went away), a lost connection to the
@@ -17,7 +19,9 @@ use serde_json::json;
 use tokio::sync::watch;
 
 use crate::anthropic_stream::StreamTranslator;
-use crate::exchange::{StreamAck, StreamCancel, StreamHead, StreamItem, StreamPart, STREAM_WINDOW};
+use crate::exchange::{
+    StreamAck, StreamCancel, StreamHead, StreamItem, StreamPart, UpstreamAnswer, STREAM_WINDOW,
+};
 use crate::observation::Observation;
 use crate::upstream::Opened;
 use crate::EVENT_STREAM_ITEM;
@@ -56,16 +60,16 @@ impl StreamPumps {
         }
     }
 
-    /// The head for an opened upstream answer; on 200 its body is pumped to
-    /// the sandbox from a task of its own, which also ends the observation
-    /// (else it is handed back to be ended with the head).
+    /// The head for an opened upstream answer: on 200 with the [`Pump`]
+    /// that sends its body to the sandbox and ends the observation, else
+    /// with the observation, to be ended with the head.
     pub async fn start(
         &self,
         ns: HostNamespaceHandle,
         stream_id: String,
         opened: Opened,
         pumping: Pumping,
-    ) -> (StreamHead, Option<Observation>) {
+    ) -> Started {
         if opened.status != 200 {
             let (status, retry_after) = (opened.status, opened.retry_after.clone());
             let limit = pumping.limit;
@@ -77,66 +81,131 @@ impl StreamPumps {
                     "type": "upstream_timeout",
                 }}),
             };
-            let head = StreamHead {
+            let head = StreamHead::whole(UpstreamAnswer {
                 status,
+                body,
                 retry_after,
-                body: Some(body),
-            };
-            return (head, Some(pumping.watch));
+            });
+            return Started::Answered(head, Box::new(pumping.watch));
         }
+        let Pumping {
+            limit,
+            translate,
+            watch,
+            slot,
+        } = pumping;
+        let mut state = PumpState {
+            seq: 0,
+            translate,
+            watch,
+            sent: String::new(),
+            end: None,
+        };
+        let mut body = UpstreamLines::new(opened.body);
+        // The first lines ride with the head when they come soon: one trip
+        // to the sandbox instead of two for the piece an agent waits on.
+        let (first, held) =
+            match tokio::time::timeout(FIRST_LINES_WAIT, state.next_piece(&mut body)).await {
+                Ok(Piece::Lines(lines)) => (Some(lines), None),
+                Ok(end) => (None, Some(end)),
+                Err(_) => (None, None),
+            };
         let (control, watching) = watch::channel(Control::default());
         self.running
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .insert(stream_id.clone(), control);
-        let pumps = self.clone();
-        tokio::spawn(async move {
-            let Pumping {
-                limit,
-                translate,
-                watch,
-                slot,
-            } = pumping;
-            let mut state = PumpState {
-                seq: 0,
-                translate,
-                watch,
-                sent: String::new(),
-                end: None,
-            };
-            let pumped = tokio::time::timeout(
-                limit,
-                pump(&ns, &stream_id, opened.body, watching.clone(), &mut state),
-            )
-            .await;
-            if pumped.is_err() {
-                let why = format!("the upstream did not finish within {limit:?}");
-                // Past the window by one at most: the sandbox allows for it.
-                let end = item(
-                    &stream_id,
-                    state.seq + 1,
-                    StreamPart::End(Some(why.clone())),
-                );
-                let _ = ns.emit(EVENT_STREAM_ITEM, end).await;
-                state.end = Some(why);
-            }
-            pumps
-                .running
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .remove(&stream_id);
-            drop(slot);
-            let sent = state.watch.recording().then_some(state.sent);
-            state.watch.end(200, None, sent, state.end).await;
-        });
         let head = StreamHead {
             status: 200,
             retry_after: None,
             body: None,
+            first,
         };
-        (head, None)
+        let pump = Pump {
+            ns,
+            stream_id,
+            body,
+            held,
+            watching,
+            state,
+            limit,
+            slot,
+            pumps: self.clone(),
+        };
+        Started::Streaming(head, Box::new(pump))
     }
 }
+
+/// What [`StreamPumps::start`] made of an opened upstream answer.
+pub enum Started {
+    /// Not a stream: the head carries the whole answer; the exchange's
+    /// observation is to be ended with it.
+    Answered(StreamHead, Box<Observation>),
+    /// A stream: the head, then the pump to run once the head is sent.
+    Streaming(StreamHead, Box<Pump>),
+}
+
+/// One stream's body on its way to the sandbox. Run after the head is
+/// sent, so the items never compete with it on the way there.
+pub struct Pump {
+    ns: HostNamespaceHandle,
+    stream_id: String,
+    body: UpstreamLines,
+    /// A piece read before the head was sent, to go first.
+    held: Option<Piece>,
+    watching: watch::Receiver<Control>,
+    state: PumpState,
+    limit: Duration,
+    slot: tokio::sync::OwnedSemaphorePermit,
+    pumps: StreamPumps,
+}
+
+impl Pump {
+    /// Sends the body as items within the stream's time limit, then ends
+    /// the exchange's observation and frees its slot.
+    pub async fn run(self) {
+        let Pump {
+            ns,
+            stream_id,
+            body,
+            held,
+            watching,
+            mut state,
+            limit,
+            slot,
+            pumps,
+        } = self;
+        let pumped = tokio::time::timeout(
+            limit,
+            pump(&ns, &stream_id, body, held, watching, &mut state),
+        )
+        .await;
+        if pumped.is_err() {
+            let why = format!("the upstream did not finish within {limit:?}");
+            // Past the window by one at most: the sandbox allows for it.
+            let end = item(
+                &stream_id,
+                state.seq + 1,
+                StreamPart::End(Some(why.clone())),
+            );
+            let _ = ns.emit(EVENT_STREAM_ITEM, end).await;
+            state.end = Some(why);
+        }
+        pumps
+            .running
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&stream_id);
+        drop(slot);
+        let sent = state.watch.recording().then_some(state.sent);
+        state.watch.end(200, None, sent, state.end).await;
+    }
+}
+
+/// How long the head waits for the stream's first lines to take them
+/// along. A model slow to start gets its headers after this and its first
+/// lines as an item; the wait never delays the lines themselves.
+const FIRST_LINES_WAIT: Duration = Duration::from_millis(200);
 
 /// How to pump one stream.
 pub struct Pumping {
@@ -162,71 +231,135 @@ struct PumpState {
     end: Option<String>,
 }
 
-/// Sends the body's whole lines as they arrive (rewritten by the state's
-/// translator, if any), then the end; stops early when the agent goes away
-/// or the sandbox cannot be reached.
+/// What the agent gets next.
+enum Piece {
+    /// Whole lines, never empty.
+    Lines(String),
+    /// The end: cleanly (`None`) or why the upstream broke off.
+    End(Option<String>),
+}
+
+/// The upstream's body, cut into whole lines: an event is never cut
+/// inside a character.
+struct UpstreamLines {
+    body: hyper::body::Incoming,
+    /// Bytes past the last whole line.
+    pending: Vec<u8>,
+    done: bool,
+}
+
+impl UpstreamLines {
+    fn new(body: hyper::body::Incoming) -> Self {
+        UpstreamLines {
+            body,
+            pending: Vec::new(),
+            done: false,
+        }
+    }
+
+    /// The next whole lines and whether they are the last; an error if the
+    /// upstream broke off. Cancel-safe: what arrived stays in `pending`.
+    async fn next(&mut self) -> Option<Result<(String, bool), String>> {
+        if self.done {
+            return None;
+        }
+        loop {
+            match self.body.frame().await {
+                None => {
+                    self.done = true;
+                    let rest = std::mem::take(&mut self.pending);
+                    return Some(Ok((String::from_utf8_lossy(&rest).into_owned(), true)));
+                }
+                Some(Err(e)) => {
+                    self.done = true;
+                    return Some(Err(format!("the upstream broke off: {e}")));
+                }
+                Some(Ok(frame)) => {
+                    let Ok(data) = frame.into_data() else {
+                        continue;
+                    };
+                    self.pending.extend_from_slice(&data);
+                    let Some(cut) = self.pending.iter().rposition(|&b| b == b'\n') else {
+                        continue;
+                    };
+                    let lines: Vec<u8> = self.pending.drain(..=cut).collect();
+                    return Some(Ok((String::from_utf8_lossy(&lines).into_owned(), false)));
+                }
+            }
+        }
+    }
+}
+
+impl PumpState {
+    /// The next piece for the agent: lines as it should see them (usage
+    /// noted, translated, recorded), or the end. Cancel-safe.
+    async fn next_piece(&mut self, body: &mut UpstreamLines) -> Piece {
+        loop {
+            let (lines, last) = match body.next().await {
+                None => return Piece::End(None),
+                Some(Err(why)) => return Piece::End(Some(why)),
+                Some(Ok(next)) => next,
+            };
+            note_usage(&lines, &mut self.watch);
+            let lines = match self.translate.as_mut() {
+                Some(translate) if last => translate.feed(&lines) + &translate.finish(),
+                Some(translate) => translate.feed(&lines),
+                None => lines,
+            };
+            if !lines.is_empty() {
+                self.watch.first_piece();
+                if self.watch.recording() && self.sent.len() < MOST_RECORDED {
+                    self.sent.push_str(&lines);
+                }
+                return Piece::Lines(lines);
+            }
+        }
+    }
+}
+
+/// Sends the body's pieces as they arrive, `held` first, then the end;
+/// stops early when the agent goes away or the sandbox cannot be reached.
 async fn pump(
     ns: &HostNamespaceHandle,
     id: &str,
-    mut body: hyper::body::Incoming,
+    mut body: UpstreamLines,
+    mut held: Option<Piece>,
     mut watching: watch::Receiver<Control>,
     state: &mut PumpState,
 ) {
-    let mut pending: Vec<u8> = Vec::new();
-    let end = loop {
-        let frame = tokio::select! {
-            frame = body.frame() => frame,
-            _ = watching.wait_for(|c| c.cancelled) => {
-                state.end = Some("the agent went away".into());
-                return;
-            }
+    loop {
+        let piece = match held.take() {
+            Some(piece) => piece,
+            None => tokio::select! {
+                piece = state.next_piece(&mut body) => piece,
+                _ = watching.wait_for(|c| c.cancelled) => {
+                    state.end = Some("the agent went away".into());
+                    return;
+                }
+            },
         };
-        let (lines, last) = match frame {
-            None => (String::from_utf8_lossy(&pending).into_owned(), true),
-            Some(Err(e)) => break Some(format!("the upstream broke off: {e}")),
-            Some(Ok(frame)) => {
-                let Ok(data) = frame.into_data() else {
-                    continue;
-                };
-                pending.extend_from_slice(&data);
-                // Whole lines only: an event is never cut inside a character.
-                let Some(cut) = pending.iter().rposition(|&b| b == b'\n') else {
-                    continue;
-                };
-                let lines: Vec<u8> = pending.drain(..=cut).collect();
-                (String::from_utf8_lossy(&lines).into_owned(), false)
+        match piece {
+            Piece::Lines(lines) => {
+                if !send(
+                    ns,
+                    id,
+                    &mut state.seq,
+                    StreamPart::Lines(lines),
+                    &mut watching,
+                )
+                .await
+                {
+                    state.end = Some("the sandbox stopped listening".into());
+                    return;
+                }
             }
-        };
-        note_usage(&lines, &mut state.watch);
-        let lines = match state.translate.as_mut() {
-            Some(translate) if last => translate.feed(&lines) + &translate.finish(),
-            Some(translate) => translate.feed(&lines),
-            None => lines,
-        };
-        if !lines.is_empty() {
-            state.watch.first_piece();
-            if state.watch.recording() && state.sent.len() < MOST_RECORDED {
-                state.sent.push_str(&lines);
-            }
-            if !send(
-                ns,
-                id,
-                &mut state.seq,
-                StreamPart::Lines(lines),
-                &mut watching,
-            )
-            .await
-            {
-                state.end = Some("the sandbox stopped listening".into());
+            Piece::End(end) => {
+                state.end = end.clone();
+                send(ns, id, &mut state.seq, StreamPart::End(end), &mut watching).await;
                 return;
             }
         }
-        if last {
-            break None;
-        }
-    };
-    state.end = end.clone();
-    send(ns, id, &mut state.seq, StreamPart::End(end), &mut watching).await;
+    }
 }
 
 /// Most of a stream's text kept for its record.

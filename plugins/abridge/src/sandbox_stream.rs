@@ -1,6 +1,7 @@
 //! The sandbox half of a streamed answer: [`relay`] asks the host to open
-//! the upstream stream, then writes the `stream:item`s it sends to the
-//! agent as server-sent events, in their order, as they come.
+//! the upstream stream, answers the agent with the head's status and the
+//! first lines it may carry, then writes the `stream:item`s the host sends
+//! to the agent as server-sent events, in their order, as they come.
 //!
 //! The items go through an [`ArrivingStreams`] actor, which passes them
 //! on in their order. The agent's pace sets the host's: an acknowledgement
@@ -118,9 +119,16 @@ pub async fn relay(
             retry_after: head.retry_after,
         });
     }
-    let events =
-        agentix::stream::unfold(Some((arriving, abandon, 0u64)), move |state| async move {
-            let (mut arriving, mut abandon, mut written) = state?;
+    // The first lines, when they came with the head, go out with the
+    // headers; they are not an item, so acknowledgements count without them.
+    let first = head.first.map(|lines| Frame::data(Bytes::from(lines)));
+    let events = agentix::stream::unfold(
+        Some((arriving, abandon, 0u64, first)),
+        move |state| async move {
+            let (mut arriving, mut abandon, mut written, first) = state?;
+            if let Some(first) = first {
+                return Some((Ok(first), Some((arriving, abandon, written, None))));
+            }
             let part = arriving.recv().await.unwrap_or_else(|| {
                 StreamPart::End(Some("the host stopped sending the stream".into()))
             });
@@ -148,8 +156,9 @@ pub async fn relay(
                 );
             }
             let event = Frame::data(Bytes::from(text));
-            Some((Ok(event), Some((arriving, abandon, written))))
-        });
+            Some((Ok(event), Some((arriving, abandon, written, None))))
+        },
+    );
     Response::builder()
         .header(hyper::header::CONTENT_TYPE, "text/event-stream")
         .header(hyper::header::CACHE_CONTROL, "no-cache")
