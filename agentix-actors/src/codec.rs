@@ -18,8 +18,8 @@ use crate::wire::Frame;
 /// trimming (see [`crate::process::tune_allocator`]).
 const LARGE_FRAME: usize = 256 << 10;
 
-/// Largest frame buffer a reader keeps for the next frame: a part and its
-/// envelope fit.
+/// Largest frame buffer a reader or writer keeps for the next frame: a
+/// part and its envelope fit.
 const KEPT_BODY_UP_TO: usize = 4 << 20;
 
 /// Default upper bound on one frame's CBOR body: a 256 MiB payload (the
@@ -117,6 +117,15 @@ fn call_id_of(body: &[u8]) -> Option<u64> {
     })
 }
 
+/// Whether a reader or writer keeps its buffer after a frame (or write) of
+/// `used` bytes. Large frames reuse one buffer while they flow, since a
+/// fresh one is faulted in page by page; the first small one after them
+/// gives it back, so an idle pipe end holds nothing large.
+fn keep_buffer(used: usize, capacity: usize) -> bool {
+    let small_after_large = used < LARGE_FRAME && capacity >= LARGE_FRAME;
+    !small_after_large && capacity <= KEPT_BODY_UP_TO
+}
+
 /// Reads frames from a pipe.
 ///
 /// [`FrameReader::next`] is cancel-safe: every byte read is recorded in the
@@ -199,11 +208,7 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
         if len >= LARGE_FRAME {
             crate::process::note_large_buffer();
         }
-        let small_after_large = len < LARGE_FRAME && self.body.capacity() >= LARGE_FRAME;
-        if small_after_large || self.body.capacity() > KEPT_BODY_UP_TO {
-            // Large frames reuse one buffer while they flow (a fresh one is
-            // faulted in page by page); the first small frame after them
-            // gives it back, so an idle reader holds nothing large.
+        if !keep_buffer(len, self.body.capacity()) {
             self.body = Vec::new();
         }
         frame.map(Some)
@@ -294,7 +299,7 @@ pub async fn write_frames<W: AsyncWrite + Unpin>(
             crate::process::note_large_buffer();
         }
         writer.write_all(&buf).await?;
-        if buf.capacity() > 4 << 20 {
+        if !keep_buffer(buf.len(), buf.capacity()) {
             buf = Vec::with_capacity(64 * 1024);
         }
     }
@@ -314,6 +319,15 @@ mod tests {
             stream: None,
             trace: None,
         }
+    }
+
+    #[test]
+    fn a_buffer_is_kept_while_large_frames_flow_and_given_back_after() {
+        let part = 1 << 20;
+        assert!(keep_buffer(part, part), "large frames reuse the buffer");
+        assert!(keep_buffer(100, 64 << 10), "a small buffer stays");
+        assert!(!keep_buffer(100, part), "a small frame after large ones");
+        assert!(!keep_buffer(8 << 20, 8 << 20), "past the largest kept");
     }
 
     #[test]

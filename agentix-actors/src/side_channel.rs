@@ -294,8 +294,14 @@ fn forward(rx: Receiver<SideItem>, mut pipe: std::fs::File, output: Option<Arc<O
         if let Some(output) = &output {
             output.consume(covered);
         }
-        if buf.capacity() > 4 << 20 {
+        // Kept while large batches flow (a flood of records); the first
+        // small batch after them gives them back, so an idle worker holds
+        // nothing large.
+        let small_after_large = buf.len() < 64 << 10 && buf.capacity() > 256 << 10;
+        if small_after_large || buf.capacity() > 4 << 20 {
             buf = Vec::with_capacity(64 << 10);
+            records = Vec::new();
+            events = Vec::new();
         }
     }
 }
