@@ -14,7 +14,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::io::Write;
-use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
 use std::sync::Arc;
 
 use tracing::field::{Field, Visit};
@@ -43,6 +43,32 @@ enum SideItem {
     /// record is written.
     Output(Box<OutputLine>),
     Trace(Box<TraceEvent>),
+}
+
+/// Hands `item` to the forwarding thread, waiting while its queue is full;
+/// drops it only once the thread is gone (the pipe broke).
+///
+/// On a worker thread of a multi-thread tokio runtime the wait happens in
+/// `block_in_place`, which moves the thread's other tasks to another
+/// thread: a task woken on this thread waits in a slot no other thread
+/// takes from, and would otherwise wait out the whole flood of records
+/// that fills the queue (a sandbox function logging in a loop never
+/// yields).
+fn send_waiting<T>(tx: &SyncSender<T>, item: T) {
+    let item = match tx.try_send(item) {
+        Ok(()) | Err(TrySendError::Disconnected(_)) => return,
+        Err(TrySendError::Full(item)) => item,
+    };
+    let multi_thread = tokio::runtime::Handle::try_current()
+        .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
+    let wait = move || {
+        let _ = tx.send(item);
+    };
+    if multi_thread {
+        tokio::task::block_in_place(wait);
+    } else {
+        wait();
+    }
 }
 
 /// The side pipe's writer thread, fed by a bounded channel.
@@ -84,7 +110,7 @@ impl SideChannel {
         let tx = self.tx.clone();
         // Blocks while the queue is full, as logging does.
         let sink = Box::new(move |line| {
-            let _ = tx.send(SideItem::Output(Box::new(line)));
+            send_waiting(&tx, SideItem::Output(Box::new(line)));
         });
         OutputCapture::start(self.output.clone()?, sink, worker_id)
     }
@@ -112,7 +138,7 @@ pub struct ForwardProcessor {
 impl ForwardProcessor {
     fn send(&self, event: TraceEvent) {
         // Blocks while the queue is full; fails only once the pipe is gone.
-        let _ = self.tx.send(SideItem::Trace(Box::new(event)));
+        send_waiting(&self.tx, SideItem::Trace(Box::new(event)));
     }
 }
 
@@ -158,7 +184,7 @@ impl<S: Subscriber> Layer<S> for ForwardLayer {
             seq: None,
         };
         // Blocks while the queue is full; fails only once the pipe is gone.
-        let _ = self.tx.send(SideItem::Log(Box::new(record)));
+        send_waiting(&self.tx, SideItem::Log(Box::new(record)));
     }
 }
 
@@ -303,5 +329,70 @@ fn forward(rx: Receiver<SideItem>, mut pipe: std::fs::File, output: Option<Arc<O
             records = Vec::new();
             events = Vec::new();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::time::Duration;
+
+    #[test]
+    fn a_full_queue_on_a_runtime_worker_lets_the_threads_other_tasks_run() {
+        // One worker thread: with a plain blocking send, no other task
+        // could run until the producer was done.
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        let (tx, rx) = sync_channel::<u32>(4);
+        let receiver = std::thread::spawn(move || {
+            let mut got = Vec::new();
+            while let Ok(item) = rx.recv() {
+                got.push(item);
+                std::thread::sleep(Duration::from_micros(100));
+            }
+            got
+        });
+        let ticks = Arc::new(AtomicUsize::new(0));
+        let during = runtime.block_on(async move {
+            let ticker = tokio::spawn({
+                let ticks = ticks.clone();
+                async move {
+                    loop {
+                        ticks.fetch_add(1, Ordering::SeqCst);
+                        tokio::task::yield_now().await;
+                    }
+                }
+            });
+            let producer = tokio::spawn(async move {
+                let before = ticks.load(Ordering::SeqCst);
+                for i in 0..500 {
+                    send_waiting(&tx, i);
+                }
+                ticks.load(Ordering::SeqCst) - before
+            });
+            let during = producer.await.unwrap();
+            ticker.abort();
+            during
+        });
+        let got = receiver.join().unwrap();
+        assert_eq!(got, (0..500).collect::<Vec<_>>(), "all, in order");
+        assert!(during > 0, "another task ran while the producer waited");
+    }
+
+    #[test]
+    fn a_sender_on_a_full_queue_goes_on_once_the_receiver_is_gone() {
+        let (tx, rx) = sync_channel::<u32>(2);
+        let sender = std::thread::spawn(move || {
+            for i in 0..10 {
+                send_waiting(&tx, i);
+            }
+        });
+        std::thread::sleep(Duration::from_millis(50));
+        drop(rx);
+        sender.join().expect("the sender is not left waiting");
     }
 }
