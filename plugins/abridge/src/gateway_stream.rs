@@ -102,6 +102,13 @@ impl StreamPumps {
             end: None,
         };
         let mut body = UpstreamLines::new(opened.body);
+        // Registered before the wait below, so a cancel sent meanwhile (the
+        // agent left) stops the pump at once.
+        let (control, watching) = watch::channel(Control::default());
+        self.running
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(stream_id.clone(), control);
         // The first lines ride with the head when they come soon: one trip
         // to the sandbox instead of two for the piece an agent waits on.
         let (first, held) =
@@ -110,11 +117,6 @@ impl StreamPumps {
                 Ok(end) => (None, Some(end)),
                 Err(_) => (None, None),
             };
-        let (control, watching) = watch::channel(Control::default());
-        self.running
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(stream_id.clone(), control);
         let head = StreamHead {
             status: 200,
             retry_after: None,
