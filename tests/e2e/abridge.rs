@@ -165,6 +165,29 @@ async fn a_streamed_answer_reaches_the_agent_event_by_event_as_the_upstream_send
     let want: String = (0..5).map(event).collect::<String>() + "data: [DONE]\n\n";
     assert_eq!(String::from_utf8(text).unwrap(), want);
 
+    // First lines later than the head waits for them: the head goes
+    // without them, and they follow as items, none lost or doubled.
+    let (status, _, mut body) = agent_stream(&completions, "late").await;
+    assert_eq!(status, 200);
+    let mut text = Vec::new();
+    assert!(!read_at_least(&mut body, &mut text, usize::MAX).await);
+    assert_eq!(String::from_utf8(text).unwrap(), want);
+
+    // Broken before its first line: the agent gets the error event alone.
+    let (status, _, mut body) = agent_stream(&completions, "broken").await;
+    assert_eq!(status, 200);
+    let mut text = Vec::new();
+    assert!(!read_at_least(&mut body, &mut text, usize::MAX).await);
+    let text = String::from_utf8(text).unwrap();
+    let error: Value = serde_json::from_str(text.trim().strip_prefix("data: ").unwrap()).unwrap();
+    assert!(
+        error["error"]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("the upstream broke off"),
+        "{text}"
+    );
+
     // A long stream, written in pieces that cut events and characters,
     // arrives whole and in order past the flow-control window many times.
     let (status, _, mut body) = agent_stream(&completions, "long").await;

@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use agentix::actix::Addr;
-use agentix::{RemoteSioError, SandboxNamespaceHandle};
+use agentix::{RemoteSioError, SandboxNamespaceHandle, StreamExt};
 use bytes::Bytes;
 use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, StreamBody};
@@ -121,44 +121,40 @@ pub async fn relay(
     }
     // The first lines, when they came with the head, go out with the
     // headers; they are not an item, so acknowledgements count without them.
-    let first = head.first.map(|lines| Frame::data(Bytes::from(lines)));
-    let events = agentix::stream::unfold(
-        Some((arriving, abandon, 0u64, first)),
-        move |state| async move {
-            let (mut arriving, mut abandon, mut written, first) = state?;
-            if let Some(first) = first {
-                return Some((Ok(first), Some((arriving, abandon, written, None))));
+    let first = head.first.map(|lines| Ok(Frame::data(Bytes::from(lines))));
+    let items = agentix::stream::unfold(Some((arriving, abandon, 0u64)), move |state| async move {
+        let (mut arriving, mut abandon, mut written) = state?;
+        let part = arriving
+            .recv()
+            .await
+            .unwrap_or_else(|| StreamPart::End(Some("the host stopped sending the stream".into())));
+        let text = match part {
+            StreamPart::Lines(lines) => lines,
+            StreamPart::End(None) => {
+                abandon.ended = true;
+                return None;
             }
-            let part = arriving.recv().await.unwrap_or_else(|| {
-                StreamPart::End(Some("the host stopped sending the stream".into()))
-            });
-            let text = match part {
-                StreamPart::Lines(lines) => lines,
-                StreamPart::End(None) => {
-                    abandon.ended = true;
-                    return None;
-                }
-                StreamPart::End(Some(why)) => {
-                    abandon.ended = true;
-                    let event = Frame::data(Bytes::from(broken_stream_event(api, &why)));
-                    return Some((Ok(event), None));
-                }
+            StreamPart::End(Some(why)) => {
+                abandon.ended = true;
+                let event = Frame::data(Bytes::from(broken_stream_event(api, &why)));
+                return Some((Ok(event), None));
+            }
+        };
+        written += 1;
+        if written % ACK_EVERY == 0 {
+            let ack = StreamAck {
+                stream_id: abandon.id.clone(),
+                seq: written,
             };
-            written += 1;
-            if written % ACK_EVERY == 0 {
-                let ack = StreamAck {
-                    stream_id: abandon.id.clone(),
-                    seq: written,
-                };
-                abandon.handle.emit(
-                    EVENT_STREAM_ACK,
-                    serde_json::to_value(ack).unwrap_or(Value::Null),
-                );
-            }
-            let event = Frame::data(Bytes::from(text));
-            Some((Ok(event), Some((arriving, abandon, written, None))))
-        },
-    );
+            abandon.handle.emit(
+                EVENT_STREAM_ACK,
+                serde_json::to_value(ack).unwrap_or(Value::Null),
+            );
+        }
+        let event = Frame::data(Bytes::from(text));
+        Some((Ok(event), Some((arriving, abandon, written))))
+    });
+    let events = agentix::stream::iter(first).chain(items);
     Response::builder()
         .header(hyper::header::CONTENT_TYPE, "text/event-stream")
         .header(hyper::header::CACHE_CONTROL, "no-cache")

@@ -178,7 +178,9 @@ pub(crate) async fn streaming_upstream(script: Arc<StreamScript>) -> String {
             if model == "slow" {
                 tokio::time::sleep(std::time::Duration::from_secs(3)).await;
             }
-            let streams = ["paused", "endless", "long", "dropped", "slow"];
+            let streams = [
+                "paused", "endless", "long", "dropped", "slow", "late", "broken",
+            ];
             if !streams.contains(&model.as_str()) {
                 let limited = Response::builder()
                     .status(429)
@@ -192,6 +194,19 @@ pub(crate) async fn streaming_upstream(script: Arc<StreamScript>) -> String {
             tokio::spawn(async move {
                 let send = |text: String| tx.send(Ok(Bytes::from(text)));
                 match model.as_str() {
+                    "late" => {
+                        // Past the time the gateway's head waits for the
+                        // first lines: the head goes without them.
+                        tokio::time::sleep(std::time::Duration::from_millis(600)).await;
+                        for i in 0..5 {
+                            send(event(i)).await.unwrap();
+                        }
+                    }
+                    "broken" => {
+                        let broken = std::io::Error::other("the upstream died");
+                        let _ = tx.send(Err(broken)).await;
+                        return;
+                    }
                     "dropped" => {
                         send(event(0)).await.unwrap();
                         // Written out before the break, not lost in a buffer.
