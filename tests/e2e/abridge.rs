@@ -227,6 +227,42 @@ async fn an_agent_that_leaves_mid_stream_closes_the_upstream_connection() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_that_leaves_before_the_upstream_answers_closes_the_upstream_connection() {
+    let script = Arc::new(StreamScript::default());
+    let base = streaming_upstream(script.clone()).await;
+    // One slot: the next stream is served only if the abandoned one freed it.
+    let (_sandbox, url) = serving(Gateway::openai(&base).max_concurrent(1)).await;
+    let completions = format!("{url}/chat/completions");
+    let agent = tokio::spawn({
+        let completions = completions.clone();
+        async move { agent_stream(&completions, "held").await }
+    });
+    let within = std::time::Duration::from_secs(30);
+    tokio::time::timeout(within, script.asked.notified())
+        .await
+        .expect("the upstream was asked");
+    agent.abort();
+    // The gateway's timeout is 600 s: only the agent's leaving closes it.
+    tokio::time::timeout(within, script.closed.notified())
+        .await
+        .expect("the upstream saw its client go before it answered");
+
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+    let (status, mut body) = loop {
+        let (status, _, body) = agent_stream(&completions, "long").await;
+        // The slot is given back just after the connection is dropped.
+        if status != 429 || tokio::time::Instant::now() > deadline {
+            break (status, body);
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    };
+    assert_eq!(status, 200, "the abandoned stream gave its slot back");
+    let mut text = Vec::new();
+    read_at_least(&mut body, &mut text, usize::MAX).await;
+    assert!(String::from_utf8_lossy(&text).ends_with("data: [DONE]\n\n"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_official_openai_and_anthropic_sdks_in_the_sandbox_work_through_abridge_without_the_key(
 ) {
     let seen: Seen = Arc::default();

@@ -14,7 +14,7 @@ use tokio::sync::OwnedSemaphorePermit;
 use crate::anthropic;
 use crate::exchange::{Api, StreamHead, StreamOpen, UpstreamAnswer, UpstreamRequest};
 use crate::exchange_log::ExchangeLog;
-use crate::gateway_stream::{Pump, Pumping, Started, StreamPumps};
+use crate::gateway_stream::{Pump, Pumping, Started, StreamControl, StreamPumps};
 use crate::observation::Observation;
 use crate::tls;
 use crate::upstream::{self, send, Outgoing, UpstreamClient};
@@ -23,6 +23,9 @@ use crate::EVENT_STREAM;
 
 /// How long an upstream may take to answer in full, unless set.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(600);
+/// The status an exchange is recorded with when its agent left before the
+/// upstream answered (nginx's "client closed request").
+const CLIENT_GONE: u16 = 499;
 /// Requests one sandbox may have in flight at once, unless set.
 pub const DEFAULT_MAX_CONCURRENT: usize = 64;
 
@@ -189,29 +192,27 @@ impl Gateway {
         )
     }
 
-    /// Answers a `stream` request with the upstream's head; its body
-    /// follows through `pumps`.
+    /// Answers a `stream` request (`open`, already known to the pumps so a
+    /// cancel finds it) with the upstream's head; its body follows through
+    /// the pump.
     pub(crate) async fn open_stream(
         &self,
         ns: HostNamespaceHandle,
-        mut envelope: Value,
-        pumps: StreamPumps,
+        request_id: Value,
+        open: Result<(StreamOpen, StreamControl), String>,
         parent: Option<SpanContext>,
         slot: Option<OwnedSemaphorePermit>,
     ) {
-        let request_id = envelope.get("request_id").cloned().unwrap_or(Value::Null);
-        let (head, pump) = match (
-            serde_json::from_value::<StreamOpen>(envelope["data"].take()),
-            slot,
-        ) {
+        let (head, pump) = match (open, slot) {
             (Err(e), _) => (
                 refused(400, "invalid_request", format!("not a stream request: {e}")),
                 None,
             ),
-            (Ok(open), None) => (StreamHead::whole(self.busy(open.request.api)), None),
-            (Ok(open), Some(slot)) => {
+            (Ok((open, _)), None) => (StreamHead::whole(self.busy(open.request.api)), None),
+            (Ok((open, control)), Some(slot)) => {
                 let watch = self.observe(&open.request, parent);
-                self.stream_head(ns.clone(), open, pumps, watch, slot).await
+                self.stream_head(ns.clone(), open, control, watch, slot)
+                    .await
             }
         };
         let reply = json!({"request_id": request_id, "data": head});
@@ -229,7 +230,7 @@ impl Gateway {
         &self,
         ns: HostNamespaceHandle,
         open: StreamOpen,
-        pumps: StreamPumps,
+        control: StreamControl,
         watch: Observation,
         slot: OwnedSemaphorePermit,
     ) -> (StreamHead, Option<Box<Pump>>) {
@@ -257,7 +258,16 @@ impl Gateway {
             client: &client,
         };
         let translate = self.shape.stream_translator(api);
-        let opened = tokio::time::timeout(self.timeout, upstream::open(outgoing)).await;
+        // The agent may leave before the upstream says a word: dropping the
+        // request then closes its connection, so the upstream stops too.
+        let opened = tokio::select! {
+            opened = tokio::time::timeout(self.timeout, upstream::open(outgoing)) => opened,
+            _ = control.cancelled() => {
+                let why = "the agent went away before the upstream answered";
+                watch.end(CLIENT_GONE, None, None, Some(why.into())).await;
+                return (refused(CLIENT_GONE, "client_closed_request", why), None);
+            }
+        };
         let (mut head, watch) = match opened {
             Ok(Ok(opened)) => {
                 let pumping = Pumping {
@@ -266,7 +276,7 @@ impl Gateway {
                     watch,
                     slot,
                 };
-                match pumps.start(ns, open.stream_id, opened, pumping).await {
+                match StreamPumps::start(ns, control, opened, pumping).await {
                     Started::Answered(head, watch) => (head, *watch),
                     Started::Streaming(head, pump) => return (head, Some(pump)),
                 }

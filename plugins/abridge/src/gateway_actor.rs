@@ -22,7 +22,7 @@ use agentix::{
 };
 use tokio::sync::Semaphore;
 
-use crate::exchange::Api;
+use crate::exchange::{Api, StreamOpen};
 use crate::gateway::Gateway;
 use crate::gateway_stream::StreamPumps;
 use crate::{EVENT_STREAM, EVENT_STREAM_ACK, EVENT_STREAM_CANCEL, EVENT_UPSTREAM, NAMESPACE};
@@ -108,12 +108,24 @@ impl Handler<NamespaceEvent<HostNamespaceHandle>> for GatewayActor {
         let NamespaceEvent { ns, event, data } = event;
         match event.as_str() {
             EVENT_STREAM => {
-                let (gateway, pumps) = (self.gateway.clone(), self.pumps.clone());
-                let parent = self.parent.clone();
+                let mut envelope = data;
+                let request_id = envelope.get("request_id").cloned();
+                // Known to the pumps from here on, in the order the sandbox
+                // sent its events: a cancel right behind the open finds it.
+                let open = serde_json::from_value::<StreamOpen>(envelope["data"].take())
+                    .map(|open| {
+                        let control = self.pumps.register(open.stream_id.clone());
+                        (open, control)
+                    })
+                    .map_err(|e| e.to_string());
+                let (gateway, parent) = (self.gateway.clone(), self.parent.clone());
                 let slot = self.slots.clone().try_acquire_owned().ok();
                 // Its own task: opening waits on the upstream's head.
                 agentix::actix::spawn(async move {
-                    gateway.open_stream(ns, data, pumps, parent, slot).await
+                    let request_id = request_id.unwrap_or(JsonValue::Null);
+                    gateway
+                        .open_stream(ns, request_id, open, parent, slot)
+                        .await
                 });
             }
             EVENT_STREAM_ACK => match serde_json::from_value(data) {

@@ -5,9 +5,11 @@
 //! sends the rest of the body as numbered `stream:item`s, at most
 //! [`STREAM_WINDOW`] ahead of what the sandbox has written to its agent.
 //!
-//! A `stream:cancel` (the agent went away), a lost connection to the
-//! sandbox or the gateway's timeout stop the pump and close the upstream
-//! connection, so the upstream stops generating.
+//! A stream is registered ([`StreamPumps::register`]) as soon as the sandbox
+//! asks for it, so a `stream:cancel` (the agent went away) is heard even
+//! while the upstream has not answered yet. A cancel, a lost connection to
+//! the sandbox or the gateway's timeout stop the pump, or the open, and
+//! close the upstream connection, so the upstream stops generating.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -52,6 +54,23 @@ impl StreamPumps {
         self.update(&cancel.stream_id, |c| c.cancelled = true);
     }
 
+    /// Registers a stream the moment the sandbox asks for it, before its
+    /// upstream is even asked: a `stream:cancel` that follows at once (the
+    /// agent left while the upstream was still silent) then finds it. The
+    /// stream stays known until the returned control is dropped.
+    pub fn register(&self, stream_id: String) -> StreamControl {
+        let (control, watching) = watch::channel(Control::default());
+        self.running
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(stream_id.clone(), control);
+        StreamControl {
+            stream_id,
+            watching,
+            pumps: self.clone(),
+        }
+    }
+
     fn update(&self, id: &str, change: impl FnOnce(&mut Control)) {
         let running = self.running.lock().unwrap_or_else(|p| p.into_inner());
         match running.get(id) {
@@ -64,9 +83,8 @@ impl StreamPumps {
     /// that sends its body to the sandbox and ends the observation, else
     /// with the observation, to be ended with the head.
     pub async fn start(
-        &self,
         ns: HostNamespaceHandle,
-        stream_id: String,
+        control: StreamControl,
         opened: Opened,
         pumping: Pumping,
     ) -> Started {
@@ -102,13 +120,6 @@ impl StreamPumps {
             end: None,
         };
         let mut body = UpstreamLines::new(opened.body);
-        // Registered before the wait below, so a cancel sent meanwhile (the
-        // agent left) stops the pump at once.
-        let (control, watching) = watch::channel(Control::default());
-        self.running
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(stream_id.clone(), control);
         // The first lines ride with the head when they come soon: one trip
         // to the sandbox instead of two for the piece an agent waits on.
         let (first, held) =
@@ -125,14 +136,12 @@ impl StreamPumps {
         };
         let pump = Pump {
             ns,
-            stream_id,
+            control,
             body,
             held,
-            watching,
             state,
             limit,
             slot,
-            pumps: self.clone(),
         };
         Started::Streaming(head, Box::new(pump))
     }
@@ -147,19 +156,47 @@ pub enum Started {
     Streaming(StreamHead, Box<Pump>),
 }
 
+/// One stream's place among the running ones, from the sandbox's open to
+/// the pump's end; dropping it forgets the stream.
+pub struct StreamControl {
+    stream_id: String,
+    watching: watch::Receiver<Control>,
+    pumps: StreamPumps,
+}
+
+impl StreamControl {
+    /// Resolves when the agent has gone away (a `stream:cancel` came); never
+    /// otherwise, so it can be raced against the upstream's answer.
+    pub async fn cancelled(&self) {
+        let mut watching = self.watching.clone();
+        if watching.wait_for(|c| c.cancelled).await.is_err() {
+            // The sender lives in `running` as long as this control does.
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
+impl Drop for StreamControl {
+    fn drop(&mut self) {
+        self.pumps
+            .running
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&self.stream_id);
+    }
+}
+
 /// One stream's body on its way to the sandbox. Run after the head is
 /// sent, so the items never compete with it on the way there.
 pub struct Pump {
     ns: HostNamespaceHandle,
-    stream_id: String,
+    control: StreamControl,
     body: UpstreamLines,
     /// A piece read before the head was sent, to go first.
     held: Option<Piece>,
-    watching: watch::Receiver<Control>,
     state: PumpState,
     limit: Duration,
     slot: tokio::sync::OwnedSemaphorePermit,
-    pumps: StreamPumps,
 }
 
 impl Pump {
@@ -168,15 +205,15 @@ impl Pump {
     pub async fn run(self) {
         let Pump {
             ns,
-            stream_id,
+            control,
             body,
             held,
-            watching,
             mut state,
             limit,
             slot,
-            pumps,
         } = self;
+        let stream_id = control.stream_id.clone();
+        let watching = control.watching.clone();
         let pumped = tokio::time::timeout(
             limit,
             pump(&ns, &stream_id, body, held, watching, &mut state),
@@ -193,11 +230,7 @@ impl Pump {
             let _ = ns.emit(EVENT_STREAM_ITEM, end).await;
             state.end = Some(why);
         }
-        pumps
-            .running
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&stream_id);
+        drop(control);
         drop(slot);
         let sent = state.watch.recording().then_some(state.sent);
         state.watch.end(200, None, sent, state.end).await;

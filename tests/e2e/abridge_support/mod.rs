@@ -142,11 +142,23 @@ pub(crate) async fn agent(
 }
 
 /// What the streaming upstream is told and tells: `release` lets a paused
-/// stream go on; `closed` fires when the upstream finds its client gone.
+/// stream go on; `closed` fires when the upstream finds its client gone;
+/// `asked` fires when a `held` request arrives.
 #[derive(Default)]
 pub(crate) struct StreamScript {
     pub(crate) release: tokio::sync::Notify,
     pub(crate) closed: tokio::sync::Notify,
+    pub(crate) asked: tokio::sync::Notify,
+}
+
+/// Fires `closed` when a request the upstream never answered is dropped,
+/// which hyper does when its client closes the connection.
+struct Unanswered(Arc<StreamScript>);
+
+impl Drop for Unanswered {
+    fn drop(&mut self) {
+        self.0.closed.notify_one();
+    }
 }
 
 /// The `i`-th server-sent event of a streamed completion.
@@ -162,7 +174,8 @@ pub(crate) fn event(i: usize) -> String {
 /// A streaming upstream. Model `paused`: event 0, then the rest (5 in all)
 /// once released. `endless`: an event every 20 ms until its client goes.
 /// `long`: 2,000 events at once, cut into odd-sized writes. `dropped`:
-/// event 0, then the connection breaks. `slow`: headers after 3 s.
+/// event 0, then the connection breaks. `slow`: headers after 3 s. `held`:
+/// no headers until its client leaves (then `closed` fires).
 /// Anything else: a 429 with `Retry-After: 3`. Every finished stream ends
 /// `data: [DONE]`.
 pub(crate) async fn streaming_upstream(script: Arc<StreamScript>) -> String {
@@ -177,6 +190,12 @@ pub(crate) async fn streaming_upstream(script: Arc<StreamScript>) -> String {
             let model = body["model"].as_str().unwrap_or_default().to_owned();
             if model == "slow" {
                 tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+            }
+            if model == "held" {
+                let unanswered = Unanswered(script.clone());
+                script.asked.notify_one();
+                tokio::time::sleep(std::time::Duration::from_secs(600)).await;
+                drop(unanswered);
             }
             let streams = [
                 "paused", "endless", "long", "dropped", "slow", "late", "broken",
