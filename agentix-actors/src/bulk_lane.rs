@@ -80,21 +80,20 @@ fn frame_id(frame: &Frame) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::part::PartBytes;
-    use serde_bytes::ByteBuf;
+    use crate::frame_bytes::FrameBytes;
 
     fn part(id: u64) -> Frame {
         Frame::Part {
             id,
             total: 3,
-            bytes: PartBytes(bytes::Bytes::from_static(b"ab")),
+            bytes: FrameBytes(bytes::Bytes::from_static(b"ab")),
         }
     }
 
     fn result(id: u64) -> Frame {
         Frame::Result {
             id,
-            value: ByteBuf::from(b"c".to_vec()),
+            value: FrameBytes::from(b"c".to_vec()),
         }
     }
 

@@ -1,17 +1,23 @@
 //! Length-prefixed CBOR framing for the server <-> worker pipes.
 //!
-//! A frame on the pipe is a 4-byte big-endian length followed by that many
-//! bytes of CBOR encoding one [`Frame`]. A frame whose CBOR does not decode is
-//! skipped (the length tells where the next one starts); a length past the
-//! limit means the stream can no longer be trusted, so the reader stops.
+//! A frame on the pipe is a 4-byte big-endian length, then that many bytes
+//! of body: a 4-byte big-endian envelope length, the envelope (CBOR of one
+//! [`Frame`]) and the frame's tail. The tail holds the frame's payload (a
+//! call's arguments, a result or a part, see [`crate::frame_bytes`]),
+//! whose place in the envelope is left empty: it is written from where it
+//! lies and read as a slice of the buffer the pipe filled. A frame whose
+//! envelope does not decode is skipped (the length tells where the next one
+//! starts); a length past the limit means the stream can no longer be
+//! trusted, so the reader stops.
 
 use std::io;
 
-use bytes::BufMut;
+use bytes::{BufMut, Bytes};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::sync::mpsc;
 
 use crate::bulk_lane::BulkLane;
+use crate::frame_bytes::FrameBytes;
 use crate::wire::Frame;
 
 /// Frames from this size on count as large buffers for the allocator's
@@ -66,14 +72,42 @@ impl FrameError {
     }
 }
 
-/// Appends `frame`, length prefix included, to `out`.
-pub fn encode_into(frame: &Frame, out: &mut Vec<u8>) {
+/// Writes whose tail is at least this long send the tail from where it
+/// lies instead of copying it after the envelope.
+const TAIL_IN_PLACE_FROM: usize = 32 << 10;
+
+/// The payload a frame carries in its tail, if its kind has one.
+fn tail_of(frame: &mut Frame) -> Option<&mut FrameBytes> {
+    match frame {
+        Frame::Call { args, .. } => Some(args),
+        Frame::Result { value, .. } => Some(value),
+        Frame::Part { bytes, .. } => Some(bytes),
+        _ => None,
+    }
+}
+
+/// Appends `frame`'s length prefix and envelope to `out` and returns its
+/// tail: the bytes that must follow them on the pipe.
+pub fn encode_head(mut frame: Frame, out: &mut Vec<u8>) -> Bytes {
+    let tail = tail_of(&mut frame)
+        .map(|payload| std::mem::take(&mut payload.0))
+        .unwrap_or_default();
     let start = out.len();
-    out.extend_from_slice(&[0; 4]);
+    out.extend_from_slice(&[0; 8]);
     // Writing into a Vec cannot fail, and every Frame field is serialisable.
-    ciborium::into_writer(frame, &mut *out).expect("frames always encode");
-    let len = (out.len() - start - 4) as u32;
-    out[start..start + 4].copy_from_slice(&len.to_be_bytes());
+    ciborium::into_writer(&frame, &mut *out).expect("frames always encode");
+    let envelope = (out.len() - start - 8) as u32;
+    let body = (out.len() - start - 4 + tail.len()) as u32;
+    out[start..start + 4].copy_from_slice(&body.to_be_bytes());
+    out[start + 4..start + 8].copy_from_slice(&envelope.to_be_bytes());
+    tail
+}
+
+/// Appends the whole of `frame`, length prefix, envelope and tail, to
+/// `out`.
+pub fn encode_into(frame: Frame, out: &mut Vec<u8>) {
+    let tail = encode_head(frame, out);
+    out.extend_from_slice(&tail);
 }
 
 /// Decodes one frame from the front of `buf`.
@@ -91,21 +125,53 @@ pub fn decode(buf: &[u8], max: usize) -> Result<Option<(Frame, usize)>, FrameErr
     let Some(body) = buf.get(4..4 + len) else {
         return Ok(None);
     };
-    Ok(Some((decode_body(body)?, 4 + len)))
+    let frame = decode_body(body, |tail| Bytes::copy_from_slice(&body[tail]))?;
+    Ok(Some((frame, 4 + len)))
 }
 
-fn decode_body(body: &[u8]) -> Result<Frame, FrameError> {
-    ciborium::from_reader(body).map_err(|e| FrameError::Malformed {
-        why: crate::cbor::decode_error_text(e),
-        call: call_id_of(body),
-    })
+/// Decodes a frame's body, its tail taken by `tail` (a copy, or a slice of
+/// a shared buffer) from the range it occupies.
+fn decode_body(
+    body: &[u8],
+    tail: impl FnOnce(std::ops::Range<usize>) -> Bytes,
+) -> Result<Frame, FrameError> {
+    let malformed = |why: String, envelope: &[u8]| FrameError::Malformed {
+        why,
+        call: call_id_of(envelope),
+    };
+    let envelope_len = match body.get(..4) {
+        Some(prefix) => u32::from_be_bytes(prefix.try_into().expect("4 bytes")) as usize,
+        None => return Err(malformed("no envelope length".into(), &[])),
+    };
+    let Some(envelope) = body.get(4..4 + envelope_len) else {
+        let why = format!(
+            "an envelope of {envelope_len} bytes in a body of {}",
+            body.len()
+        );
+        return Err(malformed(why, &[]));
+    };
+    let mut frame: Frame = ciborium::from_reader(envelope)
+        .map_err(|e| malformed(crate::cbor::decode_error_text(e), envelope))?;
+    let tail_range = 4 + envelope_len..body.len();
+    match tail_of(&mut frame) {
+        Some(payload) => payload.0 = tail(tail_range),
+        None if tail_range.is_empty() => {}
+        None => {
+            let why = format!(
+                "a tail of {} bytes on a frame that has none",
+                tail_range.len()
+            );
+            return Err(malformed(why, envelope));
+        }
+    }
+    Ok(frame)
 }
 
-/// The `id` of a frame that did not decode as a [`Frame`], if its body is
-/// at least CBOR of the frames' shape: `{variant: {"id": N, ..}}`.
-fn call_id_of(body: &[u8]) -> Option<u64> {
+/// The `id` of a frame that did not decode as a [`Frame`], if its envelope
+/// is at least CBOR of the frames' shape: `{variant: {"id": N, ..}}`.
+fn call_id_of(envelope: &[u8]) -> Option<u64> {
     use ciborium::Value;
-    let Ok(Value::Map(outer)) = ciborium::from_reader::<Value, _>(body) else {
+    let Ok(Value::Map(outer)) = ciborium::from_reader::<Value, _>(envelope) else {
         return None;
     };
     let [(_, Value::Map(fields))] = outer.as_slice() else {
@@ -204,10 +270,14 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
         }
         self.prefix_got = 0;
         self.body_len = None;
-        let frame = decode_body(&self.body);
         if len >= LARGE_FRAME {
             crate::process::note_large_buffer();
+            // The buffer becomes the payload's: its tail is handed on as a
+            // slice of it, not copied out.
+            let body = Bytes::from(std::mem::take(&mut self.body));
+            return decode_body(&body, |tail| body.slice(tail)).map(Some);
         }
+        let frame = decode_body(&self.body, |tail| Bytes::copy_from_slice(&self.body[tail]));
         if !keep_buffer(len, self.body.capacity()) {
             self.body = Vec::new();
         }
@@ -258,64 +328,102 @@ impl FrameQueue for mpsc::UnboundedReceiver<Frame> {
 ///
 /// Ends when all senders are gone or the pipe fails; the error is returned.
 pub async fn write_frames<W: AsyncWrite + Unpin>(
-    mut writer: W,
+    writer: W,
     mut rx: impl FrameQueue,
 ) -> io::Result<()> {
     let mut bulk = BulkLane::default();
-    let mut buf = Vec::with_capacity(64 * 1024);
+    let mut out = PipeWriter {
+        writer,
+        buf: Vec::with_capacity(64 * 1024),
+        round: 0,
+    };
     let mut open = true;
     while open || !bulk.is_empty() {
-        buf.clear();
+        out.round = 0;
         if open && bulk.is_empty() {
             match rx.recv().await {
                 Some(frame) => {
                     if let Some(frame) = bulk.route(frame) {
-                        encode_into(&frame, &mut buf);
+                        out.put(frame).await?;
                     }
                 }
                 None => open = false,
             }
         }
         // Batch whatever is already queued into one write.
-        while open && buf.len() < 1 << 20 {
+        while open && out.round < ROUND_BYTES {
             match rx.try_recv() {
                 Some(frame) => {
                     if let Some(frame) = bulk.route(frame) {
-                        encode_into(&frame, &mut buf);
+                        out.put(frame).await?;
                     }
                 }
                 None => break,
             }
         }
-        if buf.len() < 1 << 20 {
+        if out.round < ROUND_BYTES {
             if let Some(frame) = bulk.pop() {
-                encode_into(&frame, &mut buf);
+                out.put(frame).await?;
             }
         }
-        if buf.is_empty() {
-            continue;
+        out.write_buffered().await?;
+    }
+    out.writer.flush().await
+}
+
+/// Bytes a writer takes from its queue before it lets a waiting bulk part
+/// go: one part's worth.
+const ROUND_BYTES: usize = 1 << 20;
+
+/// A pipe's writing end: small frames gathered into one write, large tails
+/// written from where they lie.
+struct PipeWriter<W> {
+    writer: W,
+    buf: Vec<u8>,
+    /// Bytes put this round, written or still buffered.
+    round: usize,
+}
+
+impl<W: AsyncWrite + Unpin> PipeWriter<W> {
+    async fn put(&mut self, frame: Frame) -> io::Result<()> {
+        let before = self.buf.len();
+        let tail = encode_head(frame, &mut self.buf);
+        self.round += self.buf.len() - before + tail.len();
+        if tail.len() < TAIL_IN_PLACE_FROM {
+            self.buf.extend_from_slice(&tail);
+            return Ok(());
         }
-        if buf.len() >= LARGE_FRAME {
+        crate::process::note_large_buffer();
+        self.write_buffered().await?;
+        self.writer.write_all(&tail).await
+    }
+
+    async fn write_buffered(&mut self) -> io::Result<()> {
+        if self.buf.is_empty() {
+            return Ok(());
+        }
+        if self.buf.len() >= LARGE_FRAME {
             crate::process::note_large_buffer();
         }
-        writer.write_all(&buf).await?;
-        if !keep_buffer(buf.len(), buf.capacity()) {
-            buf = Vec::with_capacity(64 * 1024);
+        self.writer.write_all(&self.buf).await?;
+        if keep_buffer(self.buf.len(), self.buf.capacity()) {
+            self.buf.clear();
+        } else {
+            self.buf = Vec::with_capacity(64 * 1024);
         }
+        Ok(())
     }
-    writer.flush().await
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_bytes::ByteBuf;
 
     fn call(id: u64) -> Frame {
         Frame::Call {
             id,
             target: "app::run".into(),
-            args: ByteBuf::from(vec![0x1e, 0, 255]),
+            args: FrameBytes::from(vec![0x1e, 0, 255]),
             stream: None,
             trace: None,
         }
@@ -333,8 +441,8 @@ mod tests {
     #[test]
     fn round_trip_and_partial_input() {
         let mut buf = Vec::new();
-        encode_into(&call(1), &mut buf);
-        encode_into(&Frame::Cancel { id: 2 }, &mut buf);
+        encode_into(call(1), &mut buf);
+        encode_into(Frame::Cancel { id: 2 }, &mut buf);
         let (first, used) = decode(&buf, DEFAULT_MAX_FRAME).unwrap().unwrap();
         assert_eq!(first, call(1));
         let (second, used2) = decode(&buf[used..], DEFAULT_MAX_FRAME).unwrap().unwrap();
@@ -360,22 +468,28 @@ mod tests {
         assert!(!err.is_recoverable());
     }
 
+    /// A frame around `envelope`, with no tail.
+    fn framed(envelope: &[u8]) -> Vec<u8> {
+        let mut buf = Vec::new();
+        buf.extend_from_slice(&(envelope.len() as u32 + 4).to_be_bytes());
+        buf.extend_from_slice(&(envelope.len() as u32).to_be_bytes());
+        buf.extend_from_slice(envelope);
+        buf
+    }
+
     #[test]
     fn garbage_body_is_malformed_and_recoverable() {
-        let mut buf = vec![0, 0, 0, 3, 0xff, 0xfe, 0xfd];
-        let err = decode(&buf, 1024).unwrap_err();
+        let err = decode(&[0, 0, 0, 3, 0xff, 0xfe, 0xfd], 1024).unwrap_err();
+        assert!(err.is_recoverable(), "{err}");
+        let err = decode(&framed(&[0xff, 0xfe, 0xfd]), 1024).unwrap_err();
         assert!(err.is_recoverable(), "{err}");
         // A valid CBOR value that is not a frame is malformed too.
-        buf.clear();
         let body = crate::cbor::to_vec(&"hello").unwrap();
-        buf.extend_from_slice(&(body.len() as u32).to_be_bytes());
-        buf.extend_from_slice(&body);
         assert!(matches!(
-            decode(&buf, 1024),
+            decode(&framed(&body), 1024),
             Err(FrameError::Malformed { call: None, .. })
         ));
         // A reply whose value is not bytes still names its call.
-        buf.clear();
         let bad = ciborium::Value::Map(vec![(
             ciborium::Value::Text("result".into()),
             ciborium::Value::Map(vec![
@@ -390,20 +504,55 @@ mod tests {
             ]),
         )]);
         let body = crate::cbor::to_vec(&bad).unwrap();
-        buf.extend_from_slice(&(body.len() as u32).to_be_bytes());
-        buf.extend_from_slice(&body);
         assert!(matches!(
-            decode(&buf, 1024),
+            decode(&framed(&body), 1024),
             Err(FrameError::Malformed { call: Some(7), .. })
         ));
+        // A tail on a frame that carries none, or an envelope longer than
+        // its body, is malformed and costs only its frame.
+        let mut buf = Vec::new();
+        encode_into(Frame::Cancel { id: 4 }, &mut buf);
+        buf.push(1);
+        buf[3] += 1;
+        encode_into(Frame::Cancel { id: 5 }, &mut buf);
+        let err = decode(&buf, 1024).unwrap_err();
+        assert!(
+            matches!(err, FrameError::Malformed { call: Some(4), .. }),
+            "{err}"
+        );
+        let mut buf = framed(&crate::cbor::to_vec(&"hello").unwrap());
+        buf[7] += 1;
+        assert!(decode(&buf, 1024).unwrap_err().is_recoverable());
+    }
+
+    #[test]
+    fn a_payload_rides_after_the_envelope_and_is_read_as_a_slice() {
+        let payload: Vec<u8> = (0..LARGE_FRAME + 5).map(|i| (i % 251) as u8).collect();
+        let frame = Frame::Result {
+            id: 3,
+            value: FrameBytes::from(payload.clone()),
+        };
+        let mut buf = Vec::new();
+        encode_into(frame.clone(), &mut buf);
+        assert_eq!(&buf[buf.len() - payload.len()..], &payload[..], "the tail");
+        let envelope = u32::from_be_bytes(buf[4..8].try_into().unwrap()) as usize;
+        assert!(envelope < 64, "the envelope holds no payload: {envelope}");
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let back = runtime
+            .block_on(FrameReader::new(&buf[..], DEFAULT_MAX_FRAME).next())
+            .unwrap()
+            .unwrap();
+        assert_eq!(back, frame);
     }
 
     #[tokio::test]
     async fn reader_skips_a_bad_frame_and_reports_truncation() {
         let mut buf = Vec::new();
-        encode_into(&call(1), &mut buf);
+        encode_into(call(1), &mut buf);
         buf.extend_from_slice(&[0, 0, 0, 2, 0xff, 0xff]);
-        encode_into(&call(3), &mut buf);
+        encode_into(call(3), &mut buf);
         buf.extend_from_slice(&[0, 0, 0, 10, 1, 2]);
         let mut reader = FrameReader::new(&buf[..], 1024);
         assert_eq!(reader.next().await.unwrap(), Some(call(1)));
@@ -418,7 +567,7 @@ mod tests {
     #[tokio::test]
     async fn reader_ends_cleanly_at_a_frame_boundary() {
         let mut buf = Vec::new();
-        encode_into(&Frame::Cancel { id: 9 }, &mut buf);
+        encode_into(Frame::Cancel { id: 9 }, &mut buf);
         let mut reader = FrameReader::new(&buf[..], 1024);
         assert_eq!(reader.next().await.unwrap(), Some(Frame::Cancel { id: 9 }));
         assert!(reader.next().await.unwrap().is_none());
@@ -436,12 +585,12 @@ mod tests {
         let frames: Vec<Frame> = (0..20)
             .map(|id| Frame::Result {
                 id,
-                value: ByteBuf::from(vec![id as u8; 300_000 + id as usize]),
+                value: FrameBytes::from(vec![id as u8; 300_000 + id as usize]),
             })
             .collect();
         let mut bytes = Vec::new();
         for f in &frames {
-            encode_into(f, &mut bytes);
+            encode_into(f.clone(), &mut bytes);
         }
         let (mut a, b) = tokio::io::duplex(4096);
         let feeder = tokio::spawn(async move {

@@ -9,6 +9,7 @@
 
 use std::future::Future;
 
+use bytes::Bytes;
 use ciborium::Value;
 use futures_util::{stream, StreamExt};
 use serde::{de::DeserializeOwned, Serialize};
@@ -21,7 +22,7 @@ use crate::registry::ItemStream;
 pub async fn plain<A, F, Fut>(
     name: &str,
     params: &[&str],
-    args: Vec<u8>,
+    args: Bytes,
     f: F,
 ) -> Result<Vec<u8>, RemoteError>
 where
@@ -39,7 +40,7 @@ where
 pub async fn fallible<A, F, Fut, T>(
     name: &str,
     params: &[&str],
-    args: Vec<u8>,
+    args: Bytes,
     f: F,
 ) -> Result<Vec<u8>, RemoteError>
 where
@@ -53,7 +54,7 @@ where
 }
 
 /// Runs a streaming remote function whose items are plain values.
-pub fn stream_plain<A, F, Fut>(name: &str, params: &[&str], args: Vec<u8>, f: F) -> ItemStream
+pub fn stream_plain<A, F, Fut>(name: &str, params: &[&str], args: Bytes, f: F) -> ItemStream
 where
     A: DeserializeOwned,
     F: FnOnce(A) -> Fut,
@@ -75,7 +76,7 @@ where
 pub fn stream_fallible<A, F, Fut, S, T>(
     name: &str,
     params: &[&str],
-    args: Vec<u8>,
+    args: Bytes,
     f: F,
 ) -> ItemStream
 where

@@ -40,6 +40,7 @@ pub mod cbor;
 pub mod codec;
 pub mod errors;
 pub mod event_route;
+pub mod frame_bytes;
 pub mod invoke;
 pub mod log_file;
 pub mod log_record;

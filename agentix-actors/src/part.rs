@@ -16,11 +16,8 @@
 //! payload is decoded from.
 
 use std::collections::HashMap;
-use std::fmt;
 
 use bytes::Bytes;
-use serde::de::{self, Visitor};
-use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 /// Largest part of a payload in one message (and of an attachment in one
 /// binary frame).
@@ -43,43 +40,6 @@ pub fn split(payload: Bytes) -> Vec<Bytes> {
     }
     pieces.push(rest);
     pieces
-}
-
-/// Bytes of one part inside a frame, kept as [`Bytes`] so that a piece
-/// sliced from a larger payload is encoded without copying it first.
-#[derive(Clone, PartialEq, Eq)]
-pub struct PartBytes(pub Bytes);
-
-impl fmt::Debug for PartBytes {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "PartBytes({} bytes)", self.0.len())
-    }
-}
-
-impl Serialize for PartBytes {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.serialize_bytes(&self.0)
-    }
-}
-
-impl<'de> Deserialize<'de> for PartBytes {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct BytesVisitor;
-        impl<'de> Visitor<'de> for BytesVisitor {
-            type Value = PartBytes;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a byte string")
-            }
-            fn visit_bytes<E: de::Error>(self, v: &[u8]) -> Result<PartBytes, E> {
-                Ok(PartBytes(Bytes::copy_from_slice(v)))
-            }
-            fn visit_byte_buf<E: de::Error>(self, v: Vec<u8>) -> Result<PartBytes, E> {
-                Ok(PartBytes(Bytes::from(v)))
-            }
-        }
-        // `deserialize_bytes` in ciborium takes only what fits its scratch buffer.
-        deserializer.deserialize_byte_buf(BytesVisitor)
-    }
 }
 
 /// The parts of one payload received so far, in order, kept as they came.
@@ -301,10 +261,10 @@ mod tests {
         let frame = crate::wire::Frame::Part {
             id: 1,
             total: PART_BYTES as u64 + 1,
-            bytes: PartBytes(Bytes::from(vec![0x1e; PART_BYTES])),
+            bytes: crate::frame_bytes::FrameBytes(Bytes::from(vec![0x1e; PART_BYTES])),
         };
         let mut buf = Vec::new();
-        crate::codec::encode_into(&frame, &mut buf);
+        crate::codec::encode_into(frame.clone(), &mut buf);
         let (back, used) = crate::codec::decode(&buf, usize::MAX).unwrap().unwrap();
         assert_eq!((back, used), (frame, buf.len()));
     }

@@ -9,6 +9,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::OnceLock;
 
+use bytes::Bytes;
 use futures_util::Stream;
 
 use crate::errors::{ErrorKind, RemoteError};
@@ -23,9 +24,9 @@ pub type ItemStream = Pin<Box<dyn Stream<Item = Result<Vec<u8>, RemoteError>> + 
 #[derive(Clone, Copy)]
 pub enum Invoke {
     /// Decodes CBOR arguments, runs the function, encodes its outcome.
-    Unary(fn(Vec<u8>) -> CallFuture),
+    Unary(fn(Bytes) -> CallFuture),
     /// Decodes CBOR arguments and yields the function's items, encoded.
-    Stream(fn(Vec<u8>) -> ItemStream),
+    Stream(fn(Bytes) -> ItemStream),
 }
 
 /// One registered remote function.

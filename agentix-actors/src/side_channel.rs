@@ -238,7 +238,7 @@ fn flush_logs(records: &mut Vec<LogRecord>, file: &mut SandboxLogFile, buf: &mut
         .collect();
     output.reverse();
     records.clear();
-    codec::encode_into(&Frame::Logs { batch, output }, buf);
+    codec::encode_into(Frame::Logs { batch, output }, buf);
 }
 
 /// Encodes `events` as a frame in `buf`.
@@ -248,7 +248,7 @@ fn flush_traces(events: &mut Vec<TraceEvent>, buf: &mut Vec<u8>) {
     }
     let batch = SideBatch::encode(events);
     events.clear();
-    codec::encode_into(&Frame::Traces { batch }, buf);
+    codec::encode_into(Frame::Traces { batch }, buf);
 }
 
 /// A cheap estimate of the encoded size of what is batched.

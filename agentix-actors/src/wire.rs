@@ -20,8 +20,8 @@ use serde_bytes::ByteBuf;
 
 pub use crate::attachment::{decode_event, Attachment, WithAttachments};
 use crate::errors::RemoteError;
+use crate::frame_bytes::FrameBytes;
 use crate::log_record::LogRecord;
-use crate::part::PartBytes;
 use crate::trace::{SpanContext, TraceEvent};
 
 /// Socket.IO namespace of the remote-call protocol.
@@ -129,8 +129,9 @@ pub enum Frame {
         id: u64,
         /// Wire name of the remote function (`module::path::name`).
         target: String,
-        /// CBOR-encoded arguments (an array, or a map by parameter name).
-        args: ByteBuf,
+        /// CBOR-encoded arguments (an array, or a map by parameter name);
+        /// the frame's tail on the pipe.
+        args: FrameBytes,
         /// For a streaming call, how far the worker may run ahead of the host.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         stream: Option<Window>,
@@ -160,8 +161,8 @@ pub enum Frame {
     Result {
         /// Call id.
         id: u64,
-        /// CBOR-encoded return value.
-        value: ByteBuf,
+        /// CBOR-encoded return value; the frame's tail on the pipe.
+        value: FrameBytes,
     },
     /// Worker -> server: the next items of stream `id`, each CBOR-encoded.
     #[serde(rename = "items")]
@@ -186,8 +187,8 @@ pub enum Frame {
         id: u64,
         /// Size of the whole payload, parts and last piece together.
         total: u64,
-        /// This part.
-        bytes: PartBytes,
+        /// This part; the frame's tail on the pipe.
+        bytes: FrameBytes,
     },
     /// Server -> worker: answer with `pong` at once (a frozen worker does
     /// not, which `/health` reports).

@@ -14,15 +14,15 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use futures_util::FutureExt;
-use serde_bytes::ByteBuf;
 use tokio::net::unix::pipe;
 use tokio::sync::mpsc;
 use tokio::task::AbortHandle;
 
 use crate::codec::{self, FrameReader};
 use crate::errors::{ErrorKind, RemoteError};
+use crate::frame_bytes::FrameBytes;
 use crate::output_capture::OutputPipes;
-use crate::part::{self, PartBytes, PartTable};
+use crate::part::{self, PartTable};
 use crate::registry::{self, Invoke};
 use crate::side_channel::SideChannel;
 use crate::span_bridge::{SpanBridge, ENV_TRACING_SPANS};
@@ -220,7 +220,7 @@ async fn frame_loop(input: pipe::Receiver, out_tx: mpsc::Sender<Frame>) -> i32 {
                     }
                 }
                 Ok(Some(Frame::Call { id, target, args, stream, trace })) => {
-                    match parts.finish(id, args.into_vec().into()) {
+                    match parts.finish(id, args.0) {
                         Ok(pieces) => {
                             let call = start_call(id, target, pieces, stream, trace, out_tx.clone(), done_tx.clone());
                             running.insert(id, call);
@@ -293,7 +293,7 @@ fn start_call(
     // Spans the call creates are children of the host's span, if any.
     let task = tokio::spawn(InContext::new(trace, async move {
         // Joined here, not in the frame loop, which must keep serving other calls.
-        let args = Vec::from(part::join(args));
+        let args = part::join(args);
         let frame = match (registry::lookup(&target), stream, task_credit) {
             (Err(error), _, _) => Frame::Error { id, error },
             (Ok(f), None, _) => match f.invoke {
@@ -310,7 +310,7 @@ fn start_call(
                         Ok(value) => match send_parts(id, value, &out).await {
                             Some(last) => Frame::Result {
                                 id,
-                                value: ByteBuf::from(last),
+                                value: FrameBytes(last),
                             },
                             None => {
                                 // The writer is gone: the worker is exiting.
@@ -357,9 +357,9 @@ fn start_call(
 /// Sends all but the last part of `value`, the result of call `id`, as
 /// part frames, and returns the last, for the result frame. `None` when
 /// the writer is gone.
-async fn send_parts(id: u64, value: Vec<u8>, out: &mpsc::Sender<Frame>) -> Option<Vec<u8>> {
+async fn send_parts(id: u64, value: Vec<u8>, out: &mpsc::Sender<Frame>) -> Option<Bytes> {
     if value.len() <= part::SPLIT_ABOVE {
-        return Some(value);
+        return Some(value.into());
     }
     let total = value.len() as u64;
     let mut pieces = part::split(value.into());
@@ -368,11 +368,11 @@ async fn send_parts(id: u64, value: Vec<u8>, out: &mpsc::Sender<Frame>) -> Optio
         let frame = Frame::Part {
             id,
             total,
-            bytes: PartBytes(bytes),
+            bytes: FrameBytes(bytes),
         };
         out.send(frame).await.ok()?;
     }
-    Some(last.to_vec())
+    Some(last)
 }
 
 /// The largest result a frame carries: the frame limit less room for its

@@ -7,6 +7,7 @@ use std::task::{Context, Poll};
 
 use agentix_actors::codec::{self, FrameError, FrameReader};
 use agentix_actors::errors::{ErrorKind, RemoteError};
+use agentix_actors::frame_bytes::FrameBytes;
 use agentix_actors::wire::{Frame, Window};
 use proptest::prelude::*;
 use serde_bytes::ByteBuf;
@@ -51,7 +52,7 @@ fn frame() -> impl Strategy<Value = Frame> {
             .prop_map(|(id, target, args, window)| Frame::Call {
                 id,
                 target,
-                args,
+                args: FrameBytes::from(args.into_vec()),
                 stream: window.map(|(items, bytes)| Window { items, bytes }),
                 trace: None,
             }),
@@ -64,7 +65,10 @@ fn frame() -> impl Strategy<Value = Frame> {
         (any::<u64>(), proptest::collection::vec(bytes(), 0..20))
             .prop_map(|(id, items)| Frame::Items { id, items }),
         any::<u64>().prop_map(|id| Frame::End { id }),
-        (any::<u64>(), bytes()).prop_map(|(id, value)| Frame::Result { id, value }),
+        (any::<u64>(), bytes()).prop_map(|(id, value)| Frame::Result {
+            id,
+            value: FrameBytes::from(value.into_vec())
+        }),
         (any::<u64>(), ".{0,80}").prop_map(|(id, message)| Frame::Error {
             id,
             error: RemoteError::new(ErrorKind::Raised, message),
@@ -72,7 +76,7 @@ fn frame() -> impl Strategy<Value = Frame> {
         (any::<u64>(), any::<u64>(), bytes()).prop_map(|(id, total, b)| Frame::Part {
             id,
             total,
-            bytes: agentix_actors::part::PartBytes(b.into_vec().into()),
+            bytes: FrameBytes(b.into_vec().into()),
         }),
         any::<u64>().prop_map(|seq| Frame::Ping { seq }),
         any::<u64>().prop_map(|seq| Frame::Pong { seq }),
@@ -119,7 +123,7 @@ proptest! {
     ) {
         let mut data = Vec::new();
         for f in &frames {
-            codec::encode_into(f, &mut data);
+            codec::encode_into(f.clone(), &mut data);
         }
         let got = read_all(data, sizes, codec::DEFAULT_MAX_FRAME);
         let want: Vec<Result<Frame, String>> = frames.into_iter().map(Ok).collect();
@@ -144,17 +148,19 @@ proptest! {
         frames in proptest::collection::vec(frame(), 2..6),
         victim in any::<prop::sample::Index>(),
         noise in any::<u8>(),
+        at in 4usize..9,
     ) {
-        // Overwrite the first body byte of one frame: at most that frame is
-        // lost or altered, every other frame arrives intact and in order.
+        // Overwrite a byte of one frame's envelope length, or the first of
+        // its envelope: at most that frame is lost or altered, every other
+        // frame arrives intact and in order.
         let victim = victim.index(frames.len());
         let mut data = Vec::new();
         let mut victim_body = 0;
         for (i, f) in frames.iter().enumerate() {
             if i == victim {
-                victim_body = data.len() + 4;
+                victim_body = data.len() + at;
             }
-            codec::encode_into(f, &mut data);
+            codec::encode_into(f.clone(), &mut data);
         }
         data[victim_body] = noise;
         let got = read_all(data, vec![13], codec::DEFAULT_MAX_FRAME);

@@ -12,7 +12,8 @@ use std::collections::{HashMap, VecDeque};
 
 use agentix_actors::codec::DEFAULT_MAX_FRAME;
 use agentix_actors::errors::{ErrorKind, RemoteError};
-use agentix_actors::part::{PartBytes, Partial};
+use agentix_actors::frame_bytes::FrameBytes;
+use agentix_actors::part::Partial;
 use agentix_actors::trace::SpanContext;
 use agentix_actors::wire::{Frame, Window};
 use bytes::Bytes;
@@ -67,7 +68,7 @@ impl Reply {
     pub fn finish_with(self, frame: Frame, parts: Partial) {
         match (self, frame) {
             (Reply::Unary(tx), Frame::Result { value, .. }) => {
-                let value = parts.finish(value.into_vec().into()).map_err(|why| {
+                let value = parts.finish(value.0).map_err(|why| {
                     RemoteError::new(
                         ErrorKind::Protocol,
                         format!("the worker's result arrived incomplete: {why}"),
@@ -254,13 +255,13 @@ impl CallTable {
             .map(|bytes| Frame::Part {
                 id,
                 total,
-                bytes: PartBytes(bytes),
+                bytes: FrameBytes(bytes),
             })
             .collect();
         frames.push(Frame::Call {
             id,
             target: call.target,
-            args: ByteBuf::from(Vec::from(last)),
+            args: FrameBytes(last),
             stream,
             trace: call.trace,
         });
@@ -517,7 +518,7 @@ mod tests {
         let Frame::Call { args, .. } = &frames[1] else {
             panic!("not a call")
         };
-        assert_eq!(args.as_slice(), b"c");
+        assert_eq!(&args[..], b"c");
         let part = |b: &'static [u8]| Bytes::from_static(b);
         assert!(matches!(
             table.deliver_part(id, 5, part(b"xyz"), 5),
@@ -525,7 +526,7 @@ mod tests {
         ));
         let last = Frame::Result {
             id,
-            value: ByteBuf::from(b"w!".to_vec()),
+            value: FrameBytes::from(b"w!".to_vec()),
         };
         assert!(table.finish_with(id, last));
         let value = rx.try_recv().unwrap().unwrap();

@@ -550,9 +550,12 @@ pub async fn reply_garbage(id: u64) -> u32 {
             (Value::Text("value".into()), Value::Text("not bytes".into())),
         ]),
     )]);
-    let body = agentix_actors::cbor::to_vec(&bad).unwrap();
-    let mut frame = (body.len() as u32).to_be_bytes().to_vec();
-    frame.extend_from_slice(&body);
+    // The pipe's layout (`agentix_actors::codec`): body length, envelope
+    // length, envelope; no tail.
+    let envelope = agentix_actors::cbor::to_vec(&bad).unwrap();
+    let mut frame = (envelope.len() as u32 + 4).to_be_bytes().to_vec();
+    frame.extend_from_slice(&(envelope.len() as u32).to_be_bytes());
+    frame.extend_from_slice(&envelope);
     // SAFETY: fd 4 is the worker's frame pipe; ManuallyDrop leaves it open.
     // The frame is far below PIPE_BUF, so its write is atomic.
     let mut pipe = std::mem::ManuallyDrop::new(unsafe {

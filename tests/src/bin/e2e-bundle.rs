@@ -99,9 +99,9 @@ fn write_garbage_once() {
         "stray" => {
             let frame = agentix_actors::wire::Frame::Result {
                 id: 987_654,
-                value: serde_bytes::ByteBuf::from(vec![0xf6]),
+                value: vec![0xf6].into(),
             };
-            agentix_actors::codec::encode_into(&frame, &mut bytes);
+            agentix_actors::codec::encode_into(frame, &mut bytes);
         }
         "oversized" => bytes.extend_from_slice(&0xffff_fff0u32.to_be_bytes()),
         "truncated" => {
