@@ -20,7 +20,9 @@
 //!
 //! The envelope of a request is `{request_id, data}` on the event; the reply
 //! is `<event>:result {request_id, data}` or `<event>:error {request_id,
-//! error: {type, message}}`.
+//! error: {type, message}}`. A request its caller stops waiting for (the
+//! future dropped, or its timeout passed) is followed by `<event>:cancel
+//! {request_id}`, on which the host stops its handler.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -37,7 +39,7 @@ use actix::Recipient;
 
 use crate::namespace_messages::{actor_event_handlers, NamespaceEvent};
 use crate::outbox::Outbox;
-use crate::request_envelope::{no_handler_reply, request_id};
+use crate::request_envelope::{cancel_event, no_handler_reply, request_id};
 
 use crate::wire::{check_plugin_path, Frame};
 
@@ -291,9 +293,11 @@ impl SandboxNamespaceHandle {
             })
             .map_err(|_| closed())?;
         // Dropped before its reply or its timeout, the request is
-        // forgotten too, not left waiting for ever.
+        // forgotten too, not left waiting for ever, and the host is told
+        // to stop answering it.
         let mut forget = ForgetOnDrop {
-            mailbox: &self.mailbox,
+            ns: self,
+            event,
             request_id: Some(request_id.clone()),
         };
         self.emit(event, json!({ "request_id": request_id, "data": body }));
@@ -315,16 +319,23 @@ impl SandboxNamespaceHandle {
     }
 }
 
-/// Sends `Forget` for a request whose caller stopped waiting for it.
+/// For a request whose caller stopped waiting (dropped or timed out):
+/// forgets it here and emits `<event>:cancel {request_id}`, so the host
+/// stops working on an answer nobody reads.
 struct ForgetOnDrop<'a> {
-    mailbox: &'a mpsc::UnboundedSender<Mail>,
+    ns: &'a SandboxNamespaceHandle,
+    event: &'a str,
     request_id: Option<String>,
 }
 
 impl Drop for ForgetOnDrop<'_> {
     fn drop(&mut self) {
         if let Some(request_id) = self.request_id.take() {
-            let _ = self.mailbox.send(Mail::Forget(request_id));
+            let _ = self.ns.mailbox.send(Mail::Forget(request_id.clone()));
+            self.ns.emit(
+                cancel_event(self.event),
+                json!({ "request_id": request_id }),
+            );
         }
     }
 }

@@ -5,10 +5,12 @@
 //! `N` is the side's handle on the namespace (the sandbox's
 //! `SandboxNamespaceHandle`, the host's `HostNamespaceHandle`), so a handler can emit
 //! back. A request's `Ok` becomes `<event>:result {request_id, data}`, its
-//! `Err` `<event>:error {request_id, error: {type, message}}`.
+//! `Err` `<event>:error {request_id, error: {type, message}}`; its
+//! `cancelled` token fires on the asker's `<event>:cancel`.
 
 use actix::Message;
 use serde_json::Value;
+pub use tokio_util::sync::CancellationToken;
 
 use crate::event_route::EventRoute;
 
@@ -35,6 +37,10 @@ pub struct NamespaceRequest<N: Send + 'static> {
     pub event: String,
     /// The request's body.
     pub body: Value,
+    /// Fires when the asking side stops waiting (it went away, or its
+    /// timeout passed): no reply is sent after it, so the handler can drop
+    /// its work, as `tokio::select!` against `cancelled.cancelled()` does.
+    pub cancelled: CancellationToken,
 }
 
 /// Why a request failed, as the asking side reads it: `{type, message}`.

@@ -1,7 +1,9 @@
 //! The request envelope of plugin namespaces, shared by the sandbox, the
 //! server and the host: a request is `<event> {request_id, data}`, its reply
 //! `<event>:result {request_id, data}` or `<event>:error {request_id, error:
-//! {type, message}}`.
+//! {type, message}}`. An asker that stops waiting emits `<event>:cancel
+//! {request_id}`, so the answering side can stop working on it; no reply
+//! follows a cancel.
 //!
 //! Whoever cannot deliver a request (no handler for its event, no host on
 //! its namespace) answers it with an error at once, so the asking side never
@@ -20,10 +22,22 @@ pub const HOST_BEHIND: &str = "HostBehind";
 /// The request id of `event` if it is a request (not a reply) that
 /// expects an answer.
 pub fn request_id(event: &str, data: &Value) -> Option<Value> {
-    if event.ends_with(":result") || event.ends_with(":error") {
+    if event.ends_with(":result") || event.ends_with(":error") || event.ends_with(CANCEL_SUFFIX) {
         return None;
     }
     data.get("request_id").cloned()
+}
+
+const CANCEL_SUFFIX: &str = ":cancel";
+
+/// The event that cancels a request made with `event`.
+pub fn cancel_event(event: &str) -> String {
+    format!("{event}{CANCEL_SUFFIX}")
+}
+
+/// The request event `event` cancels, if it is a cancel.
+pub fn cancelled_event(event: &str) -> Option<&str> {
+    event.strip_suffix(CANCEL_SUFFIX)
 }
 
 /// The `<event>:error` reply to request `request_id`.
@@ -63,6 +77,15 @@ mod tests {
         assert_eq!(request_id("fetch:result", &envelope), None);
         assert_eq!(request_id("fetch:error", &envelope), None);
         assert_eq!(request_id("progress", &json!({"data": 1})), None);
+        assert_eq!(request_id("fetch:cancel", &envelope), None);
+    }
+
+    #[test]
+    fn a_cancel_names_the_request_event_it_stops() {
+        assert_eq!(cancel_event("fetch"), "fetch:cancel");
+        assert_eq!(cancelled_event("fetch:cancel"), Some("fetch"));
+        assert_eq!(cancelled_event("a:b:cancel"), Some("a:b"));
+        assert_eq!(cancelled_event("fetch"), None);
     }
 
     #[test]

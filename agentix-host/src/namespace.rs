@@ -17,23 +17,29 @@
 //! a slow handler delays neither other namespaces nor call results. A
 //! `request_handler` unwraps `{request_id, data}`, and replies with
 //! `<event>:result {request_id, data}` or `<event>:error {request_id, error:
-//! {type, message}}` (also when the handler panics).
+//! {type, message}}` (also when the handler panics). When the sandbox stops
+//! waiting for an answer it sends `<event>:cancel {request_id}`: a closure
+//! handler's future is then dropped, an actor's [`NamespaceRequest`] sees
+//! its `cancelled` token fire, and no reply is sent.
 
 use std::collections::HashMap;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use actix::Recipient;
 use agentix_actors::errors::{ErrorKind, RemoteError};
 use agentix_actors::namespace_messages::{
     actor_event_handlers, NamespaceEvent, NamespaceFault, NamespaceRequest,
 };
-use agentix_actors::request_envelope::{error_reply, no_handler_reply, request_id};
+use agentix_actors::request_envelope::{
+    cancelled_event, error_reply, no_handler_reply, request_id,
+};
 use futures_util::FutureExt;
 use serde::Serialize;
 use serde_json::{json, Value};
+use tokio_util::sync::CancellationToken;
 
 use crate::connection::{connect_error, Endpoint};
 use crate::sio::{Delivery, SioClient};
@@ -53,11 +59,16 @@ pub struct HostNamespace {
 pub struct HostNamespaceHandle {
     client: SioClient,
     path: Arc<str>,
+    answering: Answering,
 }
 
 impl HostNamespaceHandle {
-    pub(crate) fn new(client: SioClient, path: Arc<str>) -> Self {
-        HostNamespaceHandle { client, path }
+    fn new(client: SioClient, path: Arc<str>, answering: Answering) -> Self {
+        HostNamespaceHandle {
+            client,
+            path,
+            answering,
+        }
     }
 
     /// The namespace path.
@@ -111,26 +122,88 @@ impl HostNamespace {
         T: Serialize,
         E: std::fmt::Display,
     {
-        let handler = Arc::new(handler);
         let name = event.to_owned();
-        self.on(event, move |ns: HostNamespaceHandle, envelope: Value| {
-            let handler = handler.clone();
+        let handler = move |ns: HostNamespaceHandle, envelope: Value| -> BoxFuture {
+            let Some(request_id) = envelope.get("request_id").cloned() else {
+                tracing::debug!(event = name, "request without a request_id; dropped");
+                return Box::pin(std::future::ready(()));
+            };
+            // Known before the next delivery, so a cancel right behind the
+            // request finds it.
+            let answer = ns.answering.start(&request_id);
+            let body = envelope.get("data").cloned().unwrap_or(Value::Null);
+            let work = AssertUnwindSafe(handler(body)).catch_unwind();
             let name = name.clone();
-            async move {
-                let Some(request_id) = envelope.get("request_id").cloned() else {
-                    tracing::debug!(event = name, "request without a request_id; dropped");
-                    return;
+            Box::pin(async move {
+                let outcome = tokio::select! {
+                    outcome = work => outcome,
+                    () = answer.token.cancelled() => {
+                        tracing::debug!(event = name, "request cancelled by the sandbox");
+                        return;
+                    }
                 };
-                let body = envelope.get("data").cloned().unwrap_or(Value::Null);
-                let outcome = AssertUnwindSafe(handler(body)).catch_unwind().await;
+                drop(answer);
                 // Turned into plain JSON before the next await: `T` and `E`
                 // need not be `Send`.
                 let (reply_event, reply) = reply_for(&name, request_id, outcome);
                 if let Err(e) = ns.emit(&reply_event, reply).await {
                     tracing::debug!("reply not sent: {e}");
                 }
-            }
-        })
+            })
+        };
+        let mut namespace = self;
+        namespace
+            .handlers
+            .insert(event.to_owned(), Arc::new(handler));
+        namespace
+    }
+}
+
+/// The requests one joined namespace is answering, by request id: where a
+/// sandbox's `<event>:cancel {request_id}` finds the one to stop.
+#[derive(Clone, Default)]
+struct Answering(Arc<Mutex<HashMap<String, CancellationToken>>>);
+
+/// A request being answered; dropped, it leaves the table.
+struct Answer {
+    token: CancellationToken,
+    key: String,
+    answering: Answering,
+}
+
+impl Answering {
+    fn key(request_id: &Value) -> String {
+        match request_id {
+            Value::String(id) => id.clone(),
+            other => other.to_string(),
+        }
+    }
+
+    fn table(&self) -> std::sync::MutexGuard<'_, HashMap<String, CancellationToken>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn start(&self, request_id: &Value) -> Answer {
+        let key = Self::key(request_id);
+        let token = CancellationToken::new();
+        self.table().insert(key.clone(), token.clone());
+        Answer {
+            token,
+            key,
+            answering: self.clone(),
+        }
+    }
+
+    fn cancel(&self, request_id: &Value) {
+        if let Some(token) = self.table().remove(&Self::key(request_id)) {
+            token.cancel();
+        }
+    }
+}
+
+impl Drop for Answer {
+    fn drop(&mut self) {
+        self.answering.table().remove(&self.key);
     }
 }
 
@@ -192,14 +265,24 @@ impl HostNamespace {
                 });
             };
             let body = envelope.get("data").cloned().unwrap_or(Value::Null);
+            let request = ns.answering.start(&request_id);
             // Sent now, in arrival order; only the answer is awaited.
             let answer = actor.send(NamespaceRequest {
                 ns: ns.clone(),
                 event: name.clone(),
                 body,
+                cancelled: request.token.clone(),
             });
             Box::pin(async move {
-                let (event, reply) = match answer.await {
+                let answer = tokio::select! {
+                    answer = answer => answer,
+                    () = request.token.cancelled() => {
+                        tracing::debug!(event = name, "request cancelled by the sandbox");
+                        return;
+                    }
+                };
+                drop(request);
+                let (event, reply) = match answer {
                     Ok(Ok(data)) => (
                         format!("{name}:result"),
                         json!({ "request_id": request_id, "data": data }),
@@ -261,8 +344,10 @@ pub(crate) async fn join(
 ) -> Result<HostNamespaceHandle, RemoteError> {
     let handlers = Arc::new(namespace.handlers);
     let path: Arc<str> = Arc::from(namespace.path.as_str());
+    let answering = Answering::default();
     let on_delivery = {
         let path = path.clone();
+        let answering = answering.clone();
         move |delivery: Delivery| {
             let Delivery::Event(incoming) = delivery else {
                 return;
@@ -270,14 +355,18 @@ pub(crate) async fn join(
             let name = incoming.name().to_owned();
             let Some(handler) = handlers.get(&name) else {
                 let client = incoming.client().clone();
-                let request = incoming
-                    .decode::<Value>()
-                    .ok()
-                    .and_then(|data| request_id(&name, &data));
-                match request {
+                let data = incoming.decode::<Value>().ok();
+                if cancelled_event(&name).is_some() {
+                    // Unknown ids are requests already answered.
+                    if let Some(request_id) = data.as_ref().and_then(|d| d.get("request_id")) {
+                        answering.cancel(request_id);
+                    }
+                    return;
+                }
+                match data.and_then(|data| request_id(&name, &data)) {
                     Some(request_id) => {
                         let (event, reply) = no_handler_reply(&path, &name, request_id);
-                        let ns = HostNamespaceHandle::new(client, path.clone());
+                        let ns = HostNamespaceHandle::new(client, path.clone(), answering.clone());
                         tokio::spawn(async move {
                             if let Err(e) = ns.emit(&event, reply).await {
                                 tracing::debug!("reply not sent: {e}");
@@ -292,7 +381,11 @@ pub(crate) async fn join(
                 }
                 return;
             };
-            let ns = HostNamespaceHandle::new(incoming.client().clone(), path.clone());
+            let ns = HostNamespaceHandle::new(
+                incoming.client().clone(),
+                path.clone(),
+                answering.clone(),
+            );
             let data = match incoming.decode::<Value>() {
                 Ok(data) => data,
                 Err(e) => {
@@ -317,5 +410,5 @@ pub(crate) async fn join(
         .join(&path, &endpoint.auth(), Arc::new(on_delivery))
         .await
         .map_err(|e| connect_error(endpoint, &format!("cannot join {path}"), e))?;
-    Ok(HostNamespaceHandle::new(client.clone(), path))
+    Ok(HostNamespaceHandle::new(client.clone(), path, answering))
 }

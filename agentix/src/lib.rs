@@ -39,7 +39,9 @@ pub use agentix_actors::log_record::LogRecord;
 pub use agentix_actors::namespace::{
     register_namespace, RegisterError, RemoteSioError, SandboxNamespace, SandboxNamespaceHandle,
 };
-pub use agentix_actors::namespace_messages::{NamespaceEvent, NamespaceFault, NamespaceRequest};
+pub use agentix_actors::namespace_messages::{
+    CancellationToken, NamespaceEvent, NamespaceFault, NamespaceRequest,
+};
 pub use agentix_actors::process;
 pub use agentix_actors::remote::{Remote, RemoteStream};
 pub use agentix_actors::restart_policy::RestartPolicy;

@@ -228,6 +228,17 @@ async fn an_agent_that_leaves_mid_stream_closes_the_upstream_connection() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_agent_that_leaves_before_the_upstream_answers_closes_the_upstream_connection() {
+    leaving_before_the_answer_closes_the_upstream_and_frees_the_slot(true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_that_leaves_a_whole_request_closes_the_upstream_connection() {
+    leaving_before_the_answer_closes_the_upstream_and_frees_the_slot(false).await;
+}
+
+/// An agent asks for a `held` answer (streamed or whole) and leaves: the
+/// upstream sees its connection close and the sandbox's only slot is free.
+async fn leaving_before_the_answer_closes_the_upstream_and_frees_the_slot(stream: bool) {
     let script = Arc::new(StreamScript::default());
     let base = streaming_upstream(script.clone()).await;
     // One slot: the next stream is served only if the abandoned one freed it.
@@ -235,7 +246,14 @@ async fn an_agent_that_leaves_before_the_upstream_answers_closes_the_upstream_co
     let completions = format!("{url}/chat/completions");
     let agent = tokio::spawn({
         let completions = completions.clone();
-        async move { agent_stream(&completions, "held").await }
+        async move {
+            if stream {
+                let _ = agent_stream(&completions, "held").await;
+            } else {
+                let whole = json!({"model": "held", "messages": []});
+                agent("POST", &completions, Some(whole)).await;
+            }
+        }
     });
     let within = std::time::Duration::from_secs(30);
     tokio::time::timeout(within, script.asked.notified())

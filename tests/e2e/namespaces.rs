@@ -416,3 +416,89 @@ async fn a_sandbox_namespace_actor_gets_the_hosts_events_in_order() {
     let expected: Vec<JsonValue> = (0..500).map(|i| json!(i)).collect();
     assert_eq!(numbers, JsonValue::Array(expected));
 }
+
+/// Answers a request only when the sandbox cancels it, and reports that.
+struct Canceller(mpsc::UnboundedSender<&'static str>);
+
+impl agentix::actix::Actor for Canceller {
+    type Context = agentix::actix::Context<Self>;
+}
+
+impl agentix::actix::Handler<agentix::NamespaceRequest<agentix::HostNamespaceHandle>>
+    for Canceller
+{
+    type Result = agentix::actix::ResponseFuture<Result<JsonValue, agentix::NamespaceFault>>;
+
+    fn handle(
+        &mut self,
+        msg: agentix::NamespaceRequest<agentix::HostNamespaceHandle>,
+        _: &mut Self::Context,
+    ) -> Self::Result {
+        let report = self.0.clone();
+        Box::pin(async move {
+            tokio::select! {
+                () = msg.cancelled.cancelled() => { let _ = report.send("actor cancelled"); }
+                () = tokio::time::sleep(Duration::from_secs(600)) => {}
+            }
+            Ok(JsonValue::Null)
+        })
+    }
+}
+
+/// Reports when the future holding it is dropped.
+struct DropReport(mpsc::UnboundedSender<&'static str>);
+
+impl Drop for DropReport {
+    fn drop(&mut self) {
+        let _ = self.0.send("closure dropped");
+    }
+}
+
+#[tokio::test]
+async fn a_request_the_sandbox_stops_waiting_for_stops_its_host_handler() {
+    let sb = sandbox().await;
+    let (tx, mut reports) = mpsc::unbounded_channel();
+    let host = HostNamespace::new("/e2e-plugin")
+        .request_handler("hang", {
+            let tx = tx.clone();
+            move |_| {
+                let guard = DropReport(tx.clone());
+                async move {
+                    tokio::time::sleep(Duration::from_secs(600)).await;
+                    drop(guard);
+                    Ok::<_, String>(JsonValue::Null)
+                }
+            }
+        })
+        .request_actor(
+            "hang-actor",
+            agentix::start_actor(move |_| Canceller(tx)).recipient(),
+        );
+    sb.register_namespace(host).unwrap();
+    sb.remote(agentix_e2e::open_plugin, ()).await.unwrap();
+
+    for (event, report) in [
+        ("hang", "closure dropped"),
+        ("hang-actor", "actor cancelled"),
+    ] {
+        // The sandbox gives up after 300 ms; its cancel stops the host's work.
+        let err = sb
+            .remote(agentix_e2e::ask_host_event, (event.into(), 300))
+            .await
+            .unwrap_err()
+            .message;
+        assert!(err.contains(&format!("no reply to `{event}`")), "{err}");
+        let got = tokio::time::timeout(Duration::from_secs(10), reports.recv())
+            .await
+            .unwrap_or_else(|_| panic!("the host's `{event}` handler was not stopped"));
+        assert_eq!(got, Some(report));
+    }
+    // Nothing else waits, and the namespace answers on.
+    assert_eq!(
+        sb.remote(agentix_e2e::abandon_requests, (0,))
+            .await
+            .unwrap(),
+        0
+    );
+    assert_eq!(sb.remote(agentix_e2e::add, (1, 1)).await.unwrap(), 2);
+}

@@ -148,10 +148,10 @@ pub struct StreamAck {
     pub seq: u64,
 }
 
-/// The agent went away (`stream:cancel`): the host drops the upstream
+/// The agent went away (`stream:abandon`): the host drops the upstream
 /// request, closing its connection.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct StreamCancel {
+pub struct StreamAbandon {
     /// The stream.
     pub stream_id: String,
 }

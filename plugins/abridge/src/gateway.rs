@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use agentix::trace::{self, SpanContext};
-use agentix::HostNamespaceHandle;
+use agentix::{CancellationToken, HostNamespaceHandle};
 use serde_json::{json, Value};
 use tokio::sync::OwnedSemaphorePermit;
 
@@ -138,13 +138,15 @@ impl Gateway {
 
     /// Answers one forwarded request, its span under the current one.
     pub async fn answer(&self, request: Value) -> UpstreamAnswer {
-        self.answer_under(request, trace::current()).await
+        self.answer_under(request, trace::current(), &CancellationToken::new())
+            .await
     }
 
     pub(crate) async fn answer_under(
         &self,
         request: Value,
         parent: Option<SpanContext>,
+        cancelled: &CancellationToken,
     ) -> UpstreamAnswer {
         let request: UpstreamRequest = match serde_json::from_value(request) {
             Ok(r) => r,
@@ -164,7 +166,7 @@ impl Gateway {
                 return refused;
             }
         };
-        let answer = send(Outgoing {
+        let sent = send(Outgoing {
             method: call.method,
             url: &call.url,
             headers: self.shape.auth_headers(self.key.as_deref()),
@@ -172,8 +174,17 @@ impl Gateway {
             timeout: self.timeout,
             accept: "application/json",
             client: &client,
-        })
-        .await;
+        });
+        // Dropping the send drops the upstream request: its connection
+        // closes and the upstream can stop generating.
+        let answer = tokio::select! {
+            answer = sent => answer,
+            () = cancelled.cancelled() => {
+                let why = "the agent went away before the upstream answered";
+                watch.end(CLIENT_GONE, None, None, Some(why.into())).await;
+                return UpstreamAnswer::error(CLIENT_GONE, "client_closed_request", why);
+            }
+        };
         watch.usage(&answer.body["usage"]);
         let answer = for_agent(api, self.shape.answer(api, answer));
         watch

@@ -8,7 +8,8 @@
 //! ending with its exchange.
 //!
 //! Whole answers arrive as [`NamespaceRequest`]s, whose reply the namespace
-//! sends back; stream opens, acks and cancels arrive as [`NamespaceEvent`]s
+//! sends back (and whose `cancelled` token, fired when the agent goes away,
+//! drops the upstream request); stream opens, acks and abandons arrive as [`NamespaceEvent`]s
 //! in the order the sandbox sent them, so an ack never overtakes the open
 //! of its stream.
 
@@ -25,7 +26,7 @@ use tokio::sync::Semaphore;
 use crate::exchange::{Api, StreamOpen};
 use crate::gateway::Gateway;
 use crate::gateway_stream::StreamPumps;
-use crate::{EVENT_STREAM, EVENT_STREAM_ACK, EVENT_STREAM_CANCEL, EVENT_UPSTREAM, NAMESPACE};
+use crate::{EVENT_STREAM, EVENT_STREAM_ABANDON, EVENT_STREAM_ACK, EVENT_UPSTREAM, NAMESPACE};
 
 /// One sandbox's gateway: its upstream, its open streams and its share of
 /// the concurrency limit.
@@ -67,7 +68,7 @@ impl Gateway {
         HostNamespace::new(NAMESPACE)
             .request_actor(EVENT_UPSTREAM, actor.clone().recipient())
             .on_actor(
-                [EVENT_STREAM, EVENT_STREAM_ACK, EVENT_STREAM_CANCEL],
+                [EVENT_STREAM, EVENT_STREAM_ACK, EVENT_STREAM_ABANDON],
                 actor.recipient(),
             )
     }
@@ -89,7 +90,13 @@ impl Handler<NamespaceRequest<HostNamespaceHandle>> for GatewayActor {
         let slot = self.slots.clone().try_acquire_owned();
         Box::pin(async move {
             let answer = match slot {
-                Ok(_slot) => gateway.answer_under(request.body, parent).await,
+                // An agent that goes away cancels: the upstream request is
+                // dropped and the slot is free again.
+                Ok(_slot) => {
+                    gateway
+                        .answer_under(request.body, parent, &request.cancelled)
+                        .await
+                }
                 Err(_) => {
                     let api = serde_json::from_value(request.body["api"].clone());
                     gateway.busy(api.unwrap_or(Api::ChatCompletions))
@@ -132,9 +139,9 @@ impl Handler<NamespaceEvent<HostNamespaceHandle>> for GatewayActor {
                 Ok(ack) => self.pumps.ack(ack),
                 Err(e) => tracing::debug!("abridge: malformed stream ack dropped: {e}"),
             },
-            EVENT_STREAM_CANCEL => match serde_json::from_value(data) {
+            EVENT_STREAM_ABANDON => match serde_json::from_value(data) {
                 Ok(cancel) => self.pumps.cancel(cancel),
-                Err(e) => tracing::debug!("abridge: malformed stream cancel dropped: {e}"),
+                Err(e) => tracing::debug!("abridge: malformed stream abandon dropped: {e}"),
             },
             other => tracing::debug!(event = other, "abridge: unknown event dropped"),
         }

@@ -6,7 +6,7 @@
 //! [`STREAM_WINDOW`] ahead of what the sandbox has written to its agent.
 //!
 //! A stream is registered ([`StreamPumps::register`]) as soon as the sandbox
-//! asks for it, so a `stream:cancel` (the agent went away) is heard even
+//! asks for it, so a `stream:abandon` (the agent went away) is heard even
 //! while the upstream has not answered yet. A cancel, a lost connection to
 //! the sandbox or the gateway's timeout stop the pump, or the open, and
 //! close the upstream connection, so the upstream stops generating.
@@ -22,7 +22,7 @@ use tokio::sync::watch;
 
 use crate::anthropic_stream::StreamTranslator;
 use crate::exchange::{
-    StreamAck, StreamCancel, StreamHead, StreamItem, StreamPart, UpstreamAnswer, STREAM_WINDOW,
+    StreamAbandon, StreamAck, StreamHead, StreamItem, StreamPart, UpstreamAnswer, STREAM_WINDOW,
 };
 use crate::observation::Observation;
 use crate::upstream::Opened;
@@ -49,13 +49,13 @@ impl StreamPumps {
         self.update(&ack.stream_id, |c| c.acked = c.acked.max(ack.seq));
     }
 
-    /// Records a `stream:cancel`.
-    pub fn cancel(&self, cancel: StreamCancel) {
+    /// Records a `stream:abandon`.
+    pub fn cancel(&self, cancel: StreamAbandon) {
         self.update(&cancel.stream_id, |c| c.cancelled = true);
     }
 
     /// Registers a stream the moment the sandbox asks for it, before its
-    /// upstream is even asked: a `stream:cancel` that follows at once (the
+    /// upstream is even asked: a `stream:abandon` that follows at once (the
     /// agent left while the upstream was still silent) then finds it. The
     /// stream stays known until the returned control is dropped.
     pub fn register(&self, stream_id: String) -> StreamControl {
@@ -165,7 +165,7 @@ pub struct StreamControl {
 }
 
 impl StreamControl {
-    /// Resolves when the agent has gone away (a `stream:cancel` came); never
+    /// Resolves when the agent has gone away (a `stream:abandon` came); never
     /// otherwise, so it can be raced against the upstream's answer.
     pub async fn cancelled(&self) {
         let mut watching = self.watching.clone();

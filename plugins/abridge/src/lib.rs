@@ -73,5 +73,5 @@ pub const EVENT_STREAM: &str = "stream";
 pub const EVENT_STREAM_ITEM: &str = "stream:item";
 /// Items written to the agent, sandbox to host ([`exchange::StreamAck`]).
 pub const EVENT_STREAM_ACK: &str = "stream:ack";
-/// The agent went away, sandbox to host ([`exchange::StreamCancel`]).
-pub const EVENT_STREAM_CANCEL: &str = "stream:cancel";
+/// The agent went away, sandbox to host ([`exchange::StreamAbandon`]).
+pub const EVENT_STREAM_ABANDON: &str = "stream:abandon";

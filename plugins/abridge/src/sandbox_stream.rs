@@ -25,10 +25,10 @@ use tokio::sync::mpsc;
 
 use crate::arriving_streams::{ArrivingStreams, Expect, Forget};
 use crate::exchange::{
-    Api, StreamAck, StreamCancel, StreamHead, StreamOpen, StreamPart, UpstreamAnswer,
+    Api, StreamAbandon, StreamAck, StreamHead, StreamOpen, StreamPart, UpstreamAnswer,
     UpstreamRequest, STREAM_WINDOW,
 };
-use crate::{EVENT_STREAM, EVENT_STREAM_ACK, EVENT_STREAM_CANCEL};
+use crate::{EVENT_STREAM, EVENT_STREAM_ABANDON, EVENT_STREAM_ACK};
 
 /// A response body the endpoint sends: whole or streamed.
 pub type AgentBody = UnsyncBoxBody<Bytes, Infallible>;
@@ -52,11 +52,11 @@ impl Drop for Abandon {
             id: self.id.clone(),
         });
         if !self.ended {
-            let cancel = StreamCancel {
+            let cancel = StreamAbandon {
                 stream_id: self.id.clone(),
             };
             self.handle.emit(
-                EVENT_STREAM_CANCEL,
+                EVENT_STREAM_ABANDON,
                 serde_json::to_value(cancel).unwrap_or(Value::Null),
             );
         }

@@ -174,8 +174,9 @@ pub(crate) fn event(i: usize) -> String {
 /// A streaming upstream. Model `paused`: event 0, then the rest (5 in all)
 /// once released. `endless`: an event every 20 ms until its client goes.
 /// `long`: 2,000 events at once, cut into odd-sized writes. `dropped`:
-/// event 0, then the connection breaks. `slow`: headers after 3 s. `held`:
-/// no headers until its client leaves (then `closed` fires).
+/// event 0, then the connection breaks. `slow`: headers after 3 s. `held`
+/// (asked whole or as a stream): no answer until its client leaves (then
+/// `closed` fires).
 /// Anything else: a 429 with `Retry-After: 3`. Every finished stream ends
 /// `data: [DONE]`.
 pub(crate) async fn streaming_upstream(script: Arc<StreamScript>) -> String {
@@ -185,17 +186,18 @@ pub(crate) async fn streaming_upstream(script: Arc<StreamScript>) -> String {
         async move {
             let bytes = request.into_body().collect().await.unwrap().to_bytes();
             let body: Value = serde_json::from_slice(&bytes).unwrap();
-            assert_eq!(body["stream"], true, "asked upstream as a stream");
-            let (tx, rx) = tokio::sync::mpsc::channel::<std::io::Result<Bytes>>(4);
             let model = body["model"].as_str().unwrap_or_default().to_owned();
-            if model == "slow" {
-                tokio::time::sleep(std::time::Duration::from_secs(3)).await;
-            }
+            // Asked whole or as a stream alike.
             if model == "held" {
                 let unanswered = Unanswered(script.clone());
                 script.asked.notify_one();
                 tokio::time::sleep(std::time::Duration::from_secs(600)).await;
                 drop(unanswered);
+            }
+            assert_eq!(body["stream"], true, "asked upstream as a stream");
+            let (tx, rx) = tokio::sync::mpsc::channel::<std::io::Result<Bytes>>(4);
+            if model == "slow" {
+                tokio::time::sleep(std::time::Duration::from_secs(3)).await;
             }
             let streams = [
                 "paused", "endless", "long", "dropped", "slow", "late", "broken",
