@@ -174,6 +174,30 @@ async fn rss(sb: &Sandbox, report: &mut Report) {
         "KiB",
         rss_kib(worker),
     );
+    // RSS counts the binary's code pages in each process, though every
+    // sandbox running the same binary shares them; these two do not.
+    report.add(
+        "pss_kib",
+        "server + worker proportional set size (shared pages split), idle",
+        "KiB",
+        rollup_kib(server, "Pss") + rollup_kib(worker, "Pss"),
+    );
+    report.add(
+        "private_dirty_kib",
+        "server + worker memory of their own (heap, stacks): what one more sandbox costs",
+        "KiB",
+        rollup_kib(server, "Private_Dirty") + rollup_kib(worker, "Private_Dirty"),
+    );
+}
+
+/// A `field` of `/proc/<pid>/smaps_rollup`, in KiB.
+fn rollup_kib(pid: u32, field: &str) -> f64 {
+    let rollup = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).unwrap_or_default();
+    rollup
+        .lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(f64::NAN)
 }
 
 async fn stream_items(sb: &Sandbox, report: &mut Report) {

@@ -241,8 +241,11 @@ async fn an_agent_that_leaves_a_whole_request_closes_the_upstream_connection() {
 async fn leaving_before_the_answer_closes_the_upstream_and_frees_the_slot(stream: bool) {
     let script = Arc::new(StreamScript::default());
     let base = streaming_upstream(script.clone()).await;
+    let transcript = support::scratch_dir("abridge-leaving").join("exchanges.jsonl");
+    let log = ExchangeLog::start(JsonLinesRecorder::create(&transcript).unwrap()).unwrap();
     // One slot: the next stream is served only if the abandoned one freed it.
-    let (_sandbox, url) = serving(Gateway::openai(&base).max_concurrent(1)).await;
+    let gateway = Gateway::openai(&base).max_concurrent(1).record_to(log);
+    let (_sandbox, url) = serving(gateway).await;
     let completions = format!("{url}/chat/completions");
     let agent = tokio::spawn({
         let completions = completions.clone();
@@ -278,6 +281,23 @@ async fn leaving_before_the_answer_closes_the_upstream_and_frees_the_slot(stream
     let mut text = Vec::new();
     read_at_least(&mut body, &mut text, usize::MAX).await;
     assert!(String::from_utf8_lossy(&text).ends_with("data: [DONE]\n\n"));
+    // The abandoned exchange is recorded as such, before the one after it.
+    let exchanges = wait_for_lines(&transcript, 2).await;
+    assert_eq!(exchanges[0].model, json!("held"));
+    assert_eq!(exchanges[0].status, 499, "{:?}", exchanges[0]);
+    assert!(
+        exchanges[0]
+            .error
+            .as_deref()
+            .unwrap_or("")
+            .contains("went away"),
+        "{:?}",
+        exchanges[0]
+    );
+    assert_eq!(
+        (exchanges[1].model.clone(), exchanges[1].status),
+        (json!("long"), 200)
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -499,13 +519,15 @@ impl agentix::trace::Processor for EndedSpans {
 
 /// The exchanges in the JSON-lines file at `path` once it holds `n`.
 async fn wait_for_lines(path: &std::path::Path, n: usize) -> Vec<Exchange> {
+    // Only whole lines count: a long one may be half written.
     support::wait_until_async("the recorder to write every exchange", || async {
-        std::fs::read_to_string(path).is_ok_and(|t| t.lines().count() >= n)
+        std::fs::read_to_string(path).is_ok_and(|t| t.matches('\n').count() >= n)
     })
     .await;
     std::fs::read_to_string(path)
         .unwrap()
-        .lines()
+        .split_inclusive('\n')
+        .take(n)
         .map(|l| serde_json::from_str(l).unwrap())
         .collect()
 }

@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use agentix::trace::{self, SpanContext};
-use agentix::{CancellationToken, HostNamespaceHandle};
+use agentix::HostNamespaceHandle;
 use serde_json::{json, Value};
 use tokio::sync::OwnedSemaphorePermit;
 
@@ -25,7 +25,7 @@ use crate::EVENT_STREAM;
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(600);
 /// The status an exchange is recorded with when its agent left before the
 /// upstream answered (nginx's "client closed request").
-const CLIENT_GONE: u16 = 499;
+pub(crate) const CLIENT_GONE: u16 = 499;
 /// Requests one sandbox may have in flight at once, unless set.
 pub const DEFAULT_MAX_CONCURRENT: usize = 64;
 
@@ -138,15 +138,13 @@ impl Gateway {
 
     /// Answers one forwarded request, its span under the current one.
     pub async fn answer(&self, request: Value) -> UpstreamAnswer {
-        self.answer_under(request, trace::current(), &CancellationToken::new())
-            .await
+        self.answer_under(request, trace::current()).await
     }
 
     pub(crate) async fn answer_under(
         &self,
         request: Value,
         parent: Option<SpanContext>,
-        cancelled: &CancellationToken,
     ) -> UpstreamAnswer {
         let request: UpstreamRequest = match serde_json::from_value(request) {
             Ok(r) => r,
@@ -166,7 +164,9 @@ impl Gateway {
                 return refused;
             }
         };
-        let sent = send(Outgoing {
+        // Dropped here (the agent went away), the request closes its
+        // upstream connection and `watch` records the exchange as gone.
+        let answer = send(Outgoing {
             method: call.method,
             url: &call.url,
             headers: self.shape.auth_headers(self.key.as_deref()),
@@ -174,17 +174,8 @@ impl Gateway {
             timeout: self.timeout,
             accept: "application/json",
             client: &client,
-        });
-        // Dropping the send drops the upstream request: its connection
-        // closes and the upstream can stop generating.
-        let answer = tokio::select! {
-            answer = sent => answer,
-            () = cancelled.cancelled() => {
-                let why = "the agent went away before the upstream answered";
-                watch.end(CLIENT_GONE, None, None, Some(why.into())).await;
-                return UpstreamAnswer::error(CLIENT_GONE, "client_closed_request", why);
-            }
-        };
+        })
+        .await;
         watch.usage(&answer.body["usage"]);
         let answer = for_agent(api, self.shape.answer(api, answer));
         watch

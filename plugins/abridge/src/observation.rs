@@ -14,9 +14,13 @@ use serde_json::Value;
 
 use crate::exchange::Api;
 use crate::exchange_log::{Exchange, ExchangeLog};
+use crate::gateway::CLIENT_GONE;
 
-/// An exchange under way.
+/// An exchange under way. Dropped before [`Observation::end`] (the agent
+/// went away and its request's future with it), it ends as
+/// [`CLIENT_GONE`].
 pub struct Observation {
+    ended: bool,
     span: trace::Span,
     log: Option<ExchangeLog>,
     began: Instant,
@@ -60,6 +64,7 @@ impl Observation {
             Value::Null
         };
         Observation {
+            ended: false,
             span,
             log,
             began: Instant::now(),
@@ -121,6 +126,42 @@ impl Observation {
         stream: Option<String>,
         error: Option<String>,
     ) {
+        if let Some(log) = self.close(status, response, stream, error) {
+            log.send(self.take_record()).await;
+        }
+    }
+
+    /// The record, moved out (its heavy fields left empty).
+    fn take_record(&mut self) -> Exchange {
+        use std::mem::take;
+        let r = &mut self.record;
+        Exchange {
+            api: r.api,
+            model: take(&mut r.model),
+            upstream_model: r.upstream_model.take(),
+            request: take(&mut r.request),
+            response: r.response.take(),
+            stream: r.stream.take(),
+            status: r.status,
+            error: r.error.take(),
+            prompt_tokens: r.prompt_tokens,
+            completion_tokens: r.completion_tokens,
+            started_at_ms: r.started_at_ms,
+            latency_ms: r.latency_ms,
+            ttft_ms: r.ttft_ms,
+        }
+    }
+
+    /// Sets the span's and the record's end; the log to send the record
+    /// to, if any.
+    fn close(
+        &mut self,
+        status: u16,
+        response: Option<&Value>,
+        stream: Option<String>,
+        error: Option<String>,
+    ) -> Option<ExchangeLog> {
+        self.ended = true;
         let record = &mut self.record;
         record.status = status;
         record.latency_ms = self.began.elapsed().as_secs_f64() * 1e3;
@@ -142,8 +183,25 @@ impl Observation {
                 .set_error(format!("the upstream answered {status}")),
         }
         record.error = error;
-        if let Some(log) = self.log.take() {
-            log.send(self.record).await;
+        self.log.take()
+    }
+}
+
+impl Drop for Observation {
+    fn drop(&mut self) {
+        if self.ended {
+            return;
+        }
+        let why = "the agent went away before the upstream answered";
+        if let Some(log) = self.close(CLIENT_GONE, None, None, Some(why.into())) {
+            let record = self.take_record();
+            // Off the dropping task: the recorder's mailbox may make it wait.
+            match tokio::runtime::Handle::try_current() {
+                Ok(runtime) => {
+                    runtime.spawn(async move { log.send(record).await });
+                }
+                Err(_) => tracing::warn!("abridge: an abandoned exchange was not recorded"),
+            }
         }
     }
 }
