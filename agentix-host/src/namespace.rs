@@ -135,14 +135,9 @@ impl HostNamespace {
             let work = AssertUnwindSafe(handler(body)).catch_unwind();
             let name = name.clone();
             Box::pin(async move {
-                let outcome = tokio::select! {
-                    outcome = work => outcome,
-                    () = answer.token.cancelled() => {
-                        tracing::debug!(event = name, "request cancelled by the sandbox");
-                        return;
-                    }
+                let Some(outcome) = answer.unless_cancelled(&name, work).await else {
+                    return;
                 };
-                drop(answer);
                 // Turned into plain JSON before the next await: `T` and `E`
                 // need not be `Send`.
                 let (reply_event, reply) = reply_for(&name, request_id, outcome);
@@ -198,6 +193,18 @@ impl Answering {
         if let Some(token) = self.table().remove(&Self::key(request_id)) {
             token.cancel();
         }
+    }
+}
+
+impl Answer {
+    /// `work`'s output, or `None` once the sandbox cancels the request;
+    /// either way the request leaves the table.
+    async fn unless_cancelled<F: Future>(self, event: &str, work: F) -> Option<F::Output> {
+        let outcome = self.token.run_until_cancelled(work).await;
+        if outcome.is_none() {
+            tracing::debug!(event, "request cancelled by the sandbox");
+        }
+        outcome
     }
 }
 
@@ -274,14 +281,9 @@ impl HostNamespace {
                 cancelled: request.token.clone(),
             });
             Box::pin(async move {
-                let answer = tokio::select! {
-                    answer = answer => answer,
-                    () = request.token.cancelled() => {
-                        tracing::debug!(event = name, "request cancelled by the sandbox");
-                        return;
-                    }
+                let Some(answer) = request.unless_cancelled(&name, answer).await else {
+                    return;
                 };
-                drop(request);
                 let (event, reply) = match answer {
                     Ok(Ok(data)) => (
                         format!("{name}:result"),

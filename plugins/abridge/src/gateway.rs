@@ -15,7 +15,7 @@ use crate::anthropic;
 use crate::exchange::{Api, StreamHead, StreamOpen, UpstreamAnswer, UpstreamRequest};
 use crate::exchange_log::ExchangeLog;
 use crate::gateway_stream::{Pump, Pumping, Started, StreamControl, StreamPumps};
-use crate::observation::Observation;
+use crate::observation::{Observation, CLIENT_GONE};
 use crate::tls;
 use crate::upstream::{self, send, Outgoing, UpstreamClient};
 use crate::upstream_shape::{UpstreamCall, UpstreamShape};
@@ -23,9 +23,6 @@ use crate::EVENT_STREAM;
 
 /// How long an upstream may take to answer in full, unless set.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(600);
-/// The status an exchange is recorded with when its agent left before the
-/// upstream answered (nginx's "client closed request").
-pub(crate) const CLIENT_GONE: u16 = 499;
 /// Requests one sandbox may have in flight at once, unless set.
 pub const DEFAULT_MAX_CONCURRENT: usize = 64;
 
@@ -41,7 +38,28 @@ pub struct Gateway {
     log: Option<ExchangeLog>,
     max_concurrent: usize,
     extra_roots: Vec<Vec<u8>>,
-    client: Result<UpstreamClient, String>,
+    pools: Result<Pools, String>,
+}
+
+/// The gateway's upstream connections, in two pools: whole answers run on
+/// the sandbox connection's runtime and streams on their actor's arbiter,
+/// and a connection is read on the runtime that opened it, so one shared
+/// pool would have a stream read a connection from across threads (half
+/// the pieces per second, measured).
+#[derive(Debug, Clone)]
+struct Pools {
+    whole: UpstreamClient,
+    streams: UpstreamClient,
+}
+
+impl Pools {
+    fn new(extra_roots: &[Vec<u8>]) -> Result<Pools, String> {
+        let tls = tls::client_config(extra_roots)?;
+        Ok(Pools {
+            whole: upstream::client(tls.clone()),
+            streams: upstream::client(tls),
+        })
+    }
 }
 
 impl Gateway {
@@ -67,7 +85,7 @@ impl Gateway {
             log: None,
             max_concurrent: DEFAULT_MAX_CONCURRENT,
             extra_roots: Vec::new(),
-            client: tls::client_config(&[]).map(upstream::client),
+            pools: Pools::new(&[]),
         }
     }
 
@@ -98,7 +116,7 @@ impl Gateway {
     /// saying so.
     pub fn add_root_certificate(mut self, der: impl Into<Vec<u8>>) -> Self {
         self.extra_roots.push(der.into());
-        self.client = tls::client_config(&self.extra_roots).map(upstream::client);
+        self.pools = Pools::new(&self.extra_roots);
         self
     }
 
@@ -154,7 +172,7 @@ impl Gateway {
         };
         let api = request.api;
         let mut watch = self.observe(&request, parent);
-        let (call, client) = match self.upstream_call(request) {
+        let (call, client) = match self.upstream_call(request, false) {
             Ok(call) => call,
             Err(refused) => {
                 let why = refused.body["error"]["message"].as_str().map(str::to_owned);
@@ -237,7 +255,7 @@ impl Gateway {
         slot: OwnedSemaphorePermit,
     ) -> (StreamHead, Option<Box<Pump>>) {
         let api = open.request.api;
-        let (call, client) = match self.upstream_call(open.request) {
+        let (call, client) = match self.upstream_call(open.request, true) {
             Ok(call) => call,
             Err(refused) => {
                 watch
@@ -311,12 +329,17 @@ impl Gateway {
     fn upstream_call(
         &self,
         request: UpstreamRequest,
+        streamed: bool,
     ) -> Result<(UpstreamCall, UpstreamClient), UpstreamAnswer> {
         let api = request.api;
-        let client = self.client.clone().map_err(|why| {
+        let pool = |pools: &Pools| match streamed {
+            true => pools.streams.clone(),
+            false => pools.whole.clone(),
+        };
+        let client = self.pools.as_ref().map(pool).map_err(|why| {
             for_agent(
                 api,
-                UpstreamAnswer::error(502, "gateway_misconfigured", why),
+                UpstreamAnswer::error(502, "gateway_misconfigured", why.clone()),
             )
         })?;
         let mut body = request.body;

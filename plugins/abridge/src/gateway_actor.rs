@@ -37,24 +37,13 @@ pub struct GatewayActor {
     pumps: StreamPumps,
     /// One per request in flight, whole or streamed: the sandbox's limit.
     slots: Arc<Semaphore>,
-    /// Where streams run: the runtime `namespace()` was called on, which
-    /// answers whole requests too, so the upstream connections they share
-    /// are read on the thread that uses them.
-    io: Option<tokio::runtime::Handle>,
 }
 
 impl GatewayActor {
     /// The actor for one sandbox, its spans under `parent`, its streams
-    /// taking their places from `slots` (shared with its whole answers) and
-    /// running on `io` (else on the actor's arbiter).
-    fn new(
-        gateway: Gateway,
-        parent: Option<SpanContext>,
-        slots: Arc<Semaphore>,
-        io: Option<tokio::runtime::Handle>,
-    ) -> Self {
+    /// taking their places from `slots` (shared with its whole answers).
+    fn new(gateway: Gateway, parent: Option<SpanContext>, slots: Arc<Semaphore>) -> Self {
         GatewayActor {
-            io,
             gateway,
             parent,
             pumps: StreamPumps::default(),
@@ -74,10 +63,9 @@ impl Gateway {
     pub fn namespace(&self) -> HostNamespace {
         let slots = Arc::new(Semaphore::new(self.concurrency()));
         let parent = trace::current();
-        let io = tokio::runtime::Handle::try_current().ok();
         let actor = start_actor({
             let (gateway, parent, slots) = (self.clone(), parent.clone(), slots.clone());
-            move |_| GatewayActor::new(gateway, parent, slots, io)
+            move |_| GatewayActor::new(gateway, parent, slots)
         });
         // Whole answers need no order among themselves, so they are not
         // the actor's: answered on the connection's own runtime, a request
@@ -137,10 +125,7 @@ impl Handler<NamespaceEvent<HostNamespaceHandle>> for GatewayActor {
                         .open_stream(ns, request_id, open, parent, slot)
                         .await
                 };
-                match &self.io {
-                    Some(runtime) => drop(runtime.spawn(stream)),
-                    None => drop(agentix::actix::spawn(stream)),
-                }
+                agentix::actix::spawn(stream);
             }
             EVENT_STREAM_ACK => match serde_json::from_value(data) {
                 Ok(ack) => self.pumps.ack(ack),

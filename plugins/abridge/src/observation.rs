@@ -14,7 +14,10 @@ use serde_json::Value;
 
 use crate::exchange::Api;
 use crate::exchange_log::{Exchange, ExchangeLog};
-use crate::gateway::CLIENT_GONE;
+
+/// The status an exchange is recorded with when its agent left before the
+/// upstream answered (nginx's "client closed request").
+pub(crate) const CLIENT_GONE: u16 = 499;
 
 /// An exchange under way. Dropped before [`Observation::end`] (the agent
 /// went away and its request's future with it), it ends as
