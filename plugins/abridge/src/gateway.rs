@@ -1,8 +1,9 @@
 //! [`Gateway`]: the host half, one per upstream: an OpenAI-compatible one
 //! (OpenAI, vLLM, SGLang, any compatible server) or Anthropic's (see
 //! [`crate::upstream_shape`]). It holds the key; the sandbox never sees it.
-//! Its `namespace()`, which starts the actor that serves a sandbox, lives
-//! with that actor in [`crate::gateway_actor`].
+//! Its `namespace()`, which serves a sandbox and starts the actor that
+//! hears about its streams, lives with that actor in
+//! [`crate::gateway_actor`].
 
 use std::time::Duration;
 
@@ -38,28 +39,7 @@ pub struct Gateway {
     log: Option<ExchangeLog>,
     max_concurrent: usize,
     extra_roots: Vec<Vec<u8>>,
-    pools: Result<Pools, String>,
-}
-
-/// The gateway's upstream connections, in two pools: whole answers run on
-/// the sandbox connection's runtime and streams on their actor's arbiter,
-/// and a connection is read on the runtime that opened it, so one shared
-/// pool would have a stream read a connection from across threads (half
-/// the pieces per second, measured).
-#[derive(Debug, Clone)]
-struct Pools {
-    whole: UpstreamClient,
-    streams: UpstreamClient,
-}
-
-impl Pools {
-    fn new(extra_roots: &[Vec<u8>]) -> Result<Pools, String> {
-        let tls = tls::client_config(extra_roots)?;
-        Ok(Pools {
-            whole: upstream::client(tls.clone()),
-            streams: upstream::client(tls),
-        })
-    }
+    client: Result<UpstreamClient, String>,
 }
 
 impl Gateway {
@@ -85,7 +65,7 @@ impl Gateway {
             log: None,
             max_concurrent: DEFAULT_MAX_CONCURRENT,
             extra_roots: Vec::new(),
-            pools: Pools::new(&[]),
+            client: tls::client_config(&[]).map(upstream::client),
         }
     }
 
@@ -116,7 +96,7 @@ impl Gateway {
     /// saying so.
     pub fn add_root_certificate(mut self, der: impl Into<Vec<u8>>) -> Self {
         self.extra_roots.push(der.into());
-        self.pools = Pools::new(&self.extra_roots);
+        self.client = tls::client_config(&self.extra_roots).map(upstream::client);
         self
     }
 
@@ -172,7 +152,7 @@ impl Gateway {
         };
         let api = request.api;
         let mut watch = self.observe(&request, parent);
-        let (call, client) = match self.upstream_call(request, false) {
+        let (call, client) = match self.upstream_call(request) {
             Ok(call) => call,
             Err(refused) => {
                 let why = refused.body["error"]["message"].as_str().map(str::to_owned);
@@ -255,7 +235,7 @@ impl Gateway {
         slot: OwnedSemaphorePermit,
     ) -> (StreamHead, Option<Box<Pump>>) {
         let api = open.request.api;
-        let (call, client) = match self.upstream_call(open.request, true) {
+        let (call, client) = match self.upstream_call(open.request) {
             Ok(call) => call,
             Err(refused) => {
                 watch
@@ -329,17 +309,12 @@ impl Gateway {
     fn upstream_call(
         &self,
         request: UpstreamRequest,
-        streamed: bool,
     ) -> Result<(UpstreamCall, UpstreamClient), UpstreamAnswer> {
         let api = request.api;
-        let pool = |pools: &Pools| match streamed {
-            true => pools.streams.clone(),
-            false => pools.whole.clone(),
-        };
-        let client = self.pools.as_ref().map(pool).map_err(|why| {
+        let client = self.client.clone().map_err(|why| {
             for_agent(
                 api,
-                UpstreamAnswer::error(502, "gateway_misconfigured", why.clone()),
+                UpstreamAnswer::error(502, "gateway_misconfigured", why),
             )
         })?;
         let mut body = request.body;
