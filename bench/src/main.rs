@@ -180,24 +180,15 @@ async fn rss(sb: &Sandbox, report: &mut Report) {
         "pss_kib",
         "server + worker proportional set size (shared pages split), idle",
         "KiB",
-        rollup_kib(server, "Pss") + rollup_kib(worker, "Pss"),
+        proc_kib(server, "smaps_rollup", "Pss") + proc_kib(worker, "smaps_rollup", "Pss"),
     );
     report.add(
         "private_dirty_kib",
         "server + worker memory of their own (heap, stacks): what one more sandbox costs",
         "KiB",
-        rollup_kib(server, "Private_Dirty") + rollup_kib(worker, "Private_Dirty"),
+        proc_kib(server, "smaps_rollup", "Private_Dirty")
+            + proc_kib(worker, "smaps_rollup", "Private_Dirty"),
     );
-}
-
-/// A `field` of `/proc/<pid>/smaps_rollup`, in KiB.
-fn rollup_kib(pid: u32, field: &str) -> f64 {
-    let rollup = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).unwrap_or_default();
-    rollup
-        .lines()
-        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap_or(f64::NAN)
 }
 
 async fn stream_items(sb: &Sandbox, report: &mut Report) {
@@ -599,10 +590,14 @@ pub(crate) fn us(d: Duration) -> f64 {
 }
 
 pub(crate) fn rss_kib(pid: u32) -> f64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
+    proc_kib(pid, "status", "VmRSS")
+}
+
+/// The `field: N kB` line of `/proc/<pid>/<file>`, in KiB.
+fn proc_kib(pid: u32, file: &str, field: &str) -> f64 {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/{file}")).unwrap_or_default();
+    text.lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
         .unwrap_or(f64::NAN)
 }

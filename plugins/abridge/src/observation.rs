@@ -22,8 +22,10 @@ pub(crate) const CLIENT_GONE: u16 = 499;
 /// An exchange under way. Dropped before [`Observation::end`] (the agent
 /// went away and its request's future with it), it ends as
 /// [`CLIENT_GONE`].
-pub struct Observation {
-    ended: bool,
+pub struct Observation(Option<Watching>);
+
+/// What an exchange's watch holds until it ends.
+struct Watching {
     span: trace::Span,
     log: Option<ExchangeLog>,
     began: Instant,
@@ -66,8 +68,7 @@ impl Observation {
         } else {
             Value::Null
         };
-        Observation {
-            ended: false,
+        Observation(Some(Watching {
             span,
             log,
             began: Instant::now(),
@@ -86,21 +87,22 @@ impl Observation {
                 latency_ms: 0.0,
                 ttft_ms: None,
             },
-        }
+        }))
     }
 
     /// Whether a record of this exchange will be kept.
     pub fn recording(&self) -> bool {
-        self.log.is_some()
+        self.0.as_ref().is_some_and(|w| w.log.is_some())
     }
 
     /// Notes the first streamed piece.
     pub fn first_piece(&mut self) {
-        if self.record.ttft_ms.is_none() {
-            let ms = self.began.elapsed().as_secs_f64() * 1e3;
-            self.record.ttft_ms = Some(ms);
-            self.span.set_attr("llm.ttft_ms", ms);
-            self.span.add_event("first_piece");
+        let Some(w) = self.0.as_mut() else { return };
+        if w.record.ttft_ms.is_none() {
+            let ms = w.began.elapsed().as_secs_f64() * 1e3;
+            w.record.ttft_ms = Some(ms);
+            w.span.set_attr("llm.ttft_ms", ms);
+            w.span.add_event("first_piece");
         }
     }
 
@@ -108,14 +110,15 @@ impl Observation {
     /// (`prompt_tokens`, `completion_tokens`) or Anthropic's (`input_tokens`,
     /// `output_tokens`).
     pub fn usage(&mut self, usage: &Value) {
+        let Some(w) = self.0.as_mut() else { return };
         let count = |openai: &str, anthropic: &str| {
             usage[openai].as_u64().or_else(|| usage[anthropic].as_u64())
         };
         if let Some(prompt) = count("prompt_tokens", "input_tokens") {
-            self.record.prompt_tokens = Some(prompt);
+            w.record.prompt_tokens = Some(prompt);
         }
         if let Some(completion) = count("completion_tokens", "output_tokens") {
-            self.record.completion_tokens = Some(completion);
+            w.record.completion_tokens = Some(completion);
         }
     }
 
@@ -129,42 +132,24 @@ impl Observation {
         stream: Option<String>,
         error: Option<String>,
     ) {
-        if let Some(log) = self.close(status, response, stream, error) {
-            log.send(self.take_record()).await;
+        let Some(watching) = self.0.take() else {
+            return;
+        };
+        if let Some((log, record)) = watching.close(status, response, stream, error) {
+            log.send(record).await;
         }
     }
+}
 
-    /// The record, moved out (its heavy fields left empty).
-    fn take_record(&mut self) -> Exchange {
-        use std::mem::take;
-        let r = &mut self.record;
-        Exchange {
-            api: r.api,
-            model: take(&mut r.model),
-            upstream_model: r.upstream_model.take(),
-            request: take(&mut r.request),
-            response: r.response.take(),
-            stream: r.stream.take(),
-            status: r.status,
-            error: r.error.take(),
-            prompt_tokens: r.prompt_tokens,
-            completion_tokens: r.completion_tokens,
-            started_at_ms: r.started_at_ms,
-            latency_ms: r.latency_ms,
-            ttft_ms: r.ttft_ms,
-        }
-    }
-
-    /// Sets the span's and the record's end; the log to send the record
-    /// to, if any.
+impl Watching {
+    /// Ends the span; the record and the log to send it to, if any.
     fn close(
-        &mut self,
+        mut self,
         status: u16,
         response: Option<&Value>,
         stream: Option<String>,
         error: Option<String>,
-    ) -> Option<ExchangeLog> {
-        self.ended = true;
+    ) -> Option<(ExchangeLog, Exchange)> {
         let record = &mut self.record;
         record.status = status;
         record.latency_ms = self.began.elapsed().as_secs_f64() * 1e3;
@@ -186,18 +171,17 @@ impl Observation {
                 .set_error(format!("the upstream answered {status}")),
         }
         record.error = error;
-        self.log.take()
+        Some((self.log?, self.record))
     }
 }
 
 impl Drop for Observation {
     fn drop(&mut self) {
-        if self.ended {
+        let Some(watching) = self.0.take() else {
             return;
-        }
+        };
         let why = "the agent went away before the upstream answered";
-        if let Some(log) = self.close(CLIENT_GONE, None, None, Some(why.into())) {
-            let record = self.take_record();
+        if let Some((log, record)) = watching.close(CLIENT_GONE, None, None, Some(why.into())) {
             // Off the dropping task: the recorder's mailbox may make it wait.
             match tokio::runtime::Handle::try_current() {
                 Ok(runtime) => {
