@@ -13,10 +13,15 @@
 //! they arrived (see [`crate::event_route`]); start the actor with
 //! [`crate::actor_home::start_actor`], which works in a worker.
 //!
-//! Each registered namespace is an actor: a task with a mailbox that owns
-//! its table of requests waiting for a reply, so many requests in flight are
-//! told apart by request id without a lock. Handlers run as tasks of their
-//! own; a panic in one is logged and nothing else stops.
+//! Each registered namespace is an actor: a task with a mailbox that
+//! dispatches the hosts' events to their handlers, which run as tasks of
+//! their own; a panic in one is logged and nothing else stops. Replies to
+//! this worker's requests do not go through it: the frame loop resolves
+//! them from the namespace's table of waiting requests as it reads them,
+//! and a request enters that table without waking anyone. On a
+//! multi-threaded runtime each hop through the mailbox woke a second
+//! thread for a request and again for its reply, a large share of a
+//! request's time where waking a thread is slow.
 //!
 //! The envelope of a request is `{request_id, data}` on the event; the reply
 //! is `<event>:result {request_id, data}` or `<event>:error {request_id,
@@ -148,24 +153,22 @@ pub enum RegisterError {
     AfterConnect,
 }
 
-enum Mail {
-    Incoming {
-        event: String,
-        data: Value,
-    },
-    Request {
-        request_id: String,
-        reply: oneshot::Sender<Result<Value, RemoteSioError>>,
-    },
-    Forget(String),
-    CountWaiting(oneshot::Sender<usize>),
+/// An event from a host, on its way to its handler.
+struct Incoming {
+    event: String,
+    data: Value,
 }
+
+/// Where each waiting request's reply goes, by request id.
+type Waiting = Arc<Mutex<HashMap<String, oneshot::Sender<Result<Value, RemoteSioError>>>>>;
 
 /// A registered namespace: emit to its hosts, make requests.
 #[derive(Clone)]
 pub struct SandboxNamespaceHandle {
     path: Arc<str>,
-    mailbox: mpsc::UnboundedSender<Mail>,
+    mailbox: mpsc::UnboundedSender<Incoming>,
+    /// Requests sent and not yet answered or forgotten.
+    waiting: Waiting,
     /// Frames for the server, in order (see [`crate::outbox`]).
     out: Outbox,
 }
@@ -205,6 +208,7 @@ pub fn register_namespace(
     let handle = SandboxNamespaceHandle {
         path: Arc::from(namespace.path.as_str()),
         mailbox: tx,
+        waiting: Waiting::default(),
         out: Outbox::new(out),
     };
     reg.namespaces
@@ -222,13 +226,25 @@ pub(crate) fn attach_worker(out: mpsc::Sender<Frame>) {
     lock().out = Some(out);
 }
 
-/// Called by the worker runtime: a host emitted `event` on `path`.
+/// Called by the worker runtime: a host emitted `event` on `path`. A reply
+/// is handed to its request here; any other event goes to the namespace's
+/// actor.
 pub(crate) fn deliver(path: &str, event: String, data: Value) {
-    match lock().namespaces.get(path) {
-        Some(ns) => {
-            let _ = ns.mailbox.send(Mail::Incoming { event, data });
+    let Some(ns) = lock().namespaces.get(path).cloned() else {
+        tracing::debug!(path, event, "event for an unregistered namespace; dropped");
+        return;
+    };
+    let Some(outcome) = reply_outcome(&event, &data) else {
+        let _ = ns.mailbox.send(Incoming { event, data });
+        return;
+    };
+    let id = data.get("request_id").and_then(Value::as_str).unwrap_or("");
+    let reply = ns.waiting_table().remove(id);
+    match reply {
+        Some(reply) => {
+            let _ = reply.send(outcome);
         }
-        None => tracing::debug!(path, event, "event for an unregistered namespace; dropped"),
+        None => tracing::debug!(path, event, "reply for an unknown request id; dropped"),
     }
 }
 
@@ -268,11 +284,14 @@ impl SandboxNamespaceHandle {
 
     /// How many of this namespace's requests wait for a reply now.
     pub async fn waiting_requests(&self) -> usize {
-        let (tx, rx) = oneshot::channel();
-        if self.mailbox.send(Mail::CountWaiting(tx)).is_err() {
-            return 0;
-        }
-        rx.await.unwrap_or(0)
+        self.waiting_table().len()
+    }
+
+    fn waiting_table(
+        &self,
+    ) -> std::sync::MutexGuard<'_, HashMap<String, oneshot::Sender<Result<Value, RemoteSioError>>>>
+    {
+        self.waiting.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Sends `event` with `body` as a request and waits up to `timeout` for
@@ -286,12 +305,10 @@ impl SandboxNamespaceHandle {
         let request_id = crate::trace::random_id(16);
         let (tx, rx) = oneshot::channel();
         let closed = || RemoteSioError::Closed(self.path.to_string());
-        self.mailbox
-            .send(Mail::Request {
-                request_id: request_id.clone(),
-                reply: tx,
-            })
-            .map_err(|_| closed())?;
+        if self.mailbox.is_closed() {
+            return Err(closed());
+        }
+        self.waiting_table().insert(request_id.clone(), tx);
         // Dropped before its reply or its timeout, the request is
         // forgotten too, not left waiting for ever, and the host is told
         // to stop answering it.
@@ -331,7 +348,7 @@ struct ForgetOnDrop<'a> {
 impl Drop for ForgetOnDrop<'_> {
     fn drop(&mut self) {
         if let Some(request_id) = self.request_id.take() {
-            let _ = self.ns.mailbox.send(Mail::Forget(request_id.clone()));
+            self.ns.waiting_table().remove(&request_id);
             self.ns.emit(
                 cancel_event(self.event),
                 json!({ "request_id": request_id }),
@@ -340,63 +357,34 @@ impl Drop for ForgetOnDrop<'_> {
     }
 }
 
-/// The namespace actor: resolves replies, dispatches everything else.
+/// The namespace actor: hands each event to its handler, in order.
 async fn run(
     handle: SandboxNamespaceHandle,
     handlers: HashMap<String, Handler>,
-    mut mailbox: mpsc::UnboundedReceiver<Mail>,
+    mut mailbox: mpsc::UnboundedReceiver<Incoming>,
 ) {
-    let mut waiting: HashMap<String, oneshot::Sender<Result<Value, RemoteSioError>>> =
-        HashMap::new();
-    while let Some(mail) = mailbox.recv().await {
-        match mail {
-            Mail::Request { request_id, reply } => {
-                waiting.insert(request_id, reply);
-            }
-            Mail::Forget(request_id) => {
-                waiting.remove(&request_id);
-            }
-            Mail::CountWaiting(reply) => {
-                let _ = reply.send(waiting.len());
-            }
-            Mail::Incoming { event, data } => {
-                if let Some(outcome) = reply_outcome(&event, &data) {
-                    let id = data.get("request_id").and_then(Value::as_str).unwrap_or("");
-                    match waiting.remove(id) {
-                        Some(reply) => {
-                            let _ = reply.send(outcome);
-                        }
-                        None => tracing::debug!(
-                            path = &*handle.path,
-                            event,
-                            "reply for an unknown request id; dropped"
-                        ),
+    while let Some(Incoming { event, data }) = mailbox.recv().await {
+        match handlers.get(&event) {
+            Some(handler) => {
+                let fut = handler(handle.clone(), data);
+                let path = handle.path.clone();
+                tokio::spawn(async move {
+                    if AssertUnwindSafe(fut).catch_unwind().await.is_err() {
+                        tracing::error!(path = &*path, event, "namespace handler panicked");
                     }
-                    continue;
-                }
-                match handlers.get(&event) {
-                    Some(handler) => {
-                        let fut = handler(handle.clone(), data);
-                        let path = handle.path.clone();
-                        tokio::spawn(async move {
-                            if AssertUnwindSafe(fut).catch_unwind().await.is_err() {
-                                tracing::error!(path = &*path, event, "namespace handler panicked");
-                            }
-                        });
-                    }
-                    None => match request_id(&event, &data) {
-                        Some(request_id) => {
-                            let (event, reply) = no_handler_reply(&handle.path, &event, request_id);
-                            handle.emit(event, reply);
-                        }
-                        None => tracing::debug!(
-                            path = &*handle.path,
-                            event,
-                            "no handler for this event; dropped"
-                        ),
-                    },
-                }
+                });
             }
+            None => match request_id(&event, &data) {
+                Some(request_id) => {
+                    let (event, reply) = no_handler_reply(&handle.path, &event, request_id);
+                    handle.emit(event, reply);
+                }
+                None => tracing::debug!(
+                    path = &*handle.path,
+                    event,
+                    "no handler for this event; dropped"
+                ),
+            },
         }
     }
 }
