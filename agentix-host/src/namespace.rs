@@ -155,9 +155,18 @@ impl HostNamespace {
 }
 
 /// The requests one joined namespace is answering, by request id: where a
-/// sandbox's `<event>:cancel {request_id}` finds the one to stop.
+/// sandbox's `<event>:cancel {request_id}` finds the one to stop. Requests
+/// that share an id (a sandbox that reuses one) share its entry: a cancel
+/// stops them all, since the sandbox cannot tell them apart either, and the
+/// entry stays until the last of them is answered.
 #[derive(Clone, Default)]
-struct Answering(Arc<Mutex<HashMap<String, CancellationToken>>>);
+struct Answering(Arc<Mutex<HashMap<String, Shared>>>);
+
+/// The token of the requests answered under one id, and how many they are.
+struct Shared {
+    token: CancellationToken,
+    requests: usize,
+}
 
 /// A request being answered; dropped, it leaves the table.
 struct Answer {
@@ -174,14 +183,20 @@ impl Answering {
         }
     }
 
-    fn table(&self) -> std::sync::MutexGuard<'_, HashMap<String, CancellationToken>> {
+    fn table(&self) -> std::sync::MutexGuard<'_, HashMap<String, Shared>> {
         self.0.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     fn start(&self, request_id: &Value) -> Answer {
         let key = Self::key(request_id);
-        let token = CancellationToken::new();
-        self.table().insert(key.clone(), token.clone());
+        let mut table = self.table();
+        let shared = table.entry(key.clone()).or_insert_with(|| Shared {
+            token: CancellationToken::new(),
+            requests: 0,
+        });
+        shared.requests += 1;
+        let token = shared.token.clone();
+        drop(table);
         Answer {
             token,
             key,
@@ -190,8 +205,18 @@ impl Answering {
     }
 
     fn cancel(&self, request_id: &Value) {
-        if let Some(token) = self.table().remove(&Self::key(request_id)) {
-            token.cancel();
+        if let Some(shared) = self.table().get(&Self::key(request_id)) {
+            shared.token.cancel();
+        }
+    }
+
+    fn finish(&self, key: &str) {
+        let mut table = self.table();
+        if let Some(shared) = table.get_mut(key) {
+            shared.requests -= 1;
+            if shared.requests == 0 {
+                table.remove(key);
+            }
         }
     }
 }
@@ -210,7 +235,7 @@ impl Answer {
 
 impl Drop for Answer {
     fn drop(&mut self) {
-        self.answering.table().remove(&self.key);
+        self.answering.finish(&self.key);
     }
 }
 
@@ -413,4 +438,37 @@ pub(crate) async fn join(
         .await
         .map_err(|e| connect_error(endpoint, &format!("cannot join {path}"), e))?;
     Ok(HostNamespaceHandle::new(client.clone(), path, answering))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn requests_sharing_an_id_are_all_cancelled_and_leave_the_table_with_the_last() {
+        let answering = Answering::default();
+        let first = answering.start(&json!("r1"));
+        let second = answering.start(&json!("r1"));
+        let other = answering.start(&json!("r2"));
+        drop(first);
+        // The second is still answered under the id: a cancel reaches it.
+        answering.cancel(&json!("r1"));
+        assert!(second.token.is_cancelled());
+        assert!(!other.token.is_cancelled());
+        drop(second);
+        assert!(!answering.table().contains_key("r1"));
+        assert!(answering.table().contains_key("r2"));
+        drop(other);
+        assert!(answering.table().is_empty());
+    }
+
+    #[test]
+    fn a_cancel_for_an_answered_request_is_ignored() {
+        let answering = Answering::default();
+        drop(answering.start(&json!(7)));
+        answering.cancel(&json!(7));
+        let next = answering.start(&json!(7));
+        assert!(!next.token.is_cancelled());
+    }
 }
