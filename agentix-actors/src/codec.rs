@@ -22,7 +22,7 @@ use crate::wire::Frame;
 
 /// Frames from this size on count as large buffers for the allocator's
 /// trimming (see [`crate::process::tune_allocator`]).
-const LARGE_FRAME: usize = 256 << 10;
+const LARGE_FRAME: usize = crate::process::LARGE_BUFFER;
 
 /// Largest frame buffer a reader or writer keeps for the next frame: a
 /// part and its envelope fit.

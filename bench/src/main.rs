@@ -1,5 +1,6 @@
-//! `cargo run --release -p agentix-bench [-- --json] [--only SECTION,..]`:
-//! measures Agentix on this machine with the embedded local provider.
+//! `cargo run --release -p agentix-bench [-- --json] [--only SECTION,..]
+//! [--untuned-host]`: measures Agentix on this machine with the embedded
+//! local provider.
 //! Sections: boot, echo, inflight, blob, blob64, loaded, stream, cancel, bash, files,
 //! abridge, rss, kill, side, ns, faults, docker.
 //!
@@ -7,6 +8,10 @@
 //! so the sandbox runs exactly the code measured here. It prints a table; with
 //! `--json` the last line is one JSON object with every figure. Figures are
 //! medians or totals over many calls; nothing here asserts a target.
+//!
+//! As a host moving large payloads should, the bench tunes its allocator
+//! first (`agentix::process::tune_allocator`); `--untuned-host` measures a
+//! host that does not.
 
 mod abridge;
 mod bench_fns;
@@ -35,6 +40,9 @@ fn main() {
         .position(|a| a == "--only")
         .and_then(|i| args.get(i + 1))
         .map(|list| list.split(',').map(str::to_owned).collect());
+    if !args.iter().any(|a| a == "--untuned-host") {
+        agentix::process::tune_allocator();
+    }
     let report = run(Sections(only));
     report.print_table();
     if json {

@@ -480,7 +480,13 @@ async fn read_loop(
         };
         let inbound = match message {
             Message::Text(text) => decoder.text(text.as_str()),
-            Message::Binary(bytes) => decoder.binary(bytes),
+            Message::Binary(bytes) => {
+                if bytes.len() >= agentix_actors::process::LARGE_BUFFER {
+                    // Keeps a tuned allocator from trimming mid-flow.
+                    agentix_actors::process::note_large_buffer();
+                }
+                decoder.binary(bytes)
+            }
             Message::Close(_) => break SioError::Lost("the server closed the connection".into()),
             _ => continue,
         };
