@@ -55,6 +55,7 @@ pub mod registry;
 pub mod remote;
 pub mod request_envelope;
 pub mod restart_policy;
+mod running_calls;
 pub mod side_channel;
 pub mod span_bridge;
 mod stream_call;

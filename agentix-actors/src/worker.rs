@@ -7,7 +7,6 @@
 //! a cancel drops the call's task, so its `Drop` guards run. A streaming call
 //! is driven by [`crate::stream_call`] under the window the host asked for.
 
-use std::collections::HashMap;
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
@@ -16,7 +15,6 @@ use bytes::Bytes;
 use futures_util::FutureExt;
 use tokio::net::unix::pipe;
 use tokio::sync::mpsc;
-use tokio::task::AbortHandle;
 
 use crate::codec::{self, FrameReader};
 use crate::errors::{ErrorKind, RemoteError};
@@ -24,6 +22,7 @@ use crate::frame_bytes::FrameBytes;
 use crate::output_capture::OutputPipes;
 use crate::part::{self, PartTable};
 use crate::registry::{self, Invoke};
+use crate::running_calls::{RunningCall, RunningCalls};
 use crate::side_channel::SideChannel;
 use crate::span_bridge::{SpanBridge, ENV_TRACING_SPANS};
 use crate::stream_call::{self, Credit};
@@ -31,13 +30,6 @@ use crate::trace::{InContext, SpanContext};
 use crate::wire::{
     Frame, Window, ENV_WORKER_ID, WORKER_FRAME_IN_FD, WORKER_FRAME_OUT_FD, WORKER_SIDE_OUT_FD,
 };
-
-/// A call the worker is running.
-struct RunningCall {
-    task: AbortHandle,
-    /// Present for a streaming call: where acks go.
-    credit: Option<Arc<Credit>>,
-}
 
 /// Runs the worker until the server closes the frame pipe; returns the exit code.
 pub fn run() -> i32 {
@@ -203,79 +195,72 @@ async fn serve(input: pipe::Receiver, output: pipe::Sender, setup: impl FnOnce()
 /// cancels calls, answers pings and delivers namespace events.
 async fn frame_loop(input: pipe::Receiver, out_tx: mpsc::Sender<Frame>) -> i32 {
     let mut reader = FrameReader::new(input, codec::DEFAULT_MAX_FRAME);
-    let (done_tx, mut done_rx) = mpsc::unbounded_channel::<u64>();
-    let mut running: HashMap<u64, RunningCall> = HashMap::new();
+    let mut running = RunningCalls::default();
     // The server cuts large arguments into parts (`crate::part`).
     let mut parts = PartTable::new(codec::DEFAULT_MAX_FRAME);
     loop {
-        tokio::select! {
-            biased;
-            Some(id) = done_rx.recv() => {
-                running.remove(&id);
+        match reader.next().await {
+            Ok(Some(Frame::Part { id, total, bytes })) => {
+                if let Err(why) = parts.push(id, total, bytes.0) {
+                    eprintln!("agentix worker: arguments of call {id} dropped: {why}");
+                }
             }
-            frame = reader.next() => match frame {
-                Ok(Some(Frame::Part { id, total, bytes })) => {
-                    if let Err(why) = parts.push(id, total, bytes.0) {
-                        eprintln!("agentix worker: arguments of call {id} dropped: {why}");
-                    }
+            Ok(Some(Frame::Call {
+                id,
+                target,
+                args,
+                stream,
+                trace,
+            })) => match parts.finish(id, args.0) {
+                Ok(pieces) => {
+                    let call = start_call(id, target, pieces, stream, trace, out_tx.clone());
+                    running.insert(id, call);
                 }
-                Ok(Some(Frame::Call { id, target, args, stream, trace })) => {
-                    match parts.finish(id, args.0) {
-                        Ok(pieces) => {
-                            let call = start_call(id, target, pieces, stream, trace, out_tx.clone(), done_tx.clone());
-                            running.insert(id, call);
-                        }
-                        Err(why) => {
-                            let error = RemoteError::new(
-                                ErrorKind::Protocol,
-                                format!("the arguments of `{target}` arrived incomplete: {why}"),
-                            );
-                            let _ = out_tx.send(Frame::Error { id, error }).await;
-                        }
-                    }
+                Err(why) => {
+                    let error = RemoteError::new(
+                        ErrorKind::Protocol,
+                        format!("the arguments of `{target}` arrived incomplete: {why}"),
+                    );
+                    let _ = out_tx.send(Frame::Error { id, error }).await;
                 }
-                Ok(Some(Frame::Ping { seq })) => {
-                    let _ = out_tx.send(Frame::Pong { seq }).await;
+            },
+            Ok(Some(Frame::Ping { seq })) => {
+                let _ = out_tx.send(Frame::Pong { seq }).await;
+            }
+            Ok(Some(Frame::SioEvent { path, event, data })) => {
+                crate::namespace::deliver(&path, event, data);
+            }
+            Ok(Some(Frame::Ack { id, items, bytes })) => {
+                if let Some(credit) = running.running(id).and_then(|c| c.credit.as_ref()) {
+                    credit.ack(items, bytes);
                 }
-                Ok(Some(Frame::SioEvent { path, event, data })) => {
-                    crate::namespace::deliver(&path, event, data);
+            }
+            Ok(Some(Frame::Cancel { id })) => {
+                parts.discard(id);
+                if let Some(call) = running.take_running(id) {
+                    call.task.abort();
+                    let error = RemoteError::new(ErrorKind::Cancelled, "the call was cancelled");
+                    let _ = out_tx.send(Frame::Error { id, error }).await;
                 }
-                Ok(Some(Frame::Ack { id, items, bytes })) => {
-                    if let Some(credit) = running.get(&id).and_then(|c| c.credit.as_ref()) {
-                        credit.ack(items, bytes);
-                    }
+            }
+            Ok(Some(other)) => {
+                tracing::debug!(?other, "worker ignores a frame meant for the server");
+            }
+            Ok(None) => break,
+            Err(e) if e.is_recoverable() => {
+                eprintln!("agentix worker: dropped a malformed frame: {e}");
+                if let codec::FrameError::Malformed { call: Some(id), .. } = e {
+                    // If it was a part, the call must not run on the rest.
+                    parts.refuse(id);
                 }
-                Ok(Some(Frame::Cancel { id })) => {
-                    parts.discard(id);
-                    if let Some(call) = running.remove(&id) {
-                        if !call.task.is_finished() {
-                            call.task.abort();
-                            let error = RemoteError::new(ErrorKind::Cancelled, "the call was cancelled");
-                            let _ = out_tx.send(Frame::Error { id, error }).await;
-                        }
-                    }
-                }
-                Ok(Some(other)) => {
-                    tracing::debug!(?other, "worker ignores a frame meant for the server");
-                }
-                Ok(None) => break,
-                Err(e) if e.is_recoverable() => {
-                    eprintln!("agentix worker: dropped a malformed frame: {e}");
-                    if let codec::FrameError::Malformed { call: Some(id), .. } = e {
-                        // If it was a part, the call must not run on the rest.
-                        parts.refuse(id);
-                    }
-                }
-                Err(e) => {
-                    eprintln!("agentix worker: frame pipe unusable: {e}");
-                    break;
-                }
+            }
+            Err(e) => {
+                eprintln!("agentix worker: frame pipe unusable: {e}");
+                break;
             }
         }
     }
-    for call in running.values() {
-        call.task.abort();
-    }
+    running.abort_all();
     0
 }
 
@@ -286,7 +271,6 @@ fn start_call(
     stream: Option<Window>,
     trace: Option<SpanContext>,
     out: mpsc::Sender<Frame>,
-    done: mpsc::UnboundedSender<u64>,
 ) -> RunningCall {
     let credit = stream.map(|_| Arc::new(Credit::default()));
     let task_credit = credit.clone();
@@ -312,11 +296,8 @@ fn start_call(
                                 id,
                                 value: FrameBytes(last),
                             },
-                            None => {
-                                // The writer is gone: the worker is exiting.
-                                let _ = done.send(id);
-                                return;
-                            }
+                            // The writer is gone: the worker is exiting.
+                            None => return,
                         },
                         Err(error) => Frame::Error { id, error },
                     }
@@ -346,7 +327,6 @@ fn start_call(
             (Ok(_), Some(_), None) => unreachable!("a streaming call always has credit"),
         };
         let _ = out.send(frame).await;
-        let _ = done.send(id);
     }));
     RunningCall {
         task: task.abort_handle(),
