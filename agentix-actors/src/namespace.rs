@@ -13,15 +13,14 @@
 //! they arrived (see [`crate::event_route`]); start the actor with
 //! [`crate::actor_home::start_actor`], which works in a worker.
 //!
-//! Each registered namespace is an actor: a task with a mailbox that
-//! dispatches the hosts' events to their handlers, which run as tasks of
-//! their own; a panic in one is logged and nothing else stops. Replies to
-//! this worker's requests do not go through it: the frame loop resolves
-//! them from the namespace's table of waiting requests as it reads them,
-//! and a request enters that table without waking anyone. On a
-//! multi-threaded runtime each hop through the mailbox woke a second
-//! thread for a request and again for its reply, a large share of a
-//! request's time where waking a thread is slow.
+//! The worker's frame loop dispatches the hosts' events as it reads them,
+//! in their order: a reply goes straight to its waiting request (from the
+//! namespace's table, which a request enters without waking anyone), an
+//! event for an actor straight into the actor's route, and an event for a
+//! closure to a task of its own (a panic in one is logged and nothing else
+//! stops). Namespaces had a task of their own that did this from a mailbox;
+//! on a multi-threaded runtime each hop through it woke a second thread, a
+//! large share of a request's time where waking a thread is slow.
 //!
 //! The envelope of a request is `{request_id, data}` on the event; the reply
 //! is `<event>:result {request_id, data}` or `<event>:error {request_id,
@@ -51,7 +50,14 @@ use crate::wire::{check_plugin_path, Frame};
 /// How long [`SandboxNamespaceHandle::request`] waits for a reply by default.
 pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(300);
 
-type Handler = Arc<dyn Fn(SandboxNamespaceHandle, Value) -> BoxFuture + Send + Sync>;
+/// What runs for an event.
+#[derive(Clone)]
+enum Handler {
+    /// A closure whose future runs as a task of its own.
+    Task(Arc<dyn Fn(SandboxNamespaceHandle, Value) -> BoxFuture + Send + Sync>),
+    /// Hands the event to an actor's route, at once and in order.
+    Actor(Arc<dyn Fn(SandboxNamespaceHandle, Value) + Send + Sync>),
+}
 type BoxFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
 
 /// A sandbox-side plugin namespace: a path and handlers by event name.
@@ -77,7 +83,7 @@ impl SandboxNamespace {
     {
         self.handlers.insert(
             event.into(),
-            Arc::new(move |ns, data| Box::pin(handler(ns, data))),
+            Handler::Task(Arc::new(move |ns, data| Box::pin(handler(ns, data)))),
         );
         self
     }
@@ -92,13 +98,8 @@ impl SandboxNamespace {
         actor: Recipient<NamespaceEvent<SandboxNamespaceHandle>>,
     ) -> Self {
         for (event, handler) in actor_event_handlers(events, actor, SandboxNamespaceHandle::path) {
-            self.handlers.insert(
-                event,
-                Arc::new(move |ns, data| {
-                    handler(ns, data);
-                    Box::pin(std::future::ready(()))
-                }),
-            );
+            self.handlers
+                .insert(event, Handler::Actor(Arc::new(handler)));
         }
         self
     }
@@ -153,12 +154,6 @@ pub enum RegisterError {
     AfterConnect,
 }
 
-/// An event from a host, on its way to its handler.
-struct Incoming {
-    event: String,
-    data: Value,
-}
-
 /// Where each waiting request's reply goes, by request id.
 type Waiting = Arc<Mutex<HashMap<String, oneshot::Sender<Result<Value, RemoteSioError>>>>>;
 
@@ -166,7 +161,6 @@ type Waiting = Arc<Mutex<HashMap<String, oneshot::Sender<Result<Value, RemoteSio
 #[derive(Clone)]
 pub struct SandboxNamespaceHandle {
     path: Arc<str>,
-    mailbox: mpsc::UnboundedSender<Incoming>,
     /// Requests sent and not yet answered or forgotten.
     waiting: Waiting,
     /// Frames for the server, in order (see [`crate::outbox`]).
@@ -175,7 +169,13 @@ pub struct SandboxNamespaceHandle {
 
 struct Registry {
     out: Option<mpsc::Sender<Frame>>,
-    namespaces: HashMap<String, SandboxNamespaceHandle>,
+    namespaces: HashMap<String, Registered>,
+}
+
+/// A registered namespace as the frame loop sees it.
+struct Registered {
+    handle: SandboxNamespaceHandle,
+    handlers: HashMap<String, Handler>,
 }
 
 fn registry() -> &'static Mutex<Registry> {
@@ -204,17 +204,17 @@ pub fn register_namespace(
     if reg.namespaces.contains_key(&namespace.path) {
         return Err(RegisterError::Duplicate(namespace.path));
     }
-    let (tx, rx) = mpsc::unbounded_channel();
     let handle = SandboxNamespaceHandle {
         path: Arc::from(namespace.path.as_str()),
-        mailbox: tx,
         waiting: Waiting::default(),
         out: Outbox::new(out),
     };
-    reg.namespaces
-        .insert(namespace.path.clone(), handle.clone());
+    let registered = Registered {
+        handle: handle.clone(),
+        handlers: namespace.handlers,
+    };
+    reg.namespaces.insert(namespace.path.clone(), registered);
     drop(reg);
-    tokio::spawn(run(handle.clone(), namespace.handlers, rx));
     handle.out.push(Frame::SioOpen {
         path: namespace.path,
     });
@@ -226,25 +226,50 @@ pub(crate) fn attach_worker(out: mpsc::Sender<Frame>) {
     lock().out = Some(out);
 }
 
-/// Called by the worker runtime: a host emitted `event` on `path`. A reply
-/// is handed to its request here; any other event goes to the namespace's
-/// actor.
+/// Called by the worker's frame loop: a host emitted `event` on `path`.
 pub(crate) fn deliver(path: &str, event: String, data: Value) {
-    let Some(ns) = lock().namespaces.get(path).cloned() else {
+    let found = lock()
+        .namespaces
+        .get(path)
+        .map(|r| (r.handle.clone(), r.handlers.get(&event).cloned()));
+    let Some((ns, handler)) = found else {
         tracing::debug!(path, event, "event for an unregistered namespace; dropped");
         return;
     };
-    let Some(outcome) = reply_outcome(&event, &data) else {
-        let _ = ns.mailbox.send(Incoming { event, data });
-        return;
-    };
-    let id = data.get("request_id").and_then(Value::as_str).unwrap_or("");
-    let reply = ns.waiting_table().remove(id);
-    match reply {
-        Some(reply) => {
-            let _ = reply.send(outcome);
+    if let Some(outcome) = reply_outcome(&event, &data) {
+        let id = data.get("request_id").and_then(Value::as_str).unwrap_or("");
+        let reply = ns.waiting_table().remove(id);
+        match reply {
+            Some(reply) => {
+                let _ = reply.send(outcome);
+            }
+            None => tracing::debug!(path, event, "reply for an unknown request id; dropped"),
         }
-        None => tracing::debug!(path, event, "reply for an unknown request id; dropped"),
+        return;
+    }
+    match handler {
+        Some(Handler::Actor(hand_over)) => hand_over(ns, data),
+        Some(Handler::Task(handler)) => {
+            // The closure itself runs here: a panic in it must not end the
+            // frame loop.
+            let made = std::panic::catch_unwind(AssertUnwindSafe(|| handler(ns.clone(), data)));
+            let Ok(fut) = made else {
+                tracing::error!(path, event, "namespace handler panicked");
+                return;
+            };
+            tokio::spawn(async move {
+                if AssertUnwindSafe(fut).catch_unwind().await.is_err() {
+                    tracing::error!(path = ns.path(), event, "namespace handler panicked");
+                }
+            });
+        }
+        None => match request_id(&event, &data) {
+            Some(request_id) => {
+                let (event, reply) = no_handler_reply(&ns.path, &event, request_id);
+                ns.emit(event, reply);
+            }
+            None => tracing::debug!(path, event, "no handler for this event; dropped"),
+        },
     }
 }
 
@@ -305,9 +330,6 @@ impl SandboxNamespaceHandle {
         let request_id = crate::trace::random_id(16);
         let (tx, rx) = oneshot::channel();
         let closed = || RemoteSioError::Closed(self.path.to_string());
-        if self.mailbox.is_closed() {
-            return Err(closed());
-        }
         self.waiting_table().insert(request_id.clone(), tx);
         // Dropped before its reply or its timeout, the request is
         // forgotten too, not left waiting for ever, and the host is told
@@ -353,38 +375,6 @@ impl Drop for ForgetOnDrop<'_> {
                 cancel_event(self.event),
                 json!({ "request_id": request_id }),
             );
-        }
-    }
-}
-
-/// The namespace actor: hands each event to its handler, in order.
-async fn run(
-    handle: SandboxNamespaceHandle,
-    handlers: HashMap<String, Handler>,
-    mut mailbox: mpsc::UnboundedReceiver<Incoming>,
-) {
-    while let Some(Incoming { event, data }) = mailbox.recv().await {
-        match handlers.get(&event) {
-            Some(handler) => {
-                let fut = handler(handle.clone(), data);
-                let path = handle.path.clone();
-                tokio::spawn(async move {
-                    if AssertUnwindSafe(fut).catch_unwind().await.is_err() {
-                        tracing::error!(path = &*path, event, "namespace handler panicked");
-                    }
-                });
-            }
-            None => match request_id(&event, &data) {
-                Some(request_id) => {
-                    let (event, reply) = no_handler_reply(&handle.path, &event, request_id);
-                    handle.emit(event, reply);
-                }
-                None => tracing::debug!(
-                    path = &*handle.path,
-                    event,
-                    "no handler for this event; dropped"
-                ),
-            },
         }
     }
 }
