@@ -117,7 +117,7 @@ pub fn signal_pid(pid: u32, signal: libc::c_int) {
 /// A host program that moves large payloads should call it first thing in
 /// `main` too: the library sets no process-wide knob on its own, and with
 /// glibc's defaults the host faulted in every megabyte it received (1 MiB
-/// echo 235–308 against 437–561 MB/s, host RSS 51–79 against 10–44 MiB,
+/// echo 235–308 against 437–561 MB/s, host RSS 50–77 against 10–43 MiB,
 /// four alternating runs).
 pub fn tune_allocator() {
     // SAFETY: mallopt only adjusts allocator parameters.
