@@ -155,7 +155,9 @@ pub enum RegisterError {
 }
 
 /// Where each waiting request's reply goes, by request id.
-type Waiting = Arc<Mutex<HashMap<String, oneshot::Sender<Result<Value, RemoteSioError>>>>>;
+type WaitingTable = HashMap<String, oneshot::Sender<Result<Value, RemoteSioError>>>;
+/// A namespace's waiting requests, shared by its handles and the frame loop.
+type Waiting = Arc<Mutex<WaitingTable>>;
 
 /// A registered namespace: emit to its hosts, make requests.
 #[derive(Clone)]
@@ -312,10 +314,7 @@ impl SandboxNamespaceHandle {
         self.waiting_table().len()
     }
 
-    fn waiting_table(
-        &self,
-    ) -> std::sync::MutexGuard<'_, HashMap<String, oneshot::Sender<Result<Value, RemoteSioError>>>>
-    {
+    fn waiting_table(&self) -> std::sync::MutexGuard<'_, WaitingTable> {
         self.waiting.lock().unwrap_or_else(|p| p.into_inner())
     }
 
