@@ -101,15 +101,27 @@ async fn errors_timeouts_and_panics_become_clear_replies() {
         "raised NoHandler: nothing handles `unheard-of` on /e2e-plugin"
     );
 
-    // A sandbox handler that panics takes nothing down with it.
-    sb.emit("/e2e-plugin", "explode", json!({})).await.unwrap();
-    sb.emit("/e2e-plugin", "configure", json!(1)).await.unwrap();
-    let echoed = tokio::time::timeout(Duration::from_secs(10), configured.recv())
-        .await
-        .expect("the namespace still serves")
-        .unwrap();
-    assert_eq!(echoed, json!(1));
+    // A sandbox handler that panics takes nothing down with it, in its
+    // future or in the closure that makes it (which runs on the worker's
+    // frame loop).
+    let pid = sb.remote(agentix_e2e::worker_pid, ()).await.unwrap();
+    for (event, value) in [("explode", 1), ("explode-early", 2)] {
+        sb.emit("/e2e-plugin", event, json!({})).await.unwrap();
+        sb.emit("/e2e-plugin", "configure", json!(value))
+            .await
+            .unwrap();
+        let echoed = tokio::time::timeout(Duration::from_secs(10), configured.recv())
+            .await
+            .expect("the namespace still serves")
+            .unwrap();
+        assert_eq!(echoed, json!(value));
+    }
     assert_eq!(sb.remote(agentix_e2e::add, (1, 1)).await.unwrap(), 2);
+    assert_eq!(
+        sb.remote(agentix_e2e::worker_pid, ()).await.unwrap(),
+        pid,
+        "the same worker serves on"
+    );
 }
 
 #[tokio::test]

@@ -387,7 +387,8 @@ fn plugin() -> &'static agentix::SandboxNamespaceHandle {
 }
 
 /// Registers `/e2e-plugin`: `configure` echoes its data back as
-/// `configured`; `explode` panics.
+/// `configured`; `explode` panics in its future, `explode-early` in the
+/// closure itself, before it makes one.
 #[agentix::remote]
 pub async fn open_plugin() -> Result<String, agentix::RegisterError> {
     if PLUGIN.get().is_some() {
@@ -399,6 +400,9 @@ pub async fn open_plugin() -> Result<String, agentix::RegisterError> {
         })
         .on("explode", |_, _| async move {
             panic!("a sandbox handler broke")
+        })
+        .on("explode-early", |_, _| -> std::future::Ready<()> {
+            panic!("a sandbox handler broke before its future")
         })
         .on("status:get", |ns, _| async move {
             ns.emit("status:value", serde_json::json!("ready"));
