@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use agentix::{HostNamespace, JsonValue, RegisterError};
 use serde_json::json;
-use support::sandbox;
+use support::{next_event, sandbox};
 use tokio::sync::mpsc;
 
 /// The host half the tests use: doubles `fetch` bodies, fails `fail`,
@@ -50,10 +50,7 @@ async fn events_flow_both_ways_and_requests_round_trip() {
     sb.emit("/e2e-plugin", "configure", json!({"model": "claude"}))
         .await
         .unwrap();
-    let echoed = tokio::time::timeout(Duration::from_secs(10), configured.recv())
-        .await
-        .expect("the sandbox answered the event")
-        .unwrap();
+    let echoed = next_event(&mut configured, "the sandbox answered the event").await;
     assert_eq!(echoed, json!({"model": "claude"}));
 
     // 1,000 requests in flight at once, each matched to its own reply.
@@ -110,10 +107,7 @@ async fn errors_timeouts_and_panics_become_clear_replies() {
         sb.emit("/e2e-plugin", "configure", json!(value))
             .await
             .unwrap();
-        let echoed = tokio::time::timeout(Duration::from_secs(10), configured.recv())
-            .await
-            .expect("the namespace still serves")
-            .unwrap();
+        let echoed = next_event(&mut configured, "the namespace still serves").await;
         assert_eq!(echoed, json!(value));
     }
     assert_eq!(sb.remote(agentix_e2e::add, (1, 1)).await.unwrap(), 2);
@@ -155,10 +149,7 @@ async fn event_names_with_colons_work_and_slow_host_handlers_block_nothing() {
     sb.emit("/e2e-plugin", "status:get", json!(null))
         .await
         .unwrap();
-    let value = tokio::time::timeout(Duration::from_secs(10), status.recv())
-        .await
-        .expect("status:value arrives")
-        .unwrap();
+    let value = next_event(&mut status, "status:value arrives").await;
     assert_eq!(value, json!("ready"));
 
     // While the host's slow handler works, calls and other events go on.
@@ -242,10 +233,7 @@ async fn a_restarted_worker_opens_its_namespaces_again() {
     .unwrap();
     let first = sb.remote(agentix_e2e::worker_pid, ()).await.unwrap();
     sb.emit("/boot-plugin", "ping", json!(null)).await.unwrap();
-    let pid = tokio::time::timeout(Duration::from_secs(10), pongs.recv())
-        .await
-        .expect("pong from the first worker")
-        .unwrap();
+    let pid = next_event(&mut pongs, "pong from the first worker").await;
     assert_eq!(pid, json!(first));
 
     let err = sb.remote(agentix_e2e::exit_worker, (3,)).await.unwrap_err();
@@ -253,10 +241,11 @@ async fn a_restarted_worker_opens_its_namespaces_again() {
     let second = sb.remote(agentix_e2e::worker_pid, ()).await.unwrap();
     assert_ne!(first, second);
     sb.emit("/boot-plugin", "ping", json!(null)).await.unwrap();
-    let pid = tokio::time::timeout(Duration::from_secs(10), pongs.recv())
-        .await
-        .expect("pong from the restarted worker, over the same host connection")
-        .unwrap();
+    let pid = next_event(
+        &mut pongs,
+        "pong from the restarted worker, over the same host connection",
+    )
+    .await;
     assert_eq!(pid, json!(second));
 }
 
@@ -421,10 +410,7 @@ async fn a_sandbox_namespace_actor_gets_the_hosts_events_in_order() {
         sb.emit("/e2e-actor", "number", json!(i)).await.unwrap();
     }
     sb.emit("/e2e-actor", "report", json!(null)).await.unwrap();
-    let numbers = tokio::time::timeout(Duration::from_secs(10), reported.recv())
-        .await
-        .expect("the actor reports")
-        .unwrap();
+    let numbers = next_event(&mut reported, "the actor reports").await;
     let expected: Vec<JsonValue> = (0..500).map(|i| json!(i)).collect();
     assert_eq!(numbers, JsonValue::Array(expected));
 }

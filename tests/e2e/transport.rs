@@ -15,7 +15,7 @@ use agentix::trace::{self, Processor, SpanData};
 use agentix::{Blob, ErrorKind, HostNamespace, Sandbox, SandboxConfig, StreamExt};
 use serde_json::json;
 use support::raw_socket::RawSocket;
-use support::{bundle_path, sandbox, sandbox_with, wait_until, HandStartedServer};
+use support::{bundle_path, next_event, sandbox, sandbox_with, wait_until, HandStartedServer};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_tungstenite::tungstenite::Message;
 
@@ -408,10 +408,11 @@ async fn after_a_lost_connection_the_next_call_rejoins_every_namespace() {
     sb.emit("/e2e-plugin", "configure", json!("again"))
         .await
         .unwrap();
-    let echoed = tokio::time::timeout(Duration::from_secs(10), configured.recv())
-        .await
-        .expect("the plugin namespace answers after reconnecting")
-        .unwrap();
+    let echoed = next_event(
+        &mut configured,
+        "the plugin namespace answers after reconnecting",
+    )
+    .await;
     assert_eq!(echoed, json!("again"));
 }
 

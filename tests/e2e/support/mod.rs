@@ -41,6 +41,17 @@ pub(crate) async fn sandbox_with(config: SandboxConfig) -> Sandbox {
         .expect("the e2e sandbox starts")
 }
 
+/// The next value on `rx` within 10 s; panics naming `what` if none comes.
+pub(crate) async fn next_event<T>(
+    rx: &mut tokio::sync::mpsc::UnboundedReceiver<T>,
+    what: &str,
+) -> T {
+    tokio::time::timeout(Duration::from_secs(10), rx.recv())
+        .await
+        .unwrap_or_else(|_| panic!("{what}: nothing came within 10 s"))
+        .unwrap_or_else(|| panic!("{what}: the channel closed"))
+}
+
 /// Polls `cond` every 10 ms until it holds; panics naming `what` after `limit`.
 pub(crate) async fn wait_until(what: &str, limit: Duration, mut cond: impl FnMut() -> bool) {
     let start = Instant::now();
