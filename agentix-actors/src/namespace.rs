@@ -229,7 +229,7 @@ pub(crate) fn attach_worker(out: mpsc::Sender<Frame>) {
 }
 
 /// Called by the worker's frame loop: a host emitted `event` on `path`.
-pub(crate) fn deliver(path: &str, event: String, data: Value) {
+pub(crate) fn deliver(path: &str, event: String, mut data: Value) {
     let found = lock()
         .namespaces
         .get(path)
@@ -238,7 +238,7 @@ pub(crate) fn deliver(path: &str, event: String, data: Value) {
         tracing::debug!(path, event, "event for an unregistered namespace; dropped");
         return;
     };
-    if let Some(outcome) = reply_outcome(&event, &data) {
+    if let Some(outcome) = reply_outcome(&event, &mut data) {
         let id = data.get("request_id").and_then(Value::as_str).unwrap_or("");
         let reply = ns.waiting_table().remove(id);
         match reply {
@@ -379,10 +379,14 @@ impl Drop for ForgetOnDrop<'_> {
 }
 
 /// For `x:result` / `x:error` events carrying a request id: the outcome.
-fn reply_outcome(event: &str, data: &Value) -> Option<Result<Value, RemoteSioError>> {
+/// A result's data is taken out of `data`, not copied: it may be large.
+fn reply_outcome(event: &str, data: &mut Value) -> Option<Result<Value, RemoteSioError>> {
     data.get("request_id")?;
     if event.ends_with(":result") {
-        return Some(Ok(data.get("data").cloned().unwrap_or(Value::Null)));
+        return Some(Ok(data
+            .get_mut("data")
+            .map(Value::take)
+            .unwrap_or_default()));
     }
     if event.ends_with(":error") {
         let error = data.get("error");
