@@ -15,6 +15,7 @@
 
 mod abridge;
 mod bench_fns;
+mod cpu_time;
 mod docker;
 mod faults;
 mod plugins;
@@ -28,6 +29,7 @@ use std::time::{Duration, Instant};
 use agentix::{Blob, LocalProvider, Provider, Sandbox, SandboxConfig, StreamExt};
 use futures_util::stream;
 
+use cpu_time::CpuTimes;
 use report::Report;
 
 fn main() {
@@ -299,6 +301,7 @@ async fn sequential_echo(sb: &Sandbox, report: &mut Report) {
             .expect("echo");
     }
     let mut times = Vec::with_capacity(2000);
+    let cpu = cpu_times(sb).await;
     let start = Instant::now();
     for _ in 0..2000 {
         let t = Instant::now();
@@ -326,6 +329,16 @@ async fn sequential_echo(sb: &Sandbox, report: &mut Report) {
         "sequential small echo",
         "calls/s",
         2000.0 / total.as_secs_f64(),
+    );
+    cpu.report(
+        report,
+        [
+            ("echo_cpu_host_us", "host CPU per sequential echo"),
+            ("echo_cpu_server_us", "server CPU per sequential echo"),
+            ("echo_cpu_worker_us", "worker CPU per sequential echo"),
+        ],
+        "µs",
+        2000.0,
     );
 }
 
@@ -427,6 +440,7 @@ async fn actor_echo(provider: &LocalProvider, report: &mut Report) {
 
 async fn inflight_64(sb: &Sandbox, report: &mut Report) {
     const CALLS: u64 = 20_000;
+    let cpu = cpu_times(sb).await;
     let start = Instant::now();
     let done = stream::iter(0..CALLS)
         .map(|i| sb.remote(bench_fns::add_one, (i,)).into_future())
@@ -444,6 +458,22 @@ async fn inflight_64(sb: &Sandbox, report: &mut Report) {
         "calls/s",
         rate,
     );
+    cpu.report(
+        report,
+        [
+            ("inflight64_cpu_host_us", "host CPU per call, 64 in flight"),
+            (
+                "inflight64_cpu_server_us",
+                "server CPU per call, 64 in flight",
+            ),
+            (
+                "inflight64_cpu_worker_us",
+                "worker CPU per call, 64 in flight",
+            ),
+        ],
+        "µs",
+        CALLS as f64,
+    );
 }
 
 async fn echo_1mib(sb: &Sandbox, report: &mut Report) {
@@ -454,6 +484,7 @@ async fn echo_1mib(sb: &Sandbox, report: &mut Report) {
             .expect("echo");
     }
     const ROUNDS: usize = 500;
+    let cpu = cpu_times(sb).await;
     let start = Instant::now();
     for _ in 0..ROUNDS {
         let back = sb
@@ -469,6 +500,25 @@ async fn echo_1mib(sb: &Sandbox, report: &mut Report) {
         "MB/s",
         mb / start.elapsed().as_secs_f64(),
     );
+    cpu.report(
+        report,
+        [
+            (
+                "echo_1mib_cpu_host_us_per_mb",
+                "host CPU per MB echoed (there and back), 1 MiB echo",
+            ),
+            (
+                "echo_1mib_cpu_server_us_per_mb",
+                "server CPU per MB echoed (there and back), 1 MiB echo",
+            ),
+            (
+                "echo_1mib_cpu_worker_us_per_mb",
+                "worker CPU per MB echoed (there and back), 1 MiB echo",
+            ),
+        ],
+        "µs/MB",
+        mb,
+    );
 }
 
 async fn echo_64mib(sb: &Sandbox, report: &mut Report) {
@@ -477,6 +527,7 @@ async fn echo_64mib(sb: &Sandbox, report: &mut Report) {
         .await
         .expect("echo");
     let mut rates = Vec::new();
+    let cpu = cpu_times(sb).await;
     for _ in 0..5 {
         let start = Instant::now();
         let back = sb
@@ -493,6 +544,31 @@ async fn echo_64mib(sb: &Sandbox, report: &mut Report) {
         "MB/s",
         rates[rates.len() / 2],
     );
+    cpu.report(
+        report,
+        [
+            (
+                "echo_64mib_cpu_host_us_per_mb",
+                "host CPU per MB echoed (there and back), 64 MiB echo",
+            ),
+            (
+                "echo_64mib_cpu_server_us_per_mb",
+                "server CPU per MB echoed (there and back), 64 MiB echo",
+            ),
+            (
+                "echo_64mib_cpu_worker_us_per_mb",
+                "worker CPU per MB echoed (there and back), 64 MiB echo",
+            ),
+        ],
+        "µs/MB",
+        5.0 * payload.len() as f64 / 1e6,
+    );
+}
+
+/// Starts counting the CPU time of the host and of `sb`'s server and worker.
+async fn cpu_times(sb: &Sandbox) -> CpuTimes {
+    let worker = sb.remote(bench_fns::worker_pid, ()).await.expect("pid");
+    CpuTimes::start(sb.server_pid().expect("local sandbox"), worker)
 }
 
 /// Small echoes while 64 MiB echoes and a log flood share the connection:

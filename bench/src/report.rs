@@ -33,7 +33,7 @@ impl Report {
     /// Prints an aligned table on stdout.
     pub(crate) fn print_table(&self) {
         for r in &self.rows {
-            println!("{:<26} {:>14.1} {:<8} {}", r.key, r.value, r.unit, r.what);
+            println!("{:<32} {:>14.1} {:<8} {}", r.key, r.value, r.unit, r.what);
         }
     }
 
