@@ -1,8 +1,10 @@
 //! CBOR helpers: one place that turns serde values into bytes and back.
 
+use bytes::Bytes;
 use serde::{de::DeserializeOwned, Serialize};
 
 use crate::errors::{ErrorKind, RemoteError};
+use crate::part::PiecesReader;
 
 /// Bytes that travel as one CBOR byte string (not an array of integers).
 ///
@@ -36,12 +38,27 @@ pub enum DecodeFailure {
 
 /// Decodes CBOR `bytes` as `T`, telling malformed input from a type mismatch.
 pub fn from_slice<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, DecodeFailure> {
+    decode(|| bytes)
+}
+
+/// Decodes the CBOR payload that arrived as `pieces` (in order) as `T`,
+/// like [`from_slice`], without joining the pieces into one buffer first.
+pub fn from_pieces<T: DeserializeOwned>(pieces: &[Bytes]) -> Result<T, DecodeFailure> {
+    match pieces {
+        [one] => from_slice(one),
+        _ => decode(|| PiecesReader::new(pieces)),
+    }
+}
+
+/// Decodes what `read` returns (a fresh reader at the payload's start each
+/// time it is called) as `T`.
+fn decode<T: DeserializeOwned, R: std::io::Read>(read: impl Fn() -> R) -> Result<T, DecodeFailure> {
     use ciborium::de::Error;
-    match ciborium::from_reader(bytes) {
+    match ciborium::from_reader(read()) {
         Ok(v) => Ok(v),
         // ciborium reports some malformed input (a stray break byte) as a
         // semantic error; only input that is valid CBOR is a mismatch.
-        Err(Error::Semantic(_, msg)) => match ciborium::from_reader::<ciborium::Value, _>(bytes) {
+        Err(Error::Semantic(_, msg)) => match ciborium::from_reader::<ciborium::Value, _>(read()) {
             Ok(_) => Err(DecodeFailure::Mismatch(msg)),
             Err(e) => Err(DecodeFailure::Malformed(decode_error_text(e))),
         },
@@ -98,6 +115,31 @@ mod tests {
         assert_eq!(bytes.len(), 1003);
         let back: Blob = from_slice(&bytes).unwrap();
         assert_eq!(back, blob);
+    }
+
+    #[test]
+    fn a_payload_in_pieces_decodes_as_it_does_whole() {
+        let value = (Blob::from(vec![0x1e; 70_000]), "tail".to_owned());
+        let bytes = to_vec(&value).unwrap();
+        // Cuts inside the header, the byte string and the string after it.
+        let cuts = [1, 2, 40_000, bytes.len() - 3];
+        let mut pieces = Vec::new();
+        let mut from = 0;
+        for cut in cuts {
+            pieces.push(Bytes::copy_from_slice(&bytes[from..cut]));
+            from = cut;
+        }
+        pieces.push(Bytes::copy_from_slice(&bytes[from..]));
+        let back: (Blob, String) = from_pieces(&pieces).unwrap();
+        assert_eq!(back, value);
+        assert!(matches!(
+            from_pieces::<(String, String)>(&pieces),
+            Err(DecodeFailure::Mismatch(_))
+        ));
+        assert!(matches!(
+            from_pieces::<(Blob, String)>(&pieces[..3]),
+            Err(DecodeFailure::Malformed(_))
+        ));
     }
 
     #[test]

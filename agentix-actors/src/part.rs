@@ -12,8 +12,9 @@
 //!
 //! A receiver keeps the parts per call in a [`PartTable`], within a byte
 //! budget, and hands the pieces on as they came: the server never joins
-//! them, the worker and the host join them once, into the buffer the
-//! payload is decoded from.
+//! them, the worker joins them once, into the buffer the payload is
+//! decoded from, and the host decodes a call's result from the pieces
+//! themselves ([`PiecesReader`]).
 
 use std::collections::HashMap;
 
@@ -205,9 +206,69 @@ pub fn join(mut pieces: Vec<Bytes>) -> Bytes {
     joined.freeze()
 }
 
+/// Reads `pieces` one after another as one stream of bytes, so a payload
+/// received in parts can be decoded without first being copied into one
+/// buffer.
+pub struct PiecesReader<'a> {
+    pieces: &'a [Bytes],
+    /// How far into `pieces[0]` reading has come.
+    offset: usize,
+}
+
+impl<'a> PiecesReader<'a> {
+    /// A reader at the start of `pieces`.
+    pub fn new(pieces: &'a [Bytes]) -> Self {
+        PiecesReader { pieces, offset: 0 }
+    }
+}
+
+impl std::io::Read for PiecesReader<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        while let Some((piece, rest)) = self.pieces.split_first() {
+            let left = &piece[self.offset..];
+            if left.is_empty() {
+                self.pieces = rest;
+                self.offset = 0;
+                continue;
+            }
+            let n = left.len().min(buf.len());
+            buf[..n].copy_from_slice(&left[..n]);
+            self.offset += n;
+            return Ok(n);
+        }
+        Ok(0)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_reader_over_pieces_reads_them_as_one_payload() {
+        use std::io::Read;
+        let payload: Vec<u8> = (0..=255u8).cycle().take(10_000).collect();
+        let pieces: Vec<Bytes> = [0, 1, 4096, 0, 5000, 903]
+            .iter()
+            .scan(0, |at, &len| {
+                let piece = Bytes::copy_from_slice(&payload[*at..*at + len]);
+                *at += len;
+                Some(piece)
+            })
+            .collect();
+        let mut back = Vec::new();
+        let mut reader = PiecesReader::new(&pieces);
+        let mut buf = [0u8; 777];
+        loop {
+            let n = reader.read(&mut buf).unwrap();
+            if n == 0 {
+                break;
+            }
+            back.extend_from_slice(&buf[..n]);
+        }
+        assert_eq!(back, payload);
+        assert_eq!(reader.read(&mut buf).unwrap(), 0, "stays at its end");
+    }
 
     #[test]
     fn small_payloads_travel_whole_and_large_ones_in_parts() {

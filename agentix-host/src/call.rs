@@ -58,10 +58,12 @@ impl<'a, O: DeserializeOwned + Send + 'a> IntoFuture for Call<'a, O> {
             let args = self.args?;
             let run = async {
                 let conn = self.sandbox.connection().await?;
-                conn.call(self.target, args).await
+                conn.call_in_pieces(self.target, args).await
             };
-            let value = with_deadline(self.target, self.timeout, run).await?;
-            decode_result(self.target, &value)
+            let pieces = with_deadline(self.target, self.timeout, run).await?;
+            // A large result is decoded from its parts as they came: joining
+            // them first would copy it once more.
+            decode_failure(self.target, cbor::from_pieces(&pieces))
         })
     }
 }
@@ -94,7 +96,12 @@ pub(crate) fn decode_result<O: DeserializeOwned>(
     target: &str,
     value: &[u8],
 ) -> Result<O, RemoteError> {
-    cbor::from_slice(value).map_err(|failure| {
+    decode_failure(target, cbor::from_slice(value))
+}
+
+/// A decoded result of `target`, or why it did not decode as `O`.
+fn decode_failure<O>(target: &str, decoded: Result<O, DecodeFailure>) -> Result<O, RemoteError> {
+    decoded.map_err(|failure| {
         let why = match failure {
             DecodeFailure::Malformed(m) | DecodeFailure::Mismatch(m) => m,
         };

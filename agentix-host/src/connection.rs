@@ -178,12 +178,23 @@ impl RpcConnection {
 
     /// Calls `target` with CBOR `args`; returns the CBOR result.
     pub async fn call(self: &Arc<Self>, target: &str, args: Vec<u8>) -> Outcome {
+        self.call_in_pieces(target, args).await.map(part::join)
+    }
+
+    /// Like [`RpcConnection::call`], with the result as the pieces it
+    /// arrived in (one unless it was large), for a caller that decodes them
+    /// without joining them first.
+    pub async fn call_in_pieces(
+        self: &Arc<Self>,
+        target: &str,
+        args: Vec<u8>,
+    ) -> Result<Vec<Bytes>, RemoteError> {
         self.check_size(target, &args)?;
         let (tx, rx) = oneshot::channel();
         let guard = self.start(target, args, None, Waiter::Unary(tx)).await?;
         let arrived = rx.await.unwrap_or_else(|_| Err(self.lost_error()));
         guard.disarm();
-        arrived.map(part::join)
+        arrived
     }
 
     /// Starts the streaming call `target` with CBOR `args` under `window`;
