@@ -27,23 +27,43 @@ impl CpuTimes {
     }
 
     /// Adds each process's CPU time since [`CpuTimes::start`] divided by
-    /// `per` (calls or megabytes), in µs, under `rows` (key and description
-    /// for the host, the server and the worker, in that order).
+    /// `count` calls or megabytes, in µs, under
+    /// `{section}_cpu_{process}_us[_per_mb]`, described as
+    /// `"{process} CPU {what}"`.
     pub(crate) fn report(
         &self,
         report: &mut Report,
-        rows: [(&'static str, &'static str); 3],
-        unit: &'static str,
-        per: f64,
+        section: &str,
+        what: &str,
+        per: Per,
+        count: f64,
     ) {
-        for ((key, what), (&pid, start)) in
-            rows.into_iter().zip(self.pids.iter().zip(self.at_start))
-        {
+        let (suffix, unit) = match per {
+            Per::Call => ("", "µs"),
+            Per::Megabyte => ("_per_mb", "µs/MB"),
+        };
+        for (process, (&pid, start)) in PROCESSES.iter().zip(self.pids.iter().zip(self.at_start)) {
             let spent_ns = cpu_ns(pid).saturating_sub(start) as f64;
-            report.add(key, what, unit, spent_ns / 1e3 / per);
+            report.add(
+                format!("{section}_cpu_{process}_us{suffix}"),
+                format!("{process} CPU {what}"),
+                unit,
+                spent_ns / 1e3 / count,
+            );
         }
     }
 }
+
+/// What a section's CPU time is divided by.
+pub(crate) enum Per {
+    /// Its calls.
+    Call,
+    /// The megabytes it echoed.
+    Megabyte,
+}
+
+/// The processes of [`CpuTimes`], in the order of its pids.
+const PROCESSES: [&str; 3] = ["host", "server", "worker"];
 
 /// The CPU time of every live thread of process `pid`, in nanoseconds
 /// (`/proc/<pid>/task/*/schedstat`, whose first field is the time the

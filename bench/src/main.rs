@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 use agentix::{Blob, LocalProvider, Provider, Sandbox, SandboxConfig, StreamExt};
 use futures_util::stream;
 
-use cpu_time::CpuTimes;
+use cpu_time::{CpuTimes, Per};
 use report::Report;
 
 fn main() {
@@ -330,16 +330,7 @@ async fn sequential_echo(sb: &Sandbox, report: &mut Report) {
         "calls/s",
         2000.0 / total.as_secs_f64(),
     );
-    cpu.report(
-        report,
-        [
-            ("echo_cpu_host_us", "host CPU per sequential echo"),
-            ("echo_cpu_server_us", "server CPU per sequential echo"),
-            ("echo_cpu_worker_us", "worker CPU per sequential echo"),
-        ],
-        "µs",
-        2000.0,
-    );
+    cpu.report(report, "echo", "per sequential echo", Per::Call, 2000.0);
 }
 
 /// The machine's floor for the echo: one byte to a `cat` process and back
@@ -460,18 +451,9 @@ async fn inflight_64(sb: &Sandbox, report: &mut Report) {
     );
     cpu.report(
         report,
-        [
-            ("inflight64_cpu_host_us", "host CPU per call, 64 in flight"),
-            (
-                "inflight64_cpu_server_us",
-                "server CPU per call, 64 in flight",
-            ),
-            (
-                "inflight64_cpu_worker_us",
-                "worker CPU per call, 64 in flight",
-            ),
-        ],
-        "µs",
+        "inflight64",
+        "per call, 64 in flight",
+        Per::Call,
         CALLS as f64,
     );
 }
@@ -500,25 +482,8 @@ async fn echo_1mib(sb: &Sandbox, report: &mut Report) {
         "MB/s",
         mb / start.elapsed().as_secs_f64(),
     );
-    cpu.report(
-        report,
-        [
-            (
-                "echo_1mib_cpu_host_us_per_mb",
-                "host CPU per MB echoed (there and back), 1 MiB echo",
-            ),
-            (
-                "echo_1mib_cpu_server_us_per_mb",
-                "server CPU per MB echoed (there and back), 1 MiB echo",
-            ),
-            (
-                "echo_1mib_cpu_worker_us_per_mb",
-                "worker CPU per MB echoed (there and back), 1 MiB echo",
-            ),
-        ],
-        "µs/MB",
-        mb,
-    );
+    let what = "per MB echoed (there and back), 1 MiB echo";
+    cpu.report(report, "echo_1mib", what, Per::Megabyte, mb);
 }
 
 async fn echo_64mib(sb: &Sandbox, report: &mut Report) {
@@ -544,25 +509,9 @@ async fn echo_64mib(sb: &Sandbox, report: &mut Report) {
         "MB/s",
         rates[rates.len() / 2],
     );
-    cpu.report(
-        report,
-        [
-            (
-                "echo_64mib_cpu_host_us_per_mb",
-                "host CPU per MB echoed (there and back), 64 MiB echo",
-            ),
-            (
-                "echo_64mib_cpu_server_us_per_mb",
-                "server CPU per MB echoed (there and back), 64 MiB echo",
-            ),
-            (
-                "echo_64mib_cpu_worker_us_per_mb",
-                "worker CPU per MB echoed (there and back), 64 MiB echo",
-            ),
-        ],
-        "µs/MB",
-        5.0 * payload.len() as f64 / 1e6,
-    );
+    let what = "per MB echoed (there and back), 64 MiB echo";
+    let mb = 5.0 * payload.len() as f64 / 1e6;
+    cpu.report(report, "echo_64mib", what, Per::Megabyte, mb);
 }
 
 /// Starts counting the CPU time of the host and of `sb`'s server and worker.

@@ -7,8 +7,8 @@ pub(crate) struct Report {
 }
 
 struct Row {
-    key: &'static str,
-    what: &'static str,
+    key: String,
+    what: String,
     unit: &'static str,
     value: f64,
 }
@@ -17,14 +17,14 @@ impl Report {
     /// Records `value` under the JSON key `key`.
     pub(crate) fn add(
         &mut self,
-        key: &'static str,
-        what: &'static str,
+        key: impl Into<String>,
+        what: impl Into<String>,
         unit: &'static str,
         value: f64,
     ) {
         self.rows.push(Row {
-            key,
-            what,
+            key: key.into(),
+            what: what.into(),
             unit,
             value,
         });
@@ -44,7 +44,7 @@ impl Report {
             .iter()
             .map(|r| {
                 let rounded = (r.value * 10.0).round() / 10.0;
-                (r.key.to_owned(), serde_json::json!(rounded))
+                (r.key.clone(), serde_json::json!(rounded))
             })
             .collect();
         serde_json::Value::Object(map).to_string()
