@@ -5,9 +5,9 @@ mod support;
 
 use std::time::Duration;
 
-use agentix::{HostNamespace, JsonValue, RegisterError};
+use agentix::{HostNamespace, JsonValue, RegisterError, SandboxConfig};
 use serde_json::json;
-use support::{next_event, sandbox};
+use support::{next_event, sandbox, sandbox_with};
 use tokio::sync::mpsc;
 
 /// The host half the tests use: doubles `fetch` bodies, fails `fail`,
@@ -59,6 +59,29 @@ async fn events_flow_both_ways_and_requests_round_trip() {
     for (i, reply) in replies.iter().enumerate() {
         assert_eq!(reply, &json!(i * 2), "request {i} got another's reply");
     }
+}
+
+#[tokio::test]
+async fn an_emit_given_up_after_its_first_step_still_arrives() {
+    // No heartbeat within the wait below: nothing else flushes the socket.
+    let config = SandboxConfig::new(support::bundle_path())
+        .heartbeat(Duration::from_secs(60), Duration::from_secs(120));
+    let sb = sandbox_with(config).await;
+    let (tx, mut configured) = mpsc::unbounded_channel();
+    sb.register_namespace(host_half(tx)).unwrap();
+    sb.remote(agentix_e2e::open_plugin, ()).await.unwrap();
+
+    // The first step writes the event and leaves its flush to the next
+    // turn; giving up right there must not strand it in the write buffer
+    // until the next packet (the server's ping, 25 s away).
+    let mut emit = Box::pin(sb.emit("/e2e-plugin", "configure", json!({"given up": 1})));
+    assert!(
+        futures_util::poll!(emit.as_mut()).is_pending(),
+        "the emit finished in one step, so this test no longer covers giving up between its write and its flush"
+    );
+    drop(emit);
+    let echoed = next_event(&mut configured, "the sandbox got the given-up event").await;
+    assert_eq!(echoed, json!({"given up": 1}));
 }
 
 #[tokio::test]
