@@ -2,7 +2,9 @@
 //!
 //! The code `#[remote]` generates calls [`plain`] or [`fallible`]; both decode
 //! the CBOR arguments into the function's parameter tuple, run it and encode
-//! what it returned. Arguments arrive as an array (typed host calls) or as a
+//! what it returned. The arguments are decoded from the pieces they arrived
+//! in (a large payload comes in parts, `crate::part`), never joined into one
+//! more buffer first. Arguments arrive as an array (typed host calls) or as a
 //! map by parameter name (untyped calls, the CLI); a function with a single
 //! parameter also takes the bare value. Streaming functions go through
 //! [`stream_plain`] or [`stream_fallible`], which encode item by item.
@@ -22,7 +24,7 @@ use crate::registry::ItemStream;
 pub async fn plain<A, F, Fut>(
     name: &str,
     params: &[&str],
-    args: Bytes,
+    args: Vec<Bytes>,
     f: F,
 ) -> Result<Vec<u8>, RemoteError>
 where
@@ -40,7 +42,7 @@ where
 pub async fn fallible<A, F, Fut, T>(
     name: &str,
     params: &[&str],
-    args: Bytes,
+    args: Vec<Bytes>,
     f: F,
 ) -> Result<Vec<u8>, RemoteError>
 where
@@ -54,7 +56,7 @@ where
 }
 
 /// Runs a streaming remote function whose items are plain values.
-pub fn stream_plain<A, F, Fut>(name: &str, params: &[&str], args: Bytes, f: F) -> ItemStream
+pub fn stream_plain<A, F, Fut>(name: &str, params: &[&str], args: Vec<Bytes>, f: F) -> ItemStream
 where
     A: DeserializeOwned,
     F: FnOnce(A) -> Fut,
@@ -76,7 +78,7 @@ where
 pub fn stream_fallible<A, F, Fut, S, T>(
     name: &str,
     params: &[&str],
-    args: Bytes,
+    args: Vec<Bytes>,
     f: F,
 ) -> ItemStream
 where
@@ -95,13 +97,14 @@ where
     }
 }
 
-/// Decodes CBOR arguments for the function `name` with parameters `params`.
+/// Decodes CBOR arguments, in the `pieces` they arrived in, for the
+/// function `name` with parameters `params`.
 pub fn decode_args<A: DeserializeOwned>(
     name: &str,
     params: &[&str],
-    bytes: &[u8],
+    pieces: &[Bytes],
 ) -> Result<A, RemoteError> {
-    let first_failure = match cbor::from_slice::<A>(bytes) {
+    let first_failure = match cbor::from_pieces::<A>(pieces) {
         Ok(args) => return Ok(args),
         Err(DecodeFailure::Malformed(m)) => {
             return Err(RemoteError::new(
@@ -118,8 +121,8 @@ pub fn decode_args<A: DeserializeOwned>(
         )
         .with_details(format!("expected ({})", params.join(", ")))
     };
-    // `from_slice` already told malformed bytes apart, so this parse succeeds.
-    let value: Value = cbor::from_slice(bytes).map_err(|_| mismatch(first_failure.clone()))?;
+    // `from_pieces` already told malformed bytes apart, so this parse succeeds.
+    let value: Value = cbor::from_pieces(pieces).map_err(|_| mismatch(first_failure.clone()))?;
     let reshaped = match value {
         Value::Map(entries) => by_name(entries, params).map_err(mismatch)?,
         Value::Array(items) if items.is_empty() && params.is_empty() => Value::Null,
@@ -160,8 +163,8 @@ fn by_name(entries: Vec<(Value, Value)>, params: &[&str]) -> Result<Value, Strin
 mod tests {
     use super::*;
 
-    fn enc<T: Serialize>(v: T) -> Vec<u8> {
-        cbor::to_vec(&v).unwrap()
+    fn enc<T: Serialize>(v: T) -> Vec<Bytes> {
+        vec![Bytes::from(cbor::to_vec(&v).unwrap())]
     }
 
     #[test]
@@ -193,8 +196,35 @@ mod tests {
     }
 
     #[test]
+    fn arguments_in_pieces_decode_as_they_do_whole() {
+        let params = &["data", "name"];
+        let data = (0..3_000u32).map(|i| (i % 251) as u8).collect::<Vec<u8>>();
+        let cut = |whole: Vec<u8>| -> Vec<Bytes> {
+            whole.chunks(1_000).map(Bytes::copy_from_slice).collect()
+        };
+        let in_order = cbor::to_vec(&(serde_bytes::ByteBuf::from(data.clone()), "n")).unwrap();
+        let (got, name): (serde_bytes::ByteBuf, String) =
+            decode_args("f", params, &cut(in_order)).unwrap();
+        assert_eq!((got.into_vec(), name.as_str()), (data.clone(), "n"));
+        // By name: the reshaping path reads the pieces a second time.
+        let by_name = Value::Map(vec![
+            (Value::Text("name".into()), Value::Text("m".into())),
+            (Value::Text("data".into()), Value::Bytes(data.clone())),
+        ]);
+        let (got, name): (serde_bytes::ByteBuf, String) =
+            decode_args("f", params, &cut(cbor::to_vec(&by_name).unwrap())).unwrap();
+        assert_eq!((got.into_vec(), name.as_str()), (data, "m"));
+        // Pieces that stop short are malformed, not a mismatch.
+        let mut short = cut(cbor::to_vec(&by_name).unwrap());
+        short.pop();
+        let err = decode_args::<(serde_bytes::ByteBuf, String)>("f", params, &short).unwrap_err();
+        assert_eq!(err.kind, ErrorKind::BadArguments);
+    }
+
+    #[test]
     fn garbage_is_bad_arguments() {
-        let err = decode_args::<(String,)>("f", &["a"], &[0xff, 0xff]).unwrap_err();
+        let err = decode_args::<(String,)>("f", &["a"], &[Bytes::from_static(&[0xff, 0xff])])
+            .unwrap_err();
         assert_eq!(err.kind, ErrorKind::BadArguments);
     }
 }

@@ -12,9 +12,8 @@
 //!
 //! A receiver keeps the parts per call in a [`PartTable`], within a byte
 //! budget, and hands the pieces on as they came: the server never joins
-//! them, the worker joins them once, into the buffer the payload is
-//! decoded from, and the host decodes a call's result from the pieces
-//! themselves ([`PiecesReader`]).
+//! them, and the worker (a call's arguments) and the host (its result)
+//! decode the payload from the pieces themselves ([`PiecesReader`]).
 
 use std::collections::HashMap;
 

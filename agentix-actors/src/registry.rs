@@ -23,10 +23,12 @@ pub type ItemStream = Pin<Box<dyn Stream<Item = Result<Vec<u8>, RemoteError>> + 
 /// How a registered function runs: to one value, or to a stream of items.
 #[derive(Clone, Copy)]
 pub enum Invoke {
-    /// Decodes CBOR arguments, runs the function, encodes its outcome.
-    Unary(fn(Bytes) -> CallFuture),
-    /// Decodes CBOR arguments and yields the function's items, encoded.
-    Stream(fn(Bytes) -> ItemStream),
+    /// Decodes CBOR arguments (in the pieces they arrived in, see
+    /// [`crate::part`]), runs the function, encodes its outcome.
+    Unary(fn(Vec<Bytes>) -> CallFuture),
+    /// Decodes CBOR arguments (in pieces) and yields the function's items,
+    /// encoded.
+    Stream(fn(Vec<Bytes>) -> ItemStream),
 }
 
 /// One registered remote function.

@@ -276,8 +276,6 @@ fn start_call(
     let task_credit = credit.clone();
     // Spans the call creates are children of the host's span, if any.
     let task = tokio::spawn(InContext::new(trace, async move {
-        // Joined here, not in the frame loop, which must keep serving other calls.
-        let args = part::join(args);
         let frame = match (registry::lookup(&target), stream, task_credit) {
             (Err(error), _, _) => Frame::Error { id, error },
             (Ok(f), None, _) => match f.invoke {

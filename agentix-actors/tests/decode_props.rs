@@ -1,7 +1,8 @@
 //! Property tests for what a peer hands the runtime: argument bytes for a
-//! typed function, and the parts of a large payload. Whatever arrives, the
-//! outcome is a value or a clear error of the right kind, never a panic,
-//! and parts are joined exactly or refused.
+//! typed function (whole or cut into pieces, as large arguments arrive),
+//! and the parts of a large payload. Whatever arrives, the outcome is a
+//! value or a clear error of the right kind, never a panic; pieces decode
+//! exactly as the whole would, and parts are joined exactly or refused.
 
 use agentix_actors::errors::ErrorKind;
 use agentix_actors::invoke::decode_args;
@@ -9,30 +10,46 @@ use agentix_actors::part::{join, split, PartTable, PART_BYTES};
 use bytes::Bytes;
 use proptest::prelude::*;
 
+/// `bytes` cut in two at `at` (or at its end), as a payload's pieces.
+fn pieces(bytes: &[u8], at: usize) -> Vec<Bytes> {
+    let (head, tail) = bytes.split_at(at.min(bytes.len()));
+    vec![Bytes::copy_from_slice(head), Bytes::copy_from_slice(tail)]
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(512))]
 
     #[test]
-    fn any_argument_bytes_decode_or_fail_cleanly(bytes in proptest::collection::vec(any::<u8>(), 0..256)) {
-        match decode_args::<(String, u64)>("app::f", &["name", "n"], &bytes) {
+    fn any_argument_bytes_decode_or_fail_cleanly(
+        bytes in proptest::collection::vec(any::<u8>(), 0..256),
+        cut in 0usize..256,
+    ) {
+        let whole = decode_args::<(String, u64)>("app::f", &["name", "n"], &[Bytes::from(bytes.clone())]);
+        match &whole {
             Ok(_) => {}
             Err(e) => prop_assert!(
                 matches!(e.kind, ErrorKind::BadArguments | ErrorKind::TypeMismatch),
                 "{e}"
             ),
         }
+        let in_pieces = decode_args::<(String, u64)>("app::f", &["name", "n"], &pieces(&bytes, cut));
+        prop_assert_eq!(in_pieces.map_err(|e| e.kind), whole.map_err(|e| e.kind));
     }
 
     #[test]
-    fn well_typed_arguments_decode_by_position_and_by_name(name in ".{0,40}", n in any::<u64>()) {
+    fn well_typed_arguments_decode_by_position_and_by_name(
+        name in ".{0,40}",
+        n in any::<u64>(),
+        cut in 0usize..64,
+    ) {
         let positional = agentix_actors::cbor::to_vec(&(name.clone(), n)).unwrap();
-        let got: (String, u64) = decode_args("app::f", &["name", "n"], &positional).unwrap();
+        let got: (String, u64) = decode_args("app::f", &["name", "n"], &pieces(&positional, cut)).unwrap();
         prop_assert_eq!(&got, &(name.clone(), n));
         let mut named = std::collections::BTreeMap::new();
         named.insert("n", ciborium::Value::Integer(n.into()));
         named.insert("name", ciborium::Value::Text(name.clone()));
         let named = agentix_actors::cbor::to_vec(&named).unwrap();
-        let got: (String, u64) = decode_args("app::f", &["name", "n"], &named).unwrap();
+        let got: (String, u64) = decode_args("app::f", &["name", "n"], &pieces(&named, cut)).unwrap();
         prop_assert_eq!(got, (name, n));
     }
 }
