@@ -28,28 +28,13 @@ use dashmap::DashMap;
 use serde_json::json;
 use tokio::sync::{mpsc, oneshot};
 
+use crate::endpoint::Endpoint;
 pub(crate) use crate::pending_calls::StreamEvent;
 use crate::pending_calls::{fail_all, Pending, Waiter};
 use crate::rpc_routes::Route;
 use crate::sio::{ClientSettings, Delivery, SioClient, SioError};
 
 type Outcome = Result<Bytes, RemoteError>;
-
-/// Where a sandbox server listens and the token it wants.
-#[derive(Debug, Clone)]
-pub struct Endpoint {
-    /// `host:port` of the server.
-    pub addr: String,
-    /// The sandbox token.
-    pub token: String,
-}
-
-impl Endpoint {
-    /// The connect payload every namespace wants.
-    pub(crate) fn auth(&self) -> serde_json::Value {
-        json!({ "token": self.token })
-    }
-}
 
 /// How a connection behaves: limits and liveness checks.
 #[derive(Debug, Clone, Copy)]
@@ -350,6 +335,20 @@ impl RpcConnection {
 /// replaced by a new one within the connect timeout.
 const JOIN_ATTEMPTS: u32 = 4;
 
+/// Opens a websocket to the server, through its local socket when it has
+/// one the server holds (see [`Endpoint::dial`]).
+async fn connect_websocket(
+    endpoint: &Endpoint,
+    settings: ConnectionSettings,
+) -> Result<SioClient, SioError> {
+    let timeout = settings.connect_timeout;
+    let (stream, addr) = tokio::time::timeout(timeout, endpoint.dial())
+        .await
+        .map_err(|_| SioError::Unreachable(format!("connecting took longer than {timeout:?}")))?
+        .map_err(|e| SioError::Unreachable(format!("cannot connect to {}: {e}", endpoint.addr)))?;
+    SioClient::open(stream, addr, &endpoint.token, settings.client()).await
+}
+
 /// Opens a websocket and joins `/rpc` on it with `handler`. A join that
 /// gets no answer at all (seen, rarely, on a loaded machine, with the
 /// server healthy) is tried again on a fresh websocket, each attempt
@@ -364,7 +363,7 @@ async fn open_rpc(
     let auth = endpoint.auth();
     let mut attempt = 1;
     loop {
-        let client = SioClient::connect(&endpoint.addr, &endpoint.token, settings.client())
+        let client = connect_websocket(endpoint, settings)
             .await
             .map_err(|e| connect_error(endpoint, "cannot reach the sandbox server", e))?;
         let join = client.join(RPC_NAMESPACE, &auth, handler.clone());

@@ -11,25 +11,24 @@ use http_body_util::{BodyExt, Empty};
 use hyper::Request;
 use hyper_util::rt::TokioIo;
 
+use crate::endpoint::Endpoint;
 use crate::sio::server_stream::ServerStream;
 
 /// Largest `/health` body read.
 const MAX_BODY: usize = 1 << 20;
 
-/// `GET /health` from the server at `addr`, with `token` (the full report
-/// needs it), within `timeout`.
+/// `GET /health` from the server at `endpoint`, with its token (the full
+/// report needs it), within `timeout`.
 pub(crate) async fn fetch(
-    addr: &str,
-    token: &str,
+    endpoint: &Endpoint,
     timeout: Duration,
 ) -> Result<serde_json::Value, RemoteError> {
-    let url = format!("http://{addr}/health");
+    let url = format!("http://{}/health", endpoint.addr);
+    let token = &endpoint.token;
     let unreachable =
         |e: String| RemoteError::new(ErrorKind::ServerUnreachable, format!("GET {url}: {e}"));
     let request = async {
-        let stream = ServerStream::connect(addr)
-            .await
-            .map_err(|e| e.to_string())?;
+        let (stream, addr) = endpoint.dial().await.map_err(|e| e.to_string())?;
         let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
             .await
             .map_err(|e| e.to_string())?;

@@ -35,6 +35,7 @@ pub mod config;
 pub mod connect;
 pub mod connection;
 pub mod container_settings;
+pub mod endpoint;
 mod health;
 pub mod keeper;
 pub mod local;

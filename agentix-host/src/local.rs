@@ -2,7 +2,11 @@
 //!
 //! Each sandbox is the bundle run as `serve` (which starts itself again as
 //! `worker`) in a private directory under the system temp dir, bound to
-//! 127.0.0.1 on a free port, with a fresh random token. Deleting or dropping
+//! 127.0.0.1 on a free port, with a fresh random token. The server also
+//! listens on a Unix socket in that directory, which the host's own
+//! connections use: no TCP stack, no packet filter on loopback, a quarter
+//! to a third less CPU per small call; the port stays for third-party
+//! clients. Deleting or dropping
 //! the sandbox stops both processes and removes the directory; if the host
 //! dies without doing so, the server gets SIGTERM from the kernel and does it
 //! itself (see [`crate::keeper`]).
@@ -31,6 +35,9 @@ use crate::secret::random_hex;
 /// How long a stopping server may take before its process group is killed:
 /// the server's default shutdown grace plus time to stop the worker.
 const STOP_GRACE: Duration = Duration::from_secs(7);
+
+/// Room for a path in a Unix socket address (`sun_path`, with its NUL).
+const MAX_SOCKET_PATH: usize = 108;
 
 /// Runs sandboxes as local child processes.
 #[derive(Debug, Clone, Default)]
@@ -90,6 +97,11 @@ impl LocalProvider {
             .map_err(|e| io_error(format!("cannot create {}", log_path.display()), e))?;
         // One limit for both ends: bytes travel as they are.
         let wire_limit = config.max_message_bytes;
+        let local_socket = dir.join("host.sock");
+        // A path too long for a socket address (a deep base dir) leaves the
+        // host on the TCP port.
+        let local_socket =
+            (local_socket.as_os_str().len() < MAX_SOCKET_PATH).then_some(local_socket);
 
         let mut cmd = tokio::process::Command::new(bundle);
         cmd.arg("serve")
@@ -98,6 +110,11 @@ impl LocalProvider {
             .arg(wire_limit.to_string())
             .arg("--cleanup-dir")
             .arg(&dir)
+            .args(
+                local_socket
+                    .iter()
+                    .flat_map(|path| [std::ffi::OsStr::new("--local-socket"), path.as_os_str()]),
+            )
             .args(&config.server_args)
             // On stdin, not in the environment: sandbox code can read
             // /proc/<server>/environ, never a pipe the server has drained.
@@ -141,11 +158,16 @@ impl LocalProvider {
                 return Err(err);
             }
         };
-        let addr = line
+        let ready = line
             .as_deref()
             .and_then(|l| serde_json::from_str::<Value>(l).ok())
-            .filter(|v| v["agentix"] == "ready")
+            .filter(|v| v["agentix"] == "ready");
+        let addr = ready
+            .as_ref()
             .and_then(|v| v["addr"].as_str().map(str::to_owned));
+        let local_addr = ready
+            .as_ref()
+            .and_then(|v| v["local_addr"].as_str().map(str::to_owned));
         let Some(addr) = addr else {
             let printed = match &line {
                 Some(line) => format!("it printed `{}`", line.trim_end()),
@@ -161,13 +183,17 @@ impl LocalProvider {
             resources.stop().await;
             return Err(err);
         };
-        Ok(Sandbox::from_parts(
+        let sandbox = Sandbox::from_parts(
             format!("local-{id}"),
             addr,
             token,
             config,
             Arc::new(resources),
-        ))
+        );
+        Ok(match (local_addr, sandbox.server_pid()) {
+            (Some(local), Some(pid)) => sandbox.with_local_addr(local, pid),
+            _ => sandbox,
+        })
     }
 }
 

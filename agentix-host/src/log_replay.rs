@@ -13,7 +13,7 @@ use agentix_actors::errors::RemoteError;
 use agentix_actors::log_record::LogRecord;
 use agentix_actors::wire::{LogsEvent, EVENT_RECORDS, LOG_NAMESPACE};
 
-use crate::connection::Endpoint;
+use crate::endpoint::Endpoint;
 use crate::side_listener;
 use crate::sio::SioClient;
 

@@ -41,7 +41,8 @@ use serde::Serialize;
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
-use crate::connection::{connect_error, Endpoint};
+use crate::connection::connect_error;
+use crate::endpoint::Endpoint;
 use crate::sio::{Delivery, SioClient};
 
 type BoxFuture = Pin<Box<dyn Future<Output = ()> + Send>>;

@@ -19,7 +19,8 @@ use serde::Serialize;
 use crate::call::Call;
 use crate::config::SandboxConfig;
 use crate::connect::Connect;
-use crate::connection::{ConnectionSettings, Endpoint, RpcConnection};
+use crate::connection::{ConnectionSettings, RpcConnection};
+use crate::endpoint::{Endpoint, LocalSocket};
 use crate::log_replay::{self, LogTap};
 use crate::namespace::{self, HostNamespace, HostNamespaceHandle};
 use crate::sandbox_resources::SandboxResources;
@@ -64,9 +65,24 @@ impl Sandbox {
     ) -> Self {
         let endpoint = Endpoint {
             addr: addr.into(),
+            local: None,
             token: token.into(),
         };
         Sandbox::new(id.into(), endpoint, config, Some(resources))
+    }
+
+    /// Has this handle connect through `local` (`unix:PATH`), a Unix socket
+    /// the same server (process `server_pid`) listens on beside
+    /// [`Sandbox::addr`]: for a host on the sandbox's machine, which then
+    /// skips the TCP stack (a quarter to a third less CPU per small call).
+    /// A socket that another process holds is not used. Third-party
+    /// clients keep using [`Sandbox::addr`].
+    pub fn with_local_addr(mut self, local: impl Into<String>, server_pid: u32) -> Self {
+        self.endpoint.local = Some(LocalSocket {
+            addr: local.into(),
+            server_pid,
+        });
+        self
     }
 
     fn new(
@@ -127,6 +143,7 @@ impl Sandbox {
         let addr = addr.into();
         let endpoint = Endpoint {
             addr: addr.clone(),
+            local: None,
             token: token.into(),
         };
         Sandbox::new(format!("attached-{addr}"), endpoint, config, None)
@@ -140,6 +157,17 @@ impl Sandbox {
     /// Where its server listens (`host:port`), for third-party Socket.IO clients.
     pub fn addr(&self) -> &str {
         &self.endpoint.addr
+    }
+
+    /// The Unix socket this handle connects through instead of
+    /// [`Sandbox::addr`] (`unix:PATH`), if its provider gave one.
+    pub fn local_addr(&self) -> Option<&str> {
+        self.endpoint.local.as_ref().map(|l| l.addr.as_str())
+    }
+
+    /// The local socket and the server process that must hold it.
+    pub(crate) fn local_socket(&self) -> Option<&LocalSocket> {
+        self.endpoint.local.as_ref()
     }
 
     /// Its token, for third-party clients (`auth: {"token": ..}`).
@@ -226,12 +254,7 @@ impl Sandbox {
 
     /// The server's `/health` report.
     pub async fn health(&self) -> Result<serde_json::Value, RemoteError> {
-        crate::health::fetch(
-            &self.endpoint.addr,
-            &self.endpoint.token,
-            self.settings.connect_timeout,
-        )
-        .await
+        crate::health::fetch(&self.endpoint, self.settings.connect_timeout).await
     }
 
     pub(crate) async fn connection(&self) -> Result<Arc<RpcConnection>, RemoteError> {
@@ -426,6 +449,7 @@ impl std::fmt::Debug for Sandbox {
         f.debug_struct("Sandbox")
             .field("id", &self.id)
             .field("addr", &self.endpoint.addr)
+            .field("local_addr", &self.endpoint.local)
             .finish_non_exhaustive()
     }
 }

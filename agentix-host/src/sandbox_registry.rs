@@ -11,6 +11,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
 
 use crate::config::SandboxConfig;
+use crate::endpoint::LocalSocket;
 use crate::provider_error::ProviderError;
 use crate::sandbox::Sandbox;
 use crate::sandbox_info::SandboxInfo;
@@ -27,6 +28,8 @@ struct Entries(Mutex<HashMap<String, Entry>>);
 
 struct Entry {
     addr: String,
+    /// The Unix socket handles connect through, if the provider gave one.
+    local: Option<LocalSocket>,
     token: String,
     resources: Weak<dyn SandboxResources>,
     /// Set for a kept sandbox: the registry is its owner.
@@ -57,6 +60,7 @@ impl SandboxRegistry {
         };
         let entry = Entry {
             addr: sandbox.addr().to_owned(),
+            local: sandbox.local_socket().cloned(),
             token: sandbox.token().to_owned(),
             resources: Arc::downgrade(resources),
             kept: None,
@@ -98,6 +102,9 @@ impl SandboxRegistry {
         let entries = self.lock();
         let entry = entries.get(id).filter(|e| e.resources.strong_count() > 0)?;
         let mut sandbox = Sandbox::attach_with(entry.addr.clone(), entry.token.clone(), config);
+        if let Some(local) = &entry.local {
+            sandbox = sandbox.with_local_addr(local.addr.clone(), local.server_pid);
+        }
         sandbox.set_id(id);
         Some(sandbox)
     }

@@ -12,7 +12,8 @@ use agentix_actors::wire::EVENT_SIDE_ACK;
 use serde_json::json;
 use tokio::sync::mpsc;
 
-use crate::connection::{connect_error, Endpoint};
+use crate::connection::connect_error;
+use crate::endpoint::Endpoint;
 use crate::sio::{Delivery, Incoming, SioClient};
 
 /// Batches queued for a channel's task; more than the server may send

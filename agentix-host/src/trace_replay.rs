@@ -11,7 +11,7 @@ use agentix_actors::errors::RemoteError;
 use agentix_actors::trace;
 use agentix_actors::wire::{TracesEvent, EVENT_TRACE_EVENTS, TRACE_NAMESPACE};
 
-use crate::connection::Endpoint;
+use crate::endpoint::Endpoint;
 use crate::side_listener;
 use crate::sio::SioClient;
 

@@ -23,6 +23,11 @@ pub struct ServerConfig {
     /// Listen on this Unix socket instead of `host:port` (`--unix PATH`):
     /// how a sandbox with no network is reached.
     pub unix: Option<PathBuf>,
+    /// Also listen on this Unix socket (`--local-socket PATH`): a host on
+    /// the same machine dials it and skips the TCP stack (and whatever
+    /// packet filter applies to loopback), while third-party clients keep
+    /// the TCP address.
+    pub local_socket: Option<PathBuf>,
     /// Token every host must present; `None` only with
     /// [`ServerConfig::insecure_no_auth`].
     pub token: Option<String>,
@@ -62,6 +67,7 @@ impl Default for ServerConfig {
             host: IpAddr::from([127, 0, 0, 1]),
             port: 0,
             unix: None,
+            local_socket: None,
             token: None,
             insecure_no_auth: false,
             worker_command: Vec::new(),
@@ -80,7 +86,8 @@ impl Default for ServerConfig {
 }
 
 impl ServerConfig {
-    /// Parses `--host A --port N --unix PATH --max-message-bytes N --cleanup-dir D
+    /// Parses `--host A --port N --unix PATH --local-socket PATH
+    /// --max-message-bytes N --cleanup-dir D
     /// --shutdown-grace-ms N --ping-interval-ms N --ping-timeout-ms N
     /// --max-restarts N --restart-window-ms N --idle-exit-ms N
     /// --token-stdin --insecure-no-auth --worker CMD [ARGS..]`; the token
@@ -118,6 +125,7 @@ impl ServerConfig {
                         .map_err(|e| format!("--max-message-bytes: {e}"))?
                 }
                 "--unix" => config.unix = Some(value("--unix")?.into()),
+                "--local-socket" => config.local_socket = Some(value("--local-socket")?.into()),
                 "--cleanup-dir" => config.cleanup_dir = Some(value("--cleanup-dir")?.into()),
                 "--token-stdin" => config.token = Some(token_from_stdin()?),
                 "--insecure-no-auth" => config.insecure_no_auth = true,
@@ -187,6 +195,9 @@ mod tests {
         assert_eq!(c.shutdown_grace, Duration::from_millis(250));
         assert_eq!(c.ping_interval, Duration::from_millis(100));
         assert_eq!(c.ping_timeout, ServerConfig::default().ping_timeout);
+        let c = parse(&["--local-socket", "/run/s.sock"]).unwrap();
+        assert_eq!(c.local_socket, Some(PathBuf::from("/run/s.sock")));
+        assert_eq!(c.unix, None);
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! [`Listener`]: where the server takes connections: a TCP port, or a Unix
 //! socket for a sandbox with no network at all (a container on network
-//! `none` is reached through a socket on a mounted directory).
+//! `none` is reached through a socket on a mounted directory) or for a host
+//! on the same machine (beside the TCP port).
 
 use std::net::IpAddr;
 use std::os::unix::fs::PermissionsExt;
@@ -26,26 +27,29 @@ impl Listener {
     /// Binds the Unix socket `unix` if given, else `host:port`.
     pub async fn bind(host: IpAddr, port: u16, unix: Option<&Path>) -> Result<Listener, String> {
         match unix {
-            Some(path) => {
-                // A socket left by a server that died would make bind fail.
-                match std::fs::remove_file(path) {
-                    Ok(()) => {}
-                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                    Err(e) => return Err(format!("cannot replace {}: {e}", path.display())),
-                }
-                let listener = UnixListener::bind(path)
-                    .map_err(|e| format!("cannot bind {}: {e}", path.display()))?;
-                // The host may run as another user than the sandbox; the
-                // token, not the file mode, decides who is served.
-                std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o666))
-                    .map_err(|e| format!("cannot open {} to the host: {e}", path.display()))?;
-                Ok(Listener::Unix(listener, path.to_owned()))
-            }
+            Some(path) => Listener::bind_unix(path),
             None => TcpListener::bind((host, port))
                 .await
                 .map(Listener::Tcp)
                 .map_err(|e| format!("cannot bind {host}:{port}: {e}")),
         }
+    }
+
+    /// Binds the Unix socket at `path`, replacing one a dead server left.
+    pub fn bind_unix(path: &Path) -> Result<Listener, String> {
+        // A socket left by a server that died would make bind fail.
+        match std::fs::remove_file(path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(format!("cannot replace {}: {e}", path.display())),
+        }
+        let listener =
+            UnixListener::bind(path).map_err(|e| format!("cannot bind {}: {e}", path.display()))?;
+        // The host may run as another user than the sandbox; the token, not
+        // the file mode, decides who is served.
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o666))
+            .map_err(|e| format!("cannot open {} to the host: {e}", path.display()))?;
+        Ok(Listener::Unix(listener, path.to_owned()))
     }
 
     /// The address hosts dial, as the ready line reports it: `ip:port`, or

@@ -4,7 +4,8 @@
 //! `info`, on stderr) and the allocator settings, builds the actix
 //! `System`, starts one [`Server`] and prints one JSON line on stdout,
 //! `{"agentix":"ready","addr":..,"pid":..}`, which is how a provider learns
-//! the port it got (`addr` is `ip:port`, or `unix:PATH` with `--unix`). On
+//! the port it got (`addr` is `ip:port`, or `unix:PATH` with `--unix`;
+//! with `--local-socket`, `local_addr` is `unix:PATH` as well). On
 //! SIGTERM or SIGINT (also sent when the parent dies: see the local
 //! provider), or once no host has been connected for the config's idle
 //! limit, it stops taking calls, lets the calls in flight finish for up to
@@ -56,11 +57,14 @@ async fn serve(config: ServerConfig) -> i32 {
             };
         }
     };
-    let ready = serde_json::json!({
+    let mut ready = serde_json::json!({
         "agentix": "ready",
         "addr": server.addr(),
         "pid": std::process::id(),
     });
+    if let Some(local) = server.local_addr() {
+        ready["local_addr"] = local.into();
+    }
     {
         let mut stdout = std::io::stdout().lock();
         let _ = writeln!(stdout, "{ready}");

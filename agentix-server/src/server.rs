@@ -67,10 +67,12 @@ pub enum StartError {
 /// lets calls in flight finish first.
 pub struct Server {
     addr: String,
+    local_addr: Option<String>,
     root: Addr<ServerSupervisor>,
     worker_supervisor: ChildAddr<WorkerSupervisor>,
     io: SocketIo,
-    accept: tokio::task::JoinHandle<()>,
+    /// One accepting task per listener.
+    accept: Vec<tokio::task::JoinHandle<()>>,
     config: ServerConfig,
     stopped: bool,
 }
@@ -89,6 +91,14 @@ impl Server {
             .await
             .map_err(StartError::Bind)?;
         let addr = listener.addr().map_err(StartError::Bind)?;
+        let local = match &config.local_socket {
+            Some(path) => Some(Listener::bind_unix(path).map_err(StartError::Bind)?),
+            None => None,
+        };
+        let local_addr = match &local {
+            Some(listener) => Some(listener.addr().map_err(StartError::Bind)?),
+            None => None,
+        };
         let server_id = format!(
             "{}-{}",
             std::process::id(),
@@ -124,9 +134,22 @@ impl Server {
         root.do_send(AttachIo(io.clone()));
         forwarder::register(&io, tree.forwarders, token.clone());
         side_namespaces::register(&io, tree.side, credits.clone(), token.clone());
-        let accept = tokio::spawn(accept_loop(listener, service, token));
+        // Both listeners count against one connection limit.
+        let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
+        let accept = std::iter::once(listener)
+            .chain(local)
+            .map(|listener| {
+                tokio::spawn(accept_loop(
+                    listener,
+                    service.clone(),
+                    token.clone(),
+                    slots.clone(),
+                ))
+            })
+            .collect();
         Ok(Server {
             addr,
+            local_addr,
             root,
             worker_supervisor,
             io,
@@ -139,6 +162,12 @@ impl Server {
     /// Where it listens: `ip:port`, or `unix:PATH`.
     pub fn addr(&self) -> &str {
         &self.addr
+    }
+
+    /// The Unix socket it also listens on for a host on the same machine
+    /// (`unix:PATH`), if the config named one.
+    pub fn local_addr(&self) -> Option<&str> {
+        self.local_addr.as_deref()
     }
 
     /// The root of its actor tree.
@@ -160,7 +189,7 @@ impl Server {
 
     /// Stops taking connections and calls; calls in flight go on.
     pub async fn begin_drain(&self) {
-        self.accept.abort();
+        self.stop_accepting();
         let _ = self.root.send(Drain).await;
     }
 
@@ -183,6 +212,12 @@ impl Server {
         }
     }
 
+    fn stop_accepting(&self) {
+        for task in &self.accept {
+            task.abort();
+        }
+    }
+
     /// Drains (up to the config's shutdown grace), then [`Server::stop`]s.
     pub async fn shutdown(self) {
         self.begin_drain().await;
@@ -195,7 +230,7 @@ impl Server {
     /// is removed.
     pub async fn stop(mut self) {
         self.stopped = true;
-        self.accept.abort();
+        self.stop_accepting();
         let _ = self.root.send(StopTree).await;
         // Let the call handlers emit the last replies before the sockets close.
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -213,7 +248,7 @@ impl Server {
 impl Drop for Server {
     fn drop(&mut self) {
         if !self.stopped {
-            self.accept.abort();
+            self.stop_accepting();
             self.root.do_send(StopTree);
         }
     }
@@ -222,10 +257,15 @@ impl Drop for Server {
 /// The Socket.IO service with the plain HTTP routes beneath it.
 type Service = socketioxide::service::SocketIoService<HttpRoutes>;
 
-async fn accept_loop(listener: Listener, service: Service, token: Token) {
+/// Takes `listener`'s connections while `slots` has room.
+async fn accept_loop(
+    listener: Listener,
+    service: Service,
+    token: Token,
+    slots: Arc<tokio::sync::Semaphore>,
+) {
     // A peer may hold only so many connections, and must send its request
     // headers in time (a slowloris would otherwise keep them all open).
-    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
     loop {
         let Ok(slot) = slots.clone().acquire_owned().await else {
             return;

@@ -1,6 +1,7 @@
 //! The host's Socket.IO transport: bytes as bytes at every size, many large
 //! calls at once on one websocket, reconnecting with every namespace, the
-//! server's first-event race, a frozen server. (A server that stops reading
+//! server's first-event race, a frozen server, a local host on the Unix
+//! socket beside the port. (A server that stops reading
 //! is in `stuck_peer.rs`: it measures this process's memory, which needs a
 //! test binary of its own.)
 
@@ -25,6 +26,124 @@ fn pattern(len: usize, seed: u8) -> Vec<u8> {
     (0..len)
         .map(|i| (i as u8) ^ ((i >> 8) as u8).wrapping_mul(31) ^ seed)
         .collect()
+}
+
+/// Connections the kernel has established to `addr` (`127.0.0.1:PORT`) on
+/// the accepting side, from `/proc/net/tcp`.
+fn tcp_connections_to(addr: &str) -> usize {
+    let port = addr.rsplit(':').next().unwrap().parse::<u16>().unwrap();
+    let local = format!("0100007F:{port:04X}");
+    std::fs::read_to_string("/proc/net/tcp")
+        .unwrap()
+        .lines()
+        .skip(1)
+        .filter(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            // Field 3 is the state; 01 is ESTABLISHED.
+            fields.get(1) == Some(&local.as_str()) && fields.get(3) == Some(&"01")
+        })
+        .count()
+}
+
+#[tokio::test]
+async fn a_local_host_connects_through_the_unix_socket_and_clients_through_the_port() {
+    use agentix::{LocalProvider, Provider};
+    use std::os::unix::fs::FileTypeExt;
+
+    let provider = LocalProvider::new();
+    let sb = provider
+        .session(SandboxConfig::new(bundle_path()))
+        .await
+        .unwrap();
+    let local = sb
+        .local_addr()
+        .expect("a local sandbox has a Unix socket for its host")
+        .to_owned();
+    let path = std::path::PathBuf::from(local.strip_prefix("unix:").expect("unix:PATH"));
+    assert!(path.metadata().unwrap().file_type().is_socket(), "{local}");
+    assert!(path.starts_with(sb.local_dir().unwrap()), "{local}");
+
+    assert_eq!(
+        sb.remote(agentix_e2e::echo, ("over the socket".into(),))
+            .await
+            .unwrap(),
+        "over the socket"
+    );
+    assert_eq!(sb.health().await.unwrap()["status"], "ok");
+    assert_eq!(
+        tcp_connections_to(sb.addr()),
+        0,
+        "the host's own connection went through TCP"
+    );
+
+    // Third-party clients (and a handle attached by address) use the port.
+    let tcp = Sandbox::attach(sb.addr(), sb.token());
+    assert_eq!(tcp.local_addr(), None);
+    assert_eq!(
+        tcp.remote(agentix_e2e::echo, ("over TCP".into(),))
+            .await
+            .unwrap(),
+        "over TCP"
+    );
+    assert_eq!(tcp_connections_to(sb.addr()), 1);
+    // Another handle from the provider dials the socket too.
+    let again = provider.get(sb.id()).unwrap();
+    assert_eq!(again.local_addr(), Some(local.as_str()));
+    assert_eq!(
+        again
+            .remote(agentix_e2e::echo, ("again".into(),))
+            .await
+            .unwrap(),
+        "again"
+    );
+    assert_eq!(tcp_connections_to(sb.addr()), 1);
+
+    sb.delete().await;
+    assert!(!path.exists(), "{local} outlived its sandbox");
+}
+
+#[tokio::test]
+async fn a_socket_file_replaced_in_the_sandbox_gets_no_token_and_the_port_serves() {
+    use agentix::{LocalProvider, Provider};
+    use tokio::io::AsyncReadExt;
+
+    let provider = LocalProvider::new();
+    let sb = provider
+        .session(SandboxConfig::new(bundle_path()))
+        .await
+        .unwrap();
+    let local = sb.local_addr().unwrap().to_owned();
+    let path = std::path::PathBuf::from(local.strip_prefix("unix:").unwrap());
+    // What code in the sandbox could do: put a listener of its own there.
+    std::fs::remove_file(&path).unwrap();
+    let impostor = tokio::net::UnixListener::bind(&path).unwrap();
+    let heard = tokio::spawn(async move {
+        let (mut conn, _) = impostor.accept().await.unwrap();
+        let mut got = Vec::new();
+        let _ = conn.read_to_end(&mut got).await;
+        got
+    });
+
+    let again = provider.get(sb.id()).unwrap();
+    assert_eq!(
+        again
+            .remote(agentix_e2e::echo, ("still served".into(),))
+            .await
+            .unwrap(),
+        "still served"
+    );
+    assert_eq!(tcp_connections_to(sb.addr()), 1, "the port serves instead");
+    let got = tokio::time::timeout(Duration::from_secs(10), heard)
+        .await
+        .expect("the host tried the socket and let it go")
+        .unwrap();
+    assert!(
+        got.is_empty(),
+        "the host sent {} bytes to a socket the server does not hold: {:?}",
+        got.len(),
+        String::from_utf8_lossy(&got)
+    );
+    sb.delete().await;
 }
 
 #[tokio::test]

@@ -146,15 +146,27 @@ impl SioClient {
         token: &str,
         settings: ClientSettings,
     ) -> Result<SioClient, SioError> {
+        let timeout = settings.connect_timeout;
+        let stream = tokio::time::timeout(timeout, ServerStream::connect(addr))
+            .await
+            .map_err(|_| SioError::Unreachable(format!("connecting took longer than {timeout:?}")))?
+            .map_err(|e| SioError::Unreachable(format!("cannot connect to {addr}: {e}")))?;
+        SioClient::open(stream, addr, token, settings).await
+    }
+
+    /// Like [`SioClient::connect`], over `stream`, already connected to the
+    /// server at `addr`.
+    pub async fn open(
+        stream: ServerStream,
+        addr: &str,
+        token: &str,
+        settings: ClientSettings,
+    ) -> Result<SioClient, SioError> {
         let deadline = tokio::time::Instant::now() + settings.connect_timeout;
         let timeout = settings.connect_timeout;
         let within = |what: &'static str| {
             move |_| SioError::Unreachable(format!("{what} took longer than {timeout:?}"))
         };
-        let stream = tokio::time::timeout_at(deadline, ServerStream::connect(addr))
-            .await
-            .map_err(within("connecting"))?
-            .map_err(|e| SioError::Unreachable(format!("cannot connect to {addr}: {e}")))?;
         let max_frame = settings.max_message_bytes.saturating_add(HEADER_SLACK);
         let config = WebSocketConfig::default()
             .max_message_size(Some(max_frame))

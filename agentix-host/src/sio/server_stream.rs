@@ -1,6 +1,7 @@
 //! [`ServerStream`]: the byte stream to a sandbox server, over TCP
 //! (`ip:port`) or a Unix socket (`unix:PATH`, for a sandbox with no
-//! network), as the server's ready line names its address.
+//! network, or a local one's host), as the server's ready line names its
+//! address.
 
 use std::io;
 use std::pin::Pin;
@@ -33,6 +34,32 @@ impl ServerStream {
                 Ok(ServerStream::Tcp(tcp))
             }
         }
+    }
+
+    /// Connects to the Unix socket `addr` (`unix:PATH`) and checks that
+    /// process `pid` holds its other end: a socket file is only a path,
+    /// which whoever can write its directory may replace with a listener
+    /// of their own, and the host must not hand its token to that.
+    pub async fn connect_to_process(addr: &str, pid: u32) -> io::Result<ServerStream> {
+        let path = addr.strip_prefix(UNIX_PREFIX).ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("{addr} is not unix:PATH"),
+            )
+        })?;
+        let stream = UnixStream::connect(path).await?;
+        let peer = stream.peer_cred()?.pid();
+        if peer != Some(pid as i32) {
+            let peer = peer.map_or_else(
+                || "an unknown process".to_owned(),
+                |p| format!("process {p}"),
+            );
+            return Err(io::Error::new(
+                io::ErrorKind::PermissionDenied,
+                format!("{addr} is served by {peer}, not by the sandbox server (process {pid})"),
+            ));
+        }
+        Ok(ServerStream::Unix(stream))
     }
 
     /// What an HTTP request to `addr` names as its host: the address
