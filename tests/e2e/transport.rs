@@ -13,7 +13,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use agentix::trace::{self, Processor, SpanData};
-use agentix::{Blob, ErrorKind, HostNamespace, Sandbox, SandboxConfig, StreamExt};
+use agentix::{
+    Blob, ErrorKind, HostNamespace, LocalProvider, Provider, Sandbox, SandboxConfig, StreamExt,
+};
 use serde_json::json;
 use support::raw_socket::RawSocket;
 use support::{bundle_path, next_event, sandbox, sandbox_with, wait_until, HandStartedServer};
@@ -45,11 +47,9 @@ fn tcp_connections_to(addr: &str) -> usize {
         .count()
 }
 
-#[tokio::test]
-async fn a_local_host_connects_through_the_unix_socket_and_clients_through_the_port() {
-    use agentix::{LocalProvider, Provider};
-    use std::os::unix::fs::FileTypeExt;
-
+/// A local sandbox, its provider (for more handles), its host socket's
+/// address and that socket's path.
+async fn local_sandbox() -> (LocalProvider, Sandbox, String, std::path::PathBuf) {
     let provider = LocalProvider::new();
     let sb = provider
         .session(SandboxConfig::new(bundle_path()))
@@ -60,15 +60,28 @@ async fn a_local_host_connects_through_the_unix_socket_and_clients_through_the_p
         .expect("a local sandbox has a Unix socket for its host")
         .to_owned();
     let path = std::path::PathBuf::from(local.strip_prefix("unix:").expect("unix:PATH"));
+    (provider, sb, local, path)
+}
+
+/// Checks that a call through `sb` comes back with `text`.
+async fn assert_echoes(sb: &Sandbox, text: &str) {
+    assert_eq!(
+        sb.remote(agentix_e2e::echo, (text.to_owned(),))
+            .await
+            .unwrap(),
+        text
+    );
+}
+
+#[tokio::test]
+async fn a_local_host_connects_through_the_unix_socket_and_clients_through_the_port() {
+    use std::os::unix::fs::FileTypeExt;
+
+    let (provider, sb, local, path) = local_sandbox().await;
     assert!(path.metadata().unwrap().file_type().is_socket(), "{local}");
     assert!(path.starts_with(sb.local_dir().unwrap()), "{local}");
 
-    assert_eq!(
-        sb.remote(agentix_e2e::echo, ("over the socket".into(),))
-            .await
-            .unwrap(),
-        "over the socket"
-    );
+    assert_echoes(&sb, "over the socket").await;
     assert_eq!(sb.health().await.unwrap()["status"], "ok");
     assert_eq!(
         tcp_connections_to(sb.addr()),
@@ -79,23 +92,12 @@ async fn a_local_host_connects_through_the_unix_socket_and_clients_through_the_p
     // Third-party clients (and a handle attached by address) use the port.
     let tcp = Sandbox::attach(sb.addr(), sb.token());
     assert_eq!(tcp.local_addr(), None);
-    assert_eq!(
-        tcp.remote(agentix_e2e::echo, ("over TCP".into(),))
-            .await
-            .unwrap(),
-        "over TCP"
-    );
+    assert_echoes(&tcp, "over TCP").await;
     assert_eq!(tcp_connections_to(sb.addr()), 1);
     // Another handle from the provider dials the socket too.
     let again = provider.get(sb.id()).unwrap();
     assert_eq!(again.local_addr(), Some(local.as_str()));
-    assert_eq!(
-        again
-            .remote(agentix_e2e::echo, ("again".into(),))
-            .await
-            .unwrap(),
-        "again"
-    );
+    assert_echoes(&again, "again").await;
     assert_eq!(tcp_connections_to(sb.addr()), 1);
 
     sb.delete().await;
@@ -104,16 +106,9 @@ async fn a_local_host_connects_through_the_unix_socket_and_clients_through_the_p
 
 #[tokio::test]
 async fn a_socket_file_replaced_in_the_sandbox_gets_no_token_and_the_port_serves() {
-    use agentix::{LocalProvider, Provider};
     use tokio::io::AsyncReadExt;
 
-    let provider = LocalProvider::new();
-    let sb = provider
-        .session(SandboxConfig::new(bundle_path()))
-        .await
-        .unwrap();
-    let local = sb.local_addr().unwrap().to_owned();
-    let path = std::path::PathBuf::from(local.strip_prefix("unix:").unwrap());
+    let (provider, sb, _, path) = local_sandbox().await;
     // What code in the sandbox could do: put a listener of its own there.
     std::fs::remove_file(&path).unwrap();
     let impostor = tokio::net::UnixListener::bind(&path).unwrap();
@@ -125,13 +120,7 @@ async fn a_socket_file_replaced_in_the_sandbox_gets_no_token_and_the_port_serves
     });
 
     let again = provider.get(sb.id()).unwrap();
-    assert_eq!(
-        again
-            .remote(agentix_e2e::echo, ("still served".into(),))
-            .await
-            .unwrap(),
-        "still served"
-    );
+    assert_echoes(&again, "still served").await;
     assert_eq!(tcp_connections_to(sb.addr()), 1, "the port serves instead");
     let got = tokio::time::timeout(Duration::from_secs(10), heard)
         .await
