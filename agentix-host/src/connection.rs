@@ -335,20 +335,6 @@ impl RpcConnection {
 /// replaced by a new one within the connect timeout.
 const JOIN_ATTEMPTS: u32 = 4;
 
-/// Opens a websocket to the server, through its local socket when it has
-/// one the server holds (see [`Endpoint::dial`]).
-async fn connect_websocket(
-    endpoint: &Endpoint,
-    settings: ConnectionSettings,
-) -> Result<SioClient, SioError> {
-    let timeout = settings.connect_timeout;
-    let (stream, addr) = tokio::time::timeout(timeout, endpoint.dial())
-        .await
-        .map_err(|_| SioError::Unreachable(format!("connecting took longer than {timeout:?}")))?
-        .map_err(|e| SioError::Unreachable(format!("cannot connect to {}: {e}", endpoint.addr)))?;
-    SioClient::open(stream, addr, &endpoint.token, settings.client()).await
-}
-
 /// Opens a websocket and joins `/rpc` on it with `handler`. A join that
 /// gets no answer at all (seen, rarely, on a loaded machine, with the
 /// server healthy) is tried again on a fresh websocket, each attempt
@@ -363,7 +349,9 @@ async fn open_rpc(
     let auth = endpoint.auth();
     let mut attempt = 1;
     loop {
-        let client = connect_websocket(endpoint, settings)
+        // Through the local socket when the server holds one (see
+        // `Endpoint::dial`).
+        let client = SioClient::connect_via(endpoint.dial(), &endpoint.token, settings.client())
             .await
             .map_err(|e| connect_error(endpoint, "cannot reach the sandbox server", e))?;
         let join = client.join(RPC_NAMESPACE, &auth, handler.clone());

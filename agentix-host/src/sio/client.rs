@@ -146,19 +146,20 @@ impl SioClient {
         token: &str,
         settings: ClientSettings,
     ) -> Result<SioClient, SioError> {
-        let timeout = settings.connect_timeout;
-        let stream = tokio::time::timeout(timeout, ServerStream::connect(addr))
-            .await
-            .map_err(|_| SioError::Unreachable(format!("connecting took longer than {timeout:?}")))?
-            .map_err(|e| SioError::Unreachable(format!("cannot connect to {addr}: {e}")))?;
-        SioClient::open(stream, addr, token, settings).await
+        let dial = async move {
+            let stream = ServerStream::connect(addr).await.map_err(|e| {
+                std::io::Error::new(e.kind(), format!("cannot connect to {addr}: {e}"))
+            })?;
+            Ok((stream, addr))
+        };
+        SioClient::connect_via(dial, token, settings).await
     }
 
-    /// Like [`SioClient::connect`], over `stream`, already connected to the
-    /// server at `addr`.
-    pub async fn open(
-        stream: ServerStream,
-        addr: &str,
+    /// Like [`SioClient::connect`], with `dial` opening the stream and
+    /// naming the address it reached; the connect timeout covers dialing
+    /// and the handshakes together.
+    pub async fn connect_via<'a>(
+        dial: impl std::future::Future<Output = std::io::Result<(ServerStream, &'a str)>>,
         token: &str,
         settings: ClientSettings,
     ) -> Result<SioClient, SioError> {
@@ -167,6 +168,10 @@ impl SioClient {
         let within = |what: &'static str| {
             move |_| SioError::Unreachable(format!("{what} took longer than {timeout:?}"))
         };
+        let (stream, addr) = tokio::time::timeout_at(deadline, dial)
+            .await
+            .map_err(within("connecting"))?
+            .map_err(|e| SioError::Unreachable(e.to_string()))?;
         let max_frame = settings.max_message_bytes.saturating_add(HEADER_SLACK);
         let config = WebSocketConfig::default()
             .max_message_size(Some(max_frame))
