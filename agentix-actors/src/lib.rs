@@ -27,6 +27,7 @@
 //!   `stream_call` drives one streaming call under its window.
 //! - [`worker_start`]: plugin code every worker runs before its first call.
 //! - [`process`]: small Unix process helpers shared by every spawner.
+//! - [`send_buffer`]: a host <-> server socket's send buffer, sized for a part.
 //! - [`restart_policy`]: when a supervisor restarts a child, as a pure value;
 //!   [`supervision`]: how a parent hears that a child ended, and the address
 //!   of a child it replaces; [`actor_home`]: where an actor runs, with or
@@ -56,6 +57,7 @@ pub mod remote;
 pub mod request_envelope;
 pub mod restart_policy;
 mod running_calls;
+pub mod send_buffer;
 pub mod side_channel;
 pub mod span_bridge;
 mod stream_call;

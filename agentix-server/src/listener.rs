@@ -7,6 +7,7 @@ use std::net::IpAddr;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
+use agentix_actors::send_buffer::widen_send_buffer;
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, UnixListener};
@@ -71,9 +72,14 @@ impl Listener {
                 let (stream, _) = l.accept().await?;
                 // Small packets must not wait for the peer's delayed ACK.
                 let _ = stream.set_nodelay(true);
+                widen_send_buffer(&stream);
                 Box::new(stream)
             }
-            Listener::Unix(l, _) => Box::new(l.accept().await?.0),
+            Listener::Unix(l, _) => {
+                let stream = l.accept().await?.0;
+                widen_send_buffer(&stream);
+                Box::new(stream)
+            }
         };
         Ok(TokioIo::new(stream))
     }

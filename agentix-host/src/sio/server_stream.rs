@@ -7,6 +7,7 @@ use std::io;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
+use agentix_actors::send_buffer::widen_send_buffer;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpStream, UnixStream};
 
@@ -25,12 +26,17 @@ impl ServerStream {
     /// Connects to `addr`: `host:port`, or `unix:PATH`.
     pub async fn connect(addr: &str) -> io::Result<ServerStream> {
         match addr.strip_prefix(UNIX_PREFIX) {
-            Some(path) => UnixStream::connect(path).await.map(ServerStream::Unix),
+            Some(path) => {
+                let unix = UnixStream::connect(path).await?;
+                widen_send_buffer(&unix);
+                Ok(ServerStream::Unix(unix))
+            }
             None => {
                 let tcp = TcpStream::connect(addr).await?;
                 // Small packets (a call, a pong) must not wait for the
                 // peer's delayed ACK of the previous one.
                 let _ = tcp.set_nodelay(true);
+                widen_send_buffer(&tcp);
                 Ok(ServerStream::Tcp(tcp))
             }
         }
@@ -59,6 +65,7 @@ impl ServerStream {
                 format!("{addr} is served by {peer}, not by the sandbox server (process {pid})"),
             ));
         }
+        widen_send_buffer(&stream);
         Ok(ServerStream::Unix(stream))
     }
 
