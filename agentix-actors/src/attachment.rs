@@ -10,10 +10,14 @@
 //! attachment as its placeholder's slot number, then hands every slot the
 //! frame it names.
 //!
-//! Bytes past [`PART_BYTES`] travel as an array of placeholders, one frame
-//! per part, and are joined again on arrival: a websocket writer keeps the
-//! capacity of the largest message it ever wrote, and a 256 MiB message
-//! would leave every connection that carried one holding 256 MiB.
+//! Bytes past [`SPLIT_ABOVE`] travel as an array of placeholders, one frame
+//! per [`PART_BYTES`] part, and are joined again on arrival: a websocket
+//! writer keeps the capacity of the largest message it ever wrote, and a
+//! 256 MiB message would leave every connection that carried one holding
+//! 256 MiB. Up to [`SPLIT_ABOVE`] they are one frame, so a payload of
+//! exactly 1 MiB plus its CBOR envelope (a file chunk, a 1 MiB argument)
+//! is not cut into a part and a crumb that the receiver would copy to
+//! join.
 
 use std::fmt;
 
@@ -33,7 +37,7 @@ enum Slot {
     Unresolved(Vec<usize>),
 }
 
-pub use crate::part::PART_BYTES;
+pub use crate::part::{PART_BYTES, SPLIT_ABOVE};
 
 impl Attachment {
     /// An attachment carrying `bytes`.
@@ -104,19 +108,86 @@ impl From<Vec<u8>> for Attachment {
 impl Serialize for Attachment {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         use serde::ser::SerializeSeq;
-        match &self.0 {
-            Slot::Bytes(b) if b.len() <= PART_BYTES => serializer.serialize_bytes(b),
-            Slot::Bytes(b) => {
-                let mut seq = serializer.serialize_seq(Some(b.len().div_ceil(PART_BYTES)))?;
-                for part in b.chunks(PART_BYTES) {
-                    seq.serialize_element(serde_bytes::Bytes::new(part))?;
-                }
-                seq.end()
-            }
-            Slot::Unresolved(_) => Err(serde::ser::Error::custom(
+        let Slot::Bytes(b) = &self.0 else {
+            return Err(serde::ser::Error::custom(
                 "an unresolved attachment cannot be sent",
-            )),
+            ));
+        };
+        if COLLECTED.with_borrow(Option::is_some) {
+            return serialize_collected(b, serializer);
         }
+        if b.len() <= SPLIT_ABOVE {
+            return serializer.serialize_bytes(b);
+        }
+        let mut seq = serializer.serialize_seq(Some(b.len().div_ceil(PART_BYTES)))?;
+        for part in b.chunks(PART_BYTES) {
+            seq.serialize_element(serde_bytes::Bytes::new(part))?;
+        }
+        seq.end()
+    }
+}
+
+thread_local! {
+    /// The attachments of the event [`to_json_collecting`] is serialising
+    /// on this thread, in placeholder order; `None` outside it.
+    static COLLECTED: std::cell::RefCell<Option<Vec<Bytes>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// Serialises `value` as JSON in which each [`Attachment`] is a Socket.IO
+/// placeholder, and returns the JSON with the attachments' bytes in
+/// placeholder order, not copied: a Socket.IO serializer only sees
+/// `&[u8]` and copies every payload it is handed once more.
+pub fn to_json_collecting<T: Serialize + ?Sized>(
+    value: &T,
+) -> serde_json::Result<(String, Vec<Bytes>)> {
+    // Restores the thread's state even if serialising panics.
+    struct Collecting;
+    impl Drop for Collecting {
+        fn drop(&mut self) {
+            COLLECTED.set(None);
+        }
+    }
+    COLLECTED.set(Some(Vec::new()));
+    let collecting = Collecting;
+    let json = serde_json::to_string(value);
+    let frames = COLLECTED.take().unwrap_or_default();
+    drop(collecting);
+    Ok((json?, frames))
+}
+
+/// Serialises `bytes` as placeholders for frames handed to the collector:
+/// one, or one per [`PART_BYTES`] part past [`SPLIT_ABOVE`] (slices of
+/// `bytes`).
+fn serialize_collected<S: Serializer>(bytes: &Bytes, serializer: S) -> Result<S::Ok, S::Error> {
+    use serde::ser::SerializeSeq;
+    let pieces = crate::part::split(bytes.clone());
+    let first = COLLECTED.with_borrow_mut(|frames| {
+        let frames = frames.as_mut().expect("collecting");
+        let first = frames.len();
+        frames.extend(pieces.iter().cloned());
+        first
+    });
+    if pieces.len() == 1 {
+        return PlaceholderOut(first).serialize(serializer);
+    }
+    let mut seq = serializer.serialize_seq(Some(pieces.len()))?;
+    for num in first..first + pieces.len() {
+        seq.serialize_element(&PlaceholderOut(num))?;
+    }
+    seq.end()
+}
+
+/// A placeholder as sent: `{"_placeholder": true, "num": N}`.
+struct PlaceholderOut(usize);
+
+impl Serialize for PlaceholderOut {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut map = serializer.serialize_map(Some(2))?;
+        map.serialize_entry("_placeholder", &true)?;
+        map.serialize_entry("num", &self.0)?;
+        map.end()
     }
 }
 
@@ -288,6 +359,18 @@ mod tests {
         let two: Two = decode_event(text, frames).unwrap();
         assert_eq!(two.a.as_bytes(), bytes.as_slice());
         assert_eq!(two.b.as_bytes(), b"b");
+    }
+
+    #[test]
+    fn a_part_and_its_envelope_travel_as_one_frame() {
+        // A 1 MiB file chunk or argument plus its CBOR envelope.
+        let whole = serde_json::to_value(Attachment::new(vec![7u8; PART_BYTES + 20])).unwrap();
+        assert!(whole.is_array() && whole[0].is_number(), "one byte string");
+        let last_whole = serde_json::to_value(Attachment::new(vec![7u8; SPLIT_ABOVE])).unwrap();
+        assert!(last_whole[0].is_number(), "one byte string");
+        let parts = serde_json::to_value(Attachment::new(vec![7u8; SPLIT_ABOVE + 1])).unwrap();
+        assert_eq!(parts.as_array().map(Vec::len), Some(2), "two parts");
+        assert!(parts[0].is_array());
     }
 
     #[test]

@@ -254,7 +254,9 @@ impl RpcConnection {
         for bytes in pieces {
             let bytes = Attachment::new(bytes);
             let event = PartEvent { id, total, bytes };
-            self.client.emit(RPC_NAMESPACE, EVENT_PART, &event).await?;
+            self.client
+                .emit_attachments(RPC_NAMESPACE, EVENT_PART, &event)
+                .await?;
         }
         let event = CallEvent {
             id,
@@ -264,7 +266,9 @@ impl RpcConnection {
             trace,
             parts: true,
         };
-        self.client.emit(RPC_NAMESPACE, EVENT_CALL, &event).await
+        self.client
+            .emit_attachments(RPC_NAMESPACE, EVENT_CALL, &event)
+            .await
     }
 
     /// Tells the server the host consumed `items` items (`bytes` bytes) of

@@ -283,6 +283,20 @@ impl SioClient {
         self.send(messages).await
     }
 
+    /// [`SioClient::emit`] for a payload whose bytes are all
+    /// [`Attachment`](agentix_actors::attachment::Attachment)s (a call, a
+    /// part): their bytes go out as they are, not copied once more.
+    pub async fn emit_attachments<T: Serialize + ?Sized>(
+        &self,
+        ns: &str,
+        event: &str,
+        data: &T,
+    ) -> Result<(), SioError> {
+        let messages =
+            packet::encode_attachments_event(ns, event, data).map_err(SioError::Encode)?;
+        self.send(messages).await
+    }
+
     /// Whether the connection is gone.
     pub fn is_closed(&self) -> bool {
         self.shared.closed.borrow().is_some()

@@ -10,7 +10,7 @@
 //! decodes it), and binary attachments, which are collected here without
 //! being copied.
 
-use agentix_actors::attachment::PART_BYTES;
+use agentix_actors::attachment::{to_json_collecting, PART_BYTES};
 use bytes::Bytes;
 use engineioxide_core::{OpenPacket, Str};
 use serde::Serialize;
@@ -215,6 +215,21 @@ pub(crate) fn encode_event<T: Serialize + ?Sized>(
     Ok(messages(Packet::event(ns.to_owned(), value)))
 }
 
+/// [`encode_event`] for a payload (not a tuple) whose bytes are all
+/// [`Attachment`](agentix_actors::attachment::Attachment)s: their bytes
+/// become the binary messages as they are, where Socket.IO's serializer
+/// copies each. Bytes of any other type would become JSON numbers.
+pub(crate) fn encode_attachments_event<T: Serialize + ?Sized>(
+    ns: &str,
+    event: &str,
+    data: &T,
+) -> Result<Vec<Message>, String> {
+    let (json, frames) =
+        to_json_collecting(&(event, data)).map_err(|e| format!("cannot encode `{event}`: {e}"))?;
+    let value = Value::Str(Str::from(json), (!frames.is_empty()).then(|| frames.into()));
+    Ok(messages(Packet::event(ns.to_owned(), value)))
+}
+
 /// The message that joins `ns` with the connect payload `auth`.
 pub(crate) fn encode_connect(ns: &str, auth: &serde_json::Value) -> Message {
     let auth = Value::Str(Str::from(auth.to_string()), None);
@@ -237,7 +252,7 @@ fn messages(packet: Packet) -> Vec<Message> {
     header.push('4');
     header.push_str(&text);
     out.push(Message::text(header));
-    // Each at most PART_BYTES: large payloads travel as parts (see
+    // Each at most SPLIT_ABOVE: larger payloads travel as parts (see
     // agentix_actors::attachment), so no one message fills a write buffer.
     out.extend(attachments.into_iter().map(Message::Binary));
     out
@@ -291,6 +306,46 @@ mod tests {
         assert_eq!(ns, "/rpc");
         assert_eq!(event.frames, vec![Bytes::from(bytes)]);
         assert!(event.json.as_str().starts_with(r#"["call","#));
+    }
+
+    #[test]
+    fn attachments_go_out_as_socketio_sends_them_without_a_copy() {
+        use agentix_actors::attachment::{Attachment, SPLIT_ABOVE};
+        use agentix_actors::wire::{CallEvent, PartEvent};
+        let call = |args: Bytes| CallEvent {
+            id: 3,
+            target: "echo".into(),
+            args: Attachment::new(args),
+            stream: None,
+            trace: None,
+            parts: true,
+        };
+        let small = Bytes::from((0..=255u8).chain([0x1e; 4]).collect::<Vec<_>>());
+        let large = Bytes::from(vec![0x1eu8; 3 * SPLIT_ABOVE]);
+        for bytes in [Bytes::new(), small, large] {
+            let ours = encode_attachments_event("/rpc", "call", &call(bytes.clone())).unwrap();
+            let theirs = encode_event("/rpc", "call", &call(bytes.clone())).unwrap();
+            assert_eq!(ours, theirs, "{} bytes", bytes.len());
+            let mut offset = 0;
+            for frame in &ours[1..] {
+                let Message::Binary(frame) = frame else {
+                    panic!("not binary")
+                };
+                // The frame is the caller's memory, not a copy of it.
+                assert_eq!(frame.as_ptr(), bytes[offset..].as_ptr());
+                offset += frame.len();
+            }
+            assert_eq!(offset, bytes.len());
+        }
+        let part = PartEvent {
+            id: 3,
+            total: 9,
+            bytes: Attachment::new(Bytes::from_static(b"abc")),
+        };
+        assert_eq!(
+            encode_attachments_event("/rpc", "call:part", &part).unwrap(),
+            encode_event("/rpc", "call:part", &part).unwrap()
+        );
     }
 
     #[test]
