@@ -1,6 +1,7 @@
 //! Stock third-party Socket.IO clients: python-socketio (from a venv that
 //! `tests/interop/setup-venv.sh` makes) on a plugin namespace, and on
-//! `/rpc`, `/log` and `/trace` with binary attachments.
+//! `/rpc`, `/log` and `/trace` with binary attachments; the Rust
+//! `rust_socketio` client on a plugin namespace and `/log`.
 
 mod support;
 
@@ -61,4 +62,85 @@ async fn a_stock_python_client_calls_and_reads_logs_and_spans() {
         .map(|s| s.as_u64().unwrap())
         .collect();
     assert_eq!(spans, (0..50).collect::<Vec<_>>());
+}
+
+/// A `rust_socketio` 0.6 client joined to `path` of `sb` with its token,
+/// handing every event it receives to `events`. It runs on Engine.IO's
+/// long polling, where binary travels base64-encoded: over a websocket
+/// this client cuts every incoming message at byte 0x1e (Engine.IO's
+/// polling separator) and breaks binary attachments, and against this
+/// server it failed with an Engine.IO error right after connecting.
+async fn rust_socketio_client(
+    sb: &agentix::Sandbox,
+    path: &str,
+    events: tokio::sync::mpsc::UnboundedSender<(String, rust_socketio::Payload)>,
+) -> rust_socketio::asynchronous::Client {
+    use futures_util::FutureExt;
+    use rust_socketio::asynchronous::ClientBuilder;
+    ClientBuilder::new(format!("http://{}", sb.addr()))
+        .namespace(path)
+        .auth(json!({ "token": sb.token() }))
+        .opening_header("Authorization", format!("Bearer {}", sb.token()))
+        .transport_type(rust_socketio::TransportType::Polling)
+        .reconnect(false)
+        .on_any(move |event, payload, _client| {
+            let _ = events.send((event.as_str().to_owned(), payload));
+            async {}.boxed()
+        })
+        .connect()
+        .await
+        .expect("rust_socketio connects with the token")
+}
+
+#[tokio::test]
+async fn a_stock_rust_socketio_client_speaks_a_plugin_namespace_and_reads_logs() {
+    use rust_socketio::Payload;
+    let sb = sandbox().await;
+    assert_eq!(
+        sb.remote(agentix_e2e::open_plugin, ()).await.unwrap(),
+        "open"
+    );
+    let (tx, mut plugin_events) = tokio::sync::mpsc::unbounded_channel();
+    let plugin = rust_socketio_client(&sb, "/e2e-plugin", tx).await;
+    plugin
+        .emit("configure", json!({"from": "rust", "n": 7}))
+        .await
+        .unwrap();
+    let (event, payload) = tokio::time::timeout(Duration::from_secs(20), plugin_events.recv())
+        .await
+        .expect("the sandbox answers within 20 s")
+        .unwrap();
+    assert_eq!(event, "configured");
+    let Payload::Text(values) = payload else {
+        panic!("a JSON event, not {payload:?}")
+    };
+    assert_eq!(values, vec![json!({"from": "rust", "n": 7})]);
+
+    // `/log` sends records as a CBOR array in a binary attachment; the
+    // client acknowledges each batch, as a host does.
+    let (tx, mut log_events) = tokio::sync::mpsc::unbounded_channel();
+    let log = rust_socketio_client(&sb, "/log", tx).await;
+    sb.remote(agentix_e2e::chatter, (5, 0, 0)).await.unwrap();
+    let mut records = Vec::new();
+    while records.len() < 5 {
+        let (event, payload) = tokio::time::timeout(Duration::from_secs(20), log_events.recv())
+            .await
+            .expect("the records arrive within 20 s")
+            .unwrap();
+        // The client names a binary event by its packet's JSON, with the
+        // placeholder left out.
+        let (true, Payload::Binary(cbor)) = (event.starts_with("records"), payload) else {
+            continue;
+        };
+        log.emit("ack", json!({})).await.unwrap();
+        let batch: Vec<JsonValue> = ciborium::from_reader(&cbor[..]).expect("a CBOR array");
+        records.extend(batch.into_iter().filter(|r| r["target"] == "agentix_e2e"));
+    }
+    for (i, record) in records.iter().enumerate() {
+        assert_eq!(record["message"], format!("log {i}"), "{record}");
+        assert_eq!(record["level"], "INFO", "{record}");
+        assert_eq!(record["fields"]["seq"], i.to_string(), "{record}");
+    }
+    plugin.disconnect().await.unwrap();
+    log.disconnect().await.unwrap();
 }
