@@ -122,9 +122,9 @@ impl Sandbox {
         self.resources.take()
     }
 
-    /// Gives the handle the id its provider knows the sandbox by.
-    pub(crate) fn set_id(&mut self, id: &str) {
-        id.clone_into(&mut self.id);
+    /// A second handle, not owning it, on sandbox `id` at `endpoint`.
+    pub(crate) fn another(id: &str, endpoint: Endpoint, config: SandboxConfig) -> Self {
+        Sandbox::new(id.to_owned(), endpoint, config, None)
     }
 
     /// A handle on a server someone else started, at `addr` (`host:port`)
@@ -165,9 +165,9 @@ impl Sandbox {
         self.endpoint.local.as_ref().map(|l| l.addr.as_str())
     }
 
-    /// The local socket and the server process that must hold it.
-    pub(crate) fn local_socket(&self) -> Option<&LocalSocket> {
-        self.endpoint.local.as_ref()
+    /// Where its server listens, the token, and how this host dials it.
+    pub(crate) fn endpoint(&self) -> &Endpoint {
+        &self.endpoint
     }
 
     /// Its token, for third-party clients (`auth: {"token": ..}`).

@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
 
 use crate::config::SandboxConfig;
-use crate::endpoint::LocalSocket;
+use crate::endpoint::Endpoint;
 use crate::provider_error::ProviderError;
 use crate::sandbox::Sandbox;
 use crate::sandbox_info::SandboxInfo;
@@ -27,10 +27,8 @@ pub struct SandboxRegistry {
 struct Entries(Mutex<HashMap<String, Entry>>);
 
 struct Entry {
-    addr: String,
-    /// The Unix socket handles connect through, if the provider gave one.
-    local: Option<LocalSocket>,
-    token: String,
+    /// Where handles connect, with the Unix socket if the provider gave one.
+    endpoint: Endpoint,
     resources: Weak<dyn SandboxResources>,
     /// Set for a kept sandbox: the registry is its owner.
     kept: Option<Arc<dyn SandboxResources>>,
@@ -59,9 +57,7 @@ impl SandboxRegistry {
             return;
         };
         let entry = Entry {
-            addr: sandbox.addr().to_owned(),
-            local: sandbox.local_socket().cloned(),
-            token: sandbox.token().to_owned(),
+            endpoint: sandbox.endpoint().clone(),
             resources: Arc::downgrade(resources),
             kept: None,
         };
@@ -89,7 +85,7 @@ impl SandboxRegistry {
             .iter()
             .map(|(id, e)| SandboxInfo {
                 id: id.clone(),
-                addr: e.addr.clone(),
+                addr: e.endpoint.addr.clone(),
             })
             .collect();
         list.sort_by(|a, b| a.id.cmp(&b.id));
@@ -101,12 +97,7 @@ impl SandboxRegistry {
     pub fn get(&self, id: &str, config: SandboxConfig) -> Option<Sandbox> {
         let entries = self.lock();
         let entry = entries.get(id).filter(|e| e.resources.strong_count() > 0)?;
-        let mut sandbox = Sandbox::attach_with(entry.addr.clone(), entry.token.clone(), config);
-        if let Some(local) = &entry.local {
-            sandbox = sandbox.with_local_addr(local.addr.clone(), local.server_pid);
-        }
-        sandbox.set_id(id);
-        Some(sandbox)
+        Some(Sandbox::another(id, entry.endpoint.clone(), config))
     }
 
     /// Deletes live sandbox `id` and waits until it is gone (what

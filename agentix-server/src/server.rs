@@ -91,14 +91,10 @@ impl Server {
             .await
             .map_err(StartError::Bind)?;
         let addr = listener.addr().map_err(StartError::Bind)?;
-        let local = match &config.local_socket {
-            Some(path) => Some(Listener::bind_unix(path).map_err(StartError::Bind)?),
-            None => None,
-        };
-        let local_addr = match &local {
-            Some(listener) => Some(listener.addr().map_err(StartError::Bind)?),
-            None => None,
-        };
+        let local = config.local_socket.as_deref().map(Listener::bind_unix);
+        let local = local.transpose().map_err(StartError::Bind)?;
+        let local_addr = local.as_ref().map(Listener::addr);
+        let local_addr = local_addr.transpose().map_err(StartError::Bind)?;
         let server_id = format!(
             "{}-{}",
             std::process::id(),

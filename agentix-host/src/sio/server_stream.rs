@@ -26,11 +26,7 @@ impl ServerStream {
     /// Connects to `addr`: `host:port`, or `unix:PATH`.
     pub async fn connect(addr: &str) -> io::Result<ServerStream> {
         match addr.strip_prefix(UNIX_PREFIX) {
-            Some(path) => {
-                let unix = UnixStream::connect(path).await?;
-                widen_send_buffer(&unix);
-                Ok(ServerStream::Unix(unix))
-            }
+            Some(path) => Ok(ServerStream::Unix(connect_unix(path).await?)),
             None => {
                 let tcp = TcpStream::connect(addr).await?;
                 // Small packets (a call, a pong) must not wait for the
@@ -53,7 +49,7 @@ impl ServerStream {
                 format!("{addr} is not unix:PATH"),
             )
         })?;
-        let stream = UnixStream::connect(path).await?;
+        let stream = connect_unix(path).await?;
         let peer = stream.peer_cred()?.pid();
         if peer != Some(pid as i32) {
             let peer = peer.map_or_else(
@@ -65,7 +61,6 @@ impl ServerStream {
                 format!("{addr} is served by {peer}, not by the sandbox server (process {pid})"),
             ));
         }
-        widen_send_buffer(&stream);
         Ok(ServerStream::Unix(stream))
     }
 
@@ -78,6 +73,13 @@ impl ServerStream {
             addr
         }
     }
+}
+
+/// Connects to the Unix socket at `path`, with a send buffer for a part.
+async fn connect_unix(path: &str) -> io::Result<UnixStream> {
+    let stream = UnixStream::connect(path).await?;
+    widen_send_buffer(&stream);
+    Ok(stream)
 }
 
 impl AsyncRead for ServerStream {
