@@ -1,20 +1,24 @@
 //! [`ArrivingStreams`]: the sandbox half's actor that owns every stream
 //! whose items are arriving, and passes each item to its agent's response
-//! body in order.
+//! body in order; [`Arrivals`]: what the endpoint holds of it.
 //!
 //! Supervised by nobody of its own: the endpoint starts it once per worker
 //! with the `/abridge` namespace (on the worker's background actix
 //! arbiter), and it lives as long as the worker. No children.
 //!
-//! [`Expect`] is sent before a stream's open request leaves, and items come
-//! through the same mailbox, so the table knows a stream before its first
-//! item. Items are numbered: one that comes early waits for its turn, and
-//! one too far ahead breaks its stream rather than being buffered without
-//! bound.
+//! A stream is entered in a table the endpoint shares with the actor
+//! ([`Arrivals::expect`]) before its open request leaves, and the actor
+//! takes it from there at its first item, so the actor knows every stream
+//! before its first item. Entering it wakes no thread: told by message, the
+//! arbiter's thread woke on the agent's way to its first piece, and on a
+//! busy machine took the CPU from the request it was woken for. Items are
+//! numbered: one that comes early waits for its turn, and one too far ahead
+//! breaks its stream rather than being buffered without bound.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
 
-use agentix::actix::{Actor, Context, Handler, Message};
+use agentix::actix::{Actor, Addr, Context, Handler, Message};
 use agentix::{NamespaceEvent, SandboxNamespaceHandle};
 use tokio::sync::mpsc;
 
@@ -24,33 +28,75 @@ use crate::exchange::{StreamItem, StreamPart, STREAM_WINDOW};
 /// window, and the one end item the host may send past it.
 const MOST_EARLY: u64 = STREAM_WINDOW + 1;
 
-/// Starts taking items for stream `id`, to `to_agent` (room for more than
-/// the window).
-pub struct Expect {
-    /// The stream's id.
-    pub id: String,
-    /// Its items, in order, to the agent's response body.
-    pub to_agent: mpsc::Sender<StreamPart>,
-}
+/// Streams whose open has left and whose first item the actor has not
+/// taken yet: each one's way to its agent's response body, by id.
+type Expected = Arc<Mutex<HashMap<String, mpsc::Sender<StreamPart>>>>;
 
-impl Message for Expect {
-    type Result = ();
-}
-
-/// Forgets stream `id`: its agent went away, or it ended.
-pub struct Forget {
-    /// The stream's id.
-    pub id: String,
+/// Forgets stream `id`, which the actor took: its agent went away.
+struct Forget {
+    id: String,
 }
 
 impl Message for Forget {
     type Result = ();
 }
 
+/// The arriving streams of this worker, as the endpoint holds them; cheap
+/// to clone.
+#[derive(Clone)]
+pub struct Arrivals {
+    actor: Addr<ArrivingStreams>,
+    expected: Expected,
+}
+
+impl Arrivals {
+    /// Starts the actor, on the background arbiter of a worker.
+    pub fn start() -> Self {
+        let expected = Expected::default();
+        let actor = agentix::start_actor({
+            let expected = expected.clone();
+            move |_| ArrivingStreams::new(expected)
+        });
+        Arrivals { actor, expected }
+    }
+
+    /// The actor, which takes the namespace's `stream:item`s.
+    pub fn actor(&self) -> &Addr<ArrivingStreams> {
+        &self.actor
+    }
+
+    /// Enters stream `id`, whose items go to `to_agent` (room for more than
+    /// the window); call it before the stream's open leaves.
+    pub fn expect(&self, id: String, to_agent: mpsc::Sender<StreamPart>) {
+        lock(&self.expected).insert(id, to_agent);
+    }
+
+    /// Forgets stream `id`, which its agent left before its end.
+    pub fn forget(&self, id: String) {
+        // Still in the table, or taken by the actor at its first item.
+        if lock(&self.expected).remove(&id).is_none() {
+            self.actor.do_send(Forget { id });
+        }
+    }
+
+    /// Forgets stream `id`, which ended: its end went through the actor,
+    /// which let it go then, or it never had items (the upstream answered
+    /// with an error), so only the table may hold it.
+    pub fn ended(&self, id: &str) {
+        lock(&self.expected).remove(id);
+    }
+}
+
+fn lock(
+    expected: &Expected,
+) -> std::sync::MutexGuard<'_, HashMap<String, mpsc::Sender<StreamPart>>> {
+    expected.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 /// The streams of this worker whose items are arriving, by id.
-#[derive(Default)]
 pub struct ArrivingStreams {
     streams: HashMap<String, Arriving>,
+    expected: Expected,
 }
 
 /// One stream's items on their way to the agent.
@@ -63,21 +109,41 @@ struct Arriving {
     to_agent: mpsc::Sender<StreamPart>,
 }
 
-impl Actor for ArrivingStreams {
-    type Context = Context<Self>;
+impl ArrivingStreams {
+    fn new(expected: Expected) -> Self {
+        ArrivingStreams {
+            streams: HashMap::new(),
+            expected,
+        }
+    }
+
+    /// Puts `item` in its place and passes on whatever is now in order.
+    fn arrive(&mut self, item: StreamItem) {
+        let id = item.stream_id;
+        if !self.streams.contains_key(&id) {
+            let Some(to_agent) = lock(&self.expected).remove(&id) else {
+                tracing::debug!(stream = id, "abridge: item for a stream that ended");
+                return;
+            };
+            let arriving = Arriving {
+                next: 1,
+                early: BTreeMap::new(),
+                to_agent,
+            };
+            self.streams.insert(id.clone(), arriving);
+        }
+        let over = self
+            .streams
+            .get_mut(&id)
+            .is_some_and(|stream| stream.take(item.seq, item.part));
+        if over {
+            self.streams.remove(&id);
+        }
+    }
 }
 
-impl Handler<Expect> for ArrivingStreams {
-    type Result = ();
-
-    fn handle(&mut self, expect: Expect, _: &mut Context<Self>) {
-        let arriving = Arriving {
-            next: 1,
-            early: BTreeMap::new(),
-            to_agent: expect.to_agent,
-        };
-        self.streams.insert(expect.id, arriving);
-    }
+impl Actor for ArrivingStreams {
+    type Context = Context<Self>;
 }
 
 impl Handler<Forget> for ArrivingStreams {
@@ -91,25 +157,11 @@ impl Handler<Forget> for ArrivingStreams {
 impl Handler<NamespaceEvent<SandboxNamespaceHandle>> for ArrivingStreams {
     type Result = ();
 
-    /// A `stream:item`: puts it in its place and passes on whatever is now
-    /// in order.
+    /// A `stream:item`.
     fn handle(&mut self, event: NamespaceEvent<SandboxNamespaceHandle>, _: &mut Context<Self>) {
-        let item: StreamItem = match serde_json::from_value(event.data) {
-            Ok(item) => item,
-            Err(e) => {
-                tracing::debug!("abridge: malformed stream item dropped: {e}");
-                return;
-            }
-        };
-        let Some(stream) = self.streams.get_mut(&item.stream_id) else {
-            tracing::debug!(
-                stream = item.stream_id,
-                "abridge: item for a stream that ended"
-            );
-            return;
-        };
-        if stream.take(item.seq, item.part) {
-            self.streams.remove(&item.stream_id);
+        match serde_json::from_value(event.data) {
+            Ok(item) => self.arrive(item),
+            Err(e) => tracing::debug!("abridge: malformed stream item dropped: {e}"),
         }
     }
 }
@@ -170,6 +222,43 @@ mod tests {
         assert!(stream.take(3, StreamPart::End(None)));
         let got: Vec<_> = std::iter::from_fn(|| agent.try_recv().ok()).collect();
         assert_eq!(got, vec![lines("a"), lines("b"), StreamPart::End(None)]);
+    }
+
+    fn item(id: &str, seq: u64, part: StreamPart) -> StreamItem {
+        StreamItem {
+            stream_id: id.into(),
+            seq,
+            part,
+        }
+    }
+
+    #[test]
+    fn a_stream_entered_before_its_open_gets_its_items_and_no_other_does() {
+        let expected = Expected::default();
+        let mut actor = ArrivingStreams::new(expected.clone());
+        let (to_agent, mut agent) = mpsc::channel(2 * STREAM_WINDOW as usize);
+        lock(&expected).insert("s".into(), to_agent);
+        actor.arrive(item("other", 1, lines("not ours")));
+        actor.arrive(item("s", 2, lines("b")));
+        assert!(
+            lock(&expected).is_empty(),
+            "the first item takes the stream"
+        );
+        actor.arrive(item("s", 1, lines("a")));
+        actor.arrive(item("s", 3, StreamPart::End(None)));
+        assert!(actor.streams.is_empty(), "an ended stream is forgotten");
+        actor.arrive(item("s", 4, lines("late")));
+        let got: Vec<_> = std::iter::from_fn(|| agent.try_recv().ok()).collect();
+        assert_eq!(got, vec![lines("a"), lines("b"), StreamPart::End(None)]);
+    }
+
+    #[test]
+    fn a_stream_forgotten_before_its_first_item_leaves_nothing_behind() {
+        let arrivals = Arrivals::start();
+        let (to_agent, _agent) = mpsc::channel(2 * STREAM_WINDOW as usize);
+        arrivals.expect("s".into(), to_agent);
+        arrivals.forget("s".into());
+        assert!(lock(&arrivals.expected).is_empty());
     }
 
     #[test]

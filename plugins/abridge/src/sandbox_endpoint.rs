@@ -10,7 +10,6 @@ use std::convert::Infallible;
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
-use agentix::actix::Addr;
 use agentix::SandboxNamespaceHandle;
 use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
@@ -19,7 +18,7 @@ use hyper_util::rt::TokioIo;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::arriving_streams::ArrivingStreams;
+use crate::arriving_streams::Arrivals;
 use crate::exchange::{Api, UpstreamAnswer, UpstreamRequest};
 use crate::sandbox_stream::{host_failed, relay, whole, AgentBody};
 use crate::{EVENT_STREAM_ITEM, EVENT_UPSTREAM, NAMESPACE};
@@ -56,7 +55,7 @@ impl Default for EndpointOptions {
 #[derive(Clone)]
 struct Serving {
     handle: SandboxNamespaceHandle,
-    streams: Addr<ArrivingStreams>,
+    arrivals: Arrivals,
     max_request_bytes: usize,
     host_timeout: Duration,
 }
@@ -76,10 +75,9 @@ impl std::fmt::Display for AbridgeError {
 
 impl std::error::Error for AbridgeError {}
 
-/// The namespace and the actor its stream items go to, opened on the
+/// The namespace and the arriving streams its items go to, opened on the
 /// first [`serve`] of this worker.
-static NAMESPACE_HANDLE: OnceLock<(SandboxNamespaceHandle, Addr<ArrivingStreams>)> =
-    OnceLock::new();
+static NAMESPACE_HANDLE: OnceLock<(SandboxNamespaceHandle, Arrivals)> = OnceLock::new();
 /// The running endpoint: its URL and what stops it.
 static RUNNING: Mutex<Option<(String, tokio::sync::watch::Sender<bool>)>> = Mutex::new(None);
 
@@ -106,16 +104,16 @@ async fn start(options: EndpointOptions) -> Result<String, AbridgeError> {
     if let Some((url, _)) = RUNNING.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
         return Ok(url.clone());
     }
-    let (handle, streams) = match NAMESPACE_HANDLE.get() {
+    let (handle, arrivals) = match NAMESPACE_HANDLE.get() {
         Some(opened) => opened.clone(),
         None => {
-            let streams = agentix::start_actor(|_| ArrivingStreams::default());
+            let arrivals = Arrivals::start();
             let namespace = agentix::SandboxNamespace::new(NAMESPACE)
-                .on_actor([EVENT_STREAM_ITEM], streams.clone().recipient());
+                .on_actor([EVENT_STREAM_ITEM], arrivals.actor().clone().recipient());
             let handle = agentix::register_namespace(namespace).map_err(|e| AbridgeError {
                 message: format!("cannot open {NAMESPACE}: {e}"),
             })?;
-            NAMESPACE_HANDLE.get_or_init(|| (handle, streams)).clone()
+            NAMESPACE_HANDLE.get_or_init(|| (handle, arrivals)).clone()
         }
     };
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
@@ -130,7 +128,7 @@ async fn start(options: EndpointOptions) -> Result<String, AbridgeError> {
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let serving = Serving {
         handle,
-        streams,
+        arrivals,
         max_request_bytes: usize::try_from(options.max_request_bytes).unwrap_or(usize::MAX),
         host_timeout: Duration::from_millis(options.host_timeout_ms),
     };
@@ -246,7 +244,7 @@ async fn respond(serving: &Serving, request: Request<Incoming>) -> Response<Agen
     }
     let request = UpstreamRequest { api, body };
     if request.body.get("stream") == Some(&Value::Bool(true)) {
-        return relay(handle, &serving.streams, request, host_timeout).await;
+        return relay(handle, &serving.arrivals, request, host_timeout).await;
     }
     let forwarded = request.into_json();
     let answer = match handle

@@ -3,17 +3,17 @@
 //! first lines it may carry, then writes the `stream:item`s the host sends
 //! to the agent as server-sent events, in their order, as they come.
 //!
-//! The items go through an [`ArrivingStreams`] actor, which passes them
-//! on in their order. The agent's pace sets the host's: an acknowledgement
-//! goes back every few items written, and the host sends no more than
-//! [`STREAM_WINDOW`] past it. An agent that disconnects drops the response body, which tells
-//! the host to drop the upstream request.
+//! The items go through the
+//! [`ArrivingStreams`](crate::arriving_streams::ArrivingStreams) actor,
+//! which passes them on in their order. The agent's pace sets the host's:
+//! an acknowledgement goes back every few items written, and the host sends
+//! no more than [`STREAM_WINDOW`] past it. An agent that disconnects drops
+//! the response body, which tells the host to drop the upstream request.
 
 use std::convert::Infallible;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use agentix::actix::Addr;
 use agentix::{RemoteSioError, SandboxNamespaceHandle, StreamExt};
 use bytes::Bytes;
 use http_body_util::combinators::UnsyncBoxBody;
@@ -23,7 +23,7 @@ use hyper::Response;
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
-use crate::arriving_streams::{ArrivingStreams, Expect, Forget};
+use crate::arriving_streams::Arrivals;
 use crate::exchange::{
     Api, StreamAbandon, StreamAck, StreamHead, StreamOpen, StreamPart, UpstreamAnswer,
     UpstreamRequest, STREAM_WINDOW,
@@ -42,24 +42,24 @@ static NEXT_STREAM: AtomicU64 = AtomicU64::new(1);
 struct Abandon {
     id: String,
     handle: SandboxNamespaceHandle,
-    streams: Addr<ArrivingStreams>,
+    arrivals: Arrivals,
     ended: bool,
 }
 
 impl Drop for Abandon {
     fn drop(&mut self) {
-        self.streams.do_send(Forget {
-            id: self.id.clone(),
-        });
-        if !self.ended {
-            let cancel = StreamAbandon {
-                stream_id: self.id.clone(),
-            };
-            self.handle.emit(
-                EVENT_STREAM_ABANDON,
-                serde_json::to_value(cancel).unwrap_or(Value::Null),
-            );
+        if self.ended {
+            self.arrivals.ended(&self.id);
+            return;
         }
+        self.arrivals.forget(self.id.clone());
+        let cancel = StreamAbandon {
+            stream_id: self.id.clone(),
+        };
+        self.handle.emit(
+            EVENT_STREAM_ABANDON,
+            serde_json::to_value(cancel).unwrap_or(Value::Null),
+        );
     }
 }
 
@@ -67,7 +67,7 @@ impl Drop for Abandon {
 /// as they arrive.
 pub async fn relay(
     handle: &SandboxNamespaceHandle,
-    streams: &Addr<ArrivingStreams>,
+    arrivals: &Arrivals,
     request: UpstreamRequest,
     host_timeout: Duration,
 ) -> Response<AgentBody> {
@@ -81,14 +81,11 @@ pub async fn relay(
     let api = request.api;
     let (to_agent, arriving) = mpsc::channel((2 * STREAM_WINDOW) as usize);
     // Before the open leaves: the first item comes after its answer.
-    streams.do_send(Expect {
-        id: id.clone(),
-        to_agent,
-    });
+    arrivals.expect(id.clone(), to_agent);
     let mut abandon = Abandon {
         id: id.clone(),
         handle: handle.clone(),
-        streams: streams.clone(),
+        arrivals: arrivals.clone(),
         ended: false,
     };
     let open = StreamOpen {
