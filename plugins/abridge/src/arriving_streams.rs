@@ -7,13 +7,14 @@
 //! arbiter), and it lives as long as the worker. No children.
 //!
 //! A stream is entered in a table the endpoint shares with the actor
-//! ([`Arrivals::expect`]) before its open request leaves, and the actor
-//! takes it from there at its first item, so the actor knows every stream
-//! before its first item. Entering it wakes no thread: told by message, the
-//! arbiter's thread woke on the agent's way to its first piece, and on a
-//! busy machine took the CPU from the request it was woken for. Items are
-//! numbered: one that comes early waits for its turn, and one too far ahead
-//! breaks its stream rather than being buffered without bound.
+//! ([`Arrivals::expect`]) before its open request leaves, so it is known
+//! before its first item comes; the actor takes it out of the table at that
+//! item and owns it from then on. Entering it wakes no thread: told by
+//! message, the arbiter's thread woke on the agent's way to its first
+//! piece, and on a busy machine took the CPU from the request it was woken
+//! for. Items are numbered: one that comes early waits for its turn, and
+//! one too far ahead breaks its stream rather than being buffered without
+//! bound.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
@@ -30,7 +31,8 @@ const MOST_EARLY: u64 = STREAM_WINDOW + 1;
 
 /// Streams whose open has left and whose first item the actor has not
 /// taken yet: each one's way to its agent's response body, by id.
-type Expected = Arc<Mutex<HashMap<String, mpsc::Sender<StreamPart>>>>;
+type Expected = Arc<Mutex<ExpectedStreams>>;
+type ExpectedStreams = HashMap<String, mpsc::Sender<StreamPart>>;
 
 /// Forgets stream `id`, which the actor took: its agent went away.
 struct Forget {
@@ -87,9 +89,7 @@ impl Arrivals {
     }
 }
 
-fn lock(
-    expected: &Expected,
-) -> std::sync::MutexGuard<'_, HashMap<String, mpsc::Sender<StreamPart>>> {
+fn lock(expected: &Expected) -> std::sync::MutexGuard<'_, ExpectedStreams> {
     expected.lock().unwrap_or_else(|p| p.into_inner())
 }
 
