@@ -113,15 +113,24 @@ impl Serialize for Attachment {
                 "an unresolved attachment cannot be sent",
             ));
         };
-        if COLLECTED.with_borrow(Option::is_some) {
-            return serialize_collected(b, serializer);
+        let collecting = COLLECTED.with_borrow(Option::is_some);
+        if b.len() <= SPLIT_ABOVE && collecting {
+            return PlaceholderOut(collect([b.clone()])).serialize(serializer);
         }
         if b.len() <= SPLIT_ABOVE {
             return serializer.serialize_bytes(b);
         }
-        let mut seq = serializer.serialize_seq(Some(b.len().div_ceil(PART_BYTES)))?;
-        for part in b.chunks(PART_BYTES) {
-            seq.serialize_element(serde_bytes::Bytes::new(part))?;
+        let pieces = crate::part::split(b.clone());
+        let mut seq = serializer.serialize_seq(Some(pieces.len()))?;
+        if collecting {
+            let first = collect(pieces.iter().cloned());
+            for num in first..first + pieces.len() {
+                seq.serialize_element(&PlaceholderOut(num))?;
+            }
+        } else {
+            for piece in &pieces {
+                seq.serialize_element(serde_bytes::Bytes::new(piece))?;
+            }
         }
         seq.end()
     }
@@ -156,26 +165,15 @@ pub fn to_json_collecting<T: Serialize + ?Sized>(
     Ok((json?, frames))
 }
 
-/// Serialises `bytes` as placeholders for frames handed to the collector:
-/// one, or one per [`PART_BYTES`] part past [`SPLIT_ABOVE`] (slices of
-/// `bytes`).
-fn serialize_collected<S: Serializer>(bytes: &Bytes, serializer: S) -> Result<S::Ok, S::Error> {
-    use serde::ser::SerializeSeq;
-    let pieces = crate::part::split(bytes.clone());
-    let first = COLLECTED.with_borrow_mut(|frames| {
+/// Hands `pieces` to this thread's collector (inside
+/// [`to_json_collecting`]); the placeholder number of the first.
+fn collect(pieces: impl IntoIterator<Item = Bytes>) -> usize {
+    COLLECTED.with_borrow_mut(|frames| {
         let frames = frames.as_mut().expect("collecting");
         let first = frames.len();
-        frames.extend(pieces.iter().cloned());
+        frames.extend(pieces);
         first
-    });
-    if pieces.len() == 1 {
-        return PlaceholderOut(first).serialize(serializer);
-    }
-    let mut seq = serializer.serialize_seq(Some(pieces.len()))?;
-    for num in first..first + pieces.len() {
-        seq.serialize_element(&PlaceholderOut(num))?;
-    }
-    seq.end()
+    })
 }
 
 /// A placeholder as sent: `{"_placeholder": true, "num": N}`.
