@@ -719,7 +719,7 @@ async fn a_frozen_worker_shows_in_health_and_the_default_timeout_ends_calls() {
     let sb = support::sandbox_with(config).await;
     let pid = sb.remote(agentix_e2e::worker_pid, ()).await.unwrap();
     assert_eq!(sb.health().await.unwrap()["status"], "ok");
-    agentix_actors::process::signal_pid(pid, libc::SIGSTOP);
+    support::freeze(pid).await;
     let err = sb.remote(agentix_e2e::add, (1, 2)).await.unwrap_err();
     assert_eq!(err.kind, ErrorKind::Timeout, "{err}");
     let started = std::time::Instant::now();
@@ -790,7 +790,7 @@ async fn a_host_that_floods_a_frozen_worker_costs_the_server_bounded_memory() {
     let server = sb.server_pid().expect("a local sandbox");
     let worker = support::worker_pid_from_health(&sb).await;
     let before = support::rss_kib(server);
-    agentix_actors::process::signal_pid(worker, libc::SIGSTOP);
+    support::freeze(worker).await;
     // 200 MB of events for a worker that reads nothing.
     let raw = flood_e2e_plugin(&sb, "status:get").await;
     tokio::time::sleep(Duration::from_secs(1)).await;

@@ -158,3 +158,28 @@ pub(crate) fn rss_kib(pid: u32) -> u64 {
         })
         .unwrap_or(0)
 }
+
+/// Stops `pid` with SIGSTOP and returns once every thread of it is stopped.
+///
+/// `kill` returns before the stop takes: the kernel wakes one thread to
+/// begin the group stop, and until it runs another thread can still serve
+/// a request that arrives meanwhile.
+pub(crate) async fn freeze(pid: u32) {
+    agentix_actors::process::signal_pid(pid, libc::SIGSTOP);
+    let all_stopped = || {
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+            return false;
+        };
+        tasks.flatten().all(|task| {
+            std::fs::read_to_string(task.path().join("stat"))
+                .ok()
+                .and_then(|stat| {
+                    // The state follows the parenthesised name, which may hold spaces.
+                    let state = stat.rsplit_once(") ")?.1.chars().next()?;
+                    Some(state == 'T' || state == 't')
+                })
+                .unwrap_or(true)
+        })
+    };
+    wait_until("the process to stop", Duration::from_secs(10), all_stopped).await;
+}
