@@ -22,6 +22,8 @@ use crate::{median, us};
 
 /// Pieces in the long stream.
 const LONG_STREAM: usize = 50_000;
+/// Turns in the long history, about 256 KiB of JSON.
+const LONG_PROMPT_TURNS: usize = 200;
 
 /// The fake upstream: a small completion, or with `"stream": true` the
 /// number of pieces asked for in `n` (one at first, then the rest at once).
@@ -176,6 +178,31 @@ pub(crate) async fn abridge(provider: &LocalProvider, report: &mut Report) {
         "a stream's first piece through abridge minus straight, p50",
         "µs",
         us(via_first) - us(straight_first),
+    );
+
+    // An agent deep in its task sends its whole history each turn.
+    let history: Vec<Value> = (0..LONG_PROMPT_TURNS)
+        .map(|turn| {
+            let role = if turn % 2 == 0 { "user" } else { "assistant" };
+            let text = format!("turn {turn}: \"quoted\" tool output, line\n").repeat(32);
+            json!({"role": role, "content": text})
+        })
+        .collect();
+    let long_prompt = json!({"model": "m", "messages": history});
+    let (mut via, mut straight) = (vec![], vec![]);
+    for round in 0..220 {
+        let (_, t_via, _) = through.post(&long_prompt).await;
+        let (_, t_straight, _) = direct.post(&long_prompt).await;
+        if round >= 20 {
+            via.push(t_via);
+            straight.push(t_straight);
+        }
+    }
+    report.add(
+        "abridge_long_prompt_overhead_us",
+        "a whole completion with a 256 KiB history, through abridge minus straight, p50 of 200",
+        "µs",
+        us(timed(via)) - us(timed(straight)),
     );
 
     let long = json!({"model": "m", "messages": [], "stream": true, "n": LONG_STREAM});
