@@ -43,6 +43,7 @@ pub mod errors;
 pub mod event_route;
 pub mod frame_bytes;
 pub mod invoke;
+pub mod json_text;
 pub mod log_file;
 pub mod log_record;
 pub mod namespace;

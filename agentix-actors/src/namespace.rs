@@ -41,6 +41,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use actix::Recipient;
 
+use crate::json_text::JsonText;
 use crate::namespace_messages::{actor_event_handlers, NamespaceEvent};
 use crate::outbox::Outbox;
 use crate::request_envelope::{cancel_event, no_handler_reply, request_id};
@@ -295,6 +296,10 @@ impl SandboxNamespaceHandle {
     }
 
     fn event_frame(&self, event: String, data: Value) -> Frame {
+        self.text_frame(event, JsonText::from_value(&data))
+    }
+
+    fn text_frame(&self, event: String, data: JsonText) -> Frame {
         Frame::SioEvent {
             path: self.path.to_string(),
             event,
@@ -326,6 +331,27 @@ impl SandboxNamespaceHandle {
         body: Value,
         timeout: Duration,
     ) -> Result<Value, RemoteSioError> {
+        self.ask(event, &body, timeout).await
+    }
+
+    /// [`SandboxNamespaceHandle::request_with_timeout`] for a body that is
+    /// already JSON text: it goes out as it is, never built into a value
+    /// (an agent's request of megabytes, say).
+    pub async fn request_text_with_timeout(
+        &self,
+        event: &str,
+        body: &JsonText,
+        timeout: Duration,
+    ) -> Result<Value, RemoteSioError> {
+        self.ask(event, body.raw(), timeout).await
+    }
+
+    async fn ask<T: serde::Serialize + ?Sized>(
+        &self,
+        event: &str,
+        body: &T,
+        timeout: Duration,
+    ) -> Result<Value, RemoteSioError> {
         let request_id = crate::trace::random_id(16);
         let (tx, rx) = oneshot::channel();
         let closed = || RemoteSioError::Closed(self.path.to_string());
@@ -338,7 +364,11 @@ impl SandboxNamespaceHandle {
             event,
             request_id: Some(request_id.clone()),
         };
-        self.emit(event, json!({ "request_id": request_id, "data": body }));
+        let envelope = JsonText::to_json(&RequestEnvelope {
+            request_id: &request_id,
+            data: body,
+        });
+        self.out.push(self.text_frame(event.to_owned(), envelope));
         match tokio::time::timeout(timeout, rx).await {
             Ok(Ok(reply)) => {
                 forget.request_id = None;
@@ -355,6 +385,13 @@ impl SandboxNamespaceHandle {
             }
         }
     }
+}
+
+/// A request as it goes out: `{request_id, data}`.
+#[derive(serde::Serialize)]
+struct RequestEnvelope<'a, T: ?Sized> {
+    request_id: &'a str,
+    data: &'a T,
 }
 
 /// For a request whose caller stopped waiting (dropped or timed out):

@@ -146,13 +146,13 @@ mod tests {
         Frame::SioEvent {
             path: "/p".into(),
             event: "n".into(),
-            data: serde_json::json!(i),
+            data: serde_json::json!(i).into(),
         }
     }
 
     fn number(frame: Frame) -> u64 {
         match frame {
-            Frame::SioEvent { data, .. } => data.as_u64().unwrap(),
+            Frame::SioEvent { data, .. } => data.to_value().as_u64().unwrap(),
             other => panic!("unexpected {other:?}"),
         }
     }

@@ -22,10 +22,29 @@ pub const HOST_BEHIND: &str = "HostBehind";
 /// The request id of `event` if it is a request (not a reply) that
 /// expects an answer.
 pub fn request_id(event: &str, data: &Value) -> Option<Value> {
-    if event.ends_with(":result") || event.ends_with(":error") || event.ends_with(CANCEL_SUFFIX) {
+    if is_reply_or_cancel(event) {
         return None;
     }
     data.get("request_id").cloned()
+}
+
+/// [`request_id`] for a payload still in its text: read without building
+/// the rest of it (it may be large).
+pub fn request_id_in_text(event: &str, data: &crate::json_text::JsonText) -> Option<Value> {
+    #[derive(serde::Deserialize)]
+    struct Envelope {
+        request_id: Option<Value>,
+    }
+    if is_reply_or_cancel(event) {
+        return None;
+    }
+    serde_json::from_str::<Envelope>(data.as_str())
+        .ok()?
+        .request_id
+}
+
+fn is_reply_or_cancel(event: &str) -> bool {
+    event.ends_with(":result") || event.ends_with(":error") || event.ends_with(CANCEL_SUFFIX)
 }
 
 const CANCEL_SUFFIX: &str = ":cancel";
@@ -78,6 +97,20 @@ mod tests {
         assert_eq!(request_id("fetch:error", &envelope), None);
         assert_eq!(request_id("progress", &json!({"data": 1})), None);
         assert_eq!(request_id("fetch:cancel", &envelope), None);
+    }
+
+    #[test]
+    fn the_request_id_is_found_in_a_payload_still_in_its_text() {
+        let text = |v: Value| crate::json_text::JsonText::from_value(&v);
+        let envelope = text(json!({"data": {"request_id": "inner"}, "request_id": "r1"}));
+        assert_eq!(request_id_in_text("fetch", &envelope), Some(json!("r1")));
+        assert_eq!(request_id_in_text("fetch:result", &envelope), None);
+        assert_eq!(request_id_in_text("fetch:cancel", &envelope), None);
+        assert_eq!(
+            request_id_in_text("progress", &text(json!({"data": 1}))),
+            None
+        );
+        assert_eq!(request_id_in_text("progress", &text(json!([1, 2]))), None);
     }
 
     #[test]

@@ -217,8 +217,8 @@ pub enum Frame {
         path: String,
         /// The event name (any string; `:` included).
         event: String,
-        /// The payload, as JSON.
-        data: serde_json::Value,
+        /// The payload, as the JSON text it is (never parsed on the way).
+        data: crate::json_text::JsonText,
     },
     /// Worker -> server, on the side pipe: log records, in order (the
     /// worker already appended them to the sandbox log file).

@@ -228,7 +228,7 @@ async fn frame_loop(input: pipe::Receiver, out_tx: mpsc::Sender<Frame>) -> i32 {
                 let _ = out_tx.send(Frame::Pong { seq }).await;
             }
             Ok(Some(Frame::SioEvent { path, event, data })) => {
-                crate::namespace::deliver(&path, event, data);
+                crate::namespace::deliver(&path, event, data.to_value());
             }
             Ok(Some(Frame::Ack { id, items, bytes })) => {
                 if let Some(credit) = running.running(id).and_then(|c| c.credit.as_ref()) {

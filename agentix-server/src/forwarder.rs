@@ -5,7 +5,9 @@
 //! when it ends and which then starts another on the same path; it has no
 //! children.
 //!
-//! The server knows no plugin's events or payloads. Worker to hosts: the
+//! The server knows no plugin's events or payloads: a payload passes as
+//! the JSON text it came as ([`JsonText`]), checked where it comes in and
+//! never built into a value. Worker to hosts: the
 //! forwarder emits whatever the worker sends to every host on its path, in
 //! order, from a pump of its own, so a host slow to take an event never
 //! holds up the other direction. Hosts to worker: the plugin namespace
@@ -23,12 +25,12 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use actix::prelude::*;
+use agentix_actors::json_text::JsonText;
 use agentix_actors::outbox::Outbox;
-use agentix_actors::request_envelope::{error_reply, request_id, HOST_BEHIND, NO_HOST};
+use agentix_actors::request_envelope::{error_reply, request_id_in_text, HOST_BEHIND, NO_HOST};
 use agentix_actors::supervision::ChildGuard;
 use agentix_actors::wire::{check_plugin_path, Frame};
-use serde_json::Value;
-use socketioxide::extract::{Event, SocketRef, TryData};
+use socketioxide::extract::{Event, SocketRef};
 use socketioxide::handler::ConnectHandler;
 use socketioxide::socket::Sid;
 use socketioxide::SocketIo;
@@ -36,6 +38,7 @@ use tokio::sync::mpsc;
 
 use crate::auth::{auth_middleware, Token};
 use crate::emit::emit_within;
+use crate::raw_event::RawEvent;
 
 // ---- messages ------------------------------------------------------------
 
@@ -45,8 +48,8 @@ use crate::emit::emit_within;
 pub struct HostEvent {
     /// The event name.
     pub event: String,
-    /// The payload.
-    pub data: serde_json::Value,
+    /// The payload, as the host's text.
+    pub data: JsonText,
 }
 
 /// Emit `event` with `data` to every host on the forwarder's path.
@@ -55,8 +58,8 @@ pub struct HostEvent {
 pub struct ToHosts {
     /// The event name.
     pub event: String,
-    /// The payload.
-    pub data: Value,
+    /// The payload, as the worker's text.
+    pub data: JsonText,
 }
 
 /// Where hosts' events go now: the ready worker's pipe queue, or nowhere
@@ -162,7 +165,7 @@ impl NamespaceForwarder {
 
     /// Puts a host's event (or a reply made on the hosts' behalf) on the
     /// worker's pipe queue.
-    fn to_worker(&self, event: String, data: Value) {
+    fn to_worker(&self, event: String, data: JsonText) {
         let Some(frames) = &self.worker else {
             tracing::debug!(
                 path = self.path,
@@ -293,8 +296,8 @@ pub fn not_forwarded(
     counts: &ForwarderCounts,
     path: &str,
     event: &str,
-    data: &Value,
-) -> Option<(String, Value)> {
+    data: &JsonText,
+) -> Option<(String, JsonText)> {
     let dropped = counts.to_hosts_dropped.fetch_add(1, Ordering::Relaxed) + 1;
     if dropped % 10_000 == 1 {
         tracing::warn!(
@@ -303,9 +306,10 @@ pub fn not_forwarded(
             "the hosts on this namespace fall behind; events to them are dropped"
         );
     }
-    let request_id = request_id(event, data)?;
+    let request_id = request_id_in_text(event, data)?;
     let message = format!("the hosts on {path} are too far behind to be asked");
-    Some(error_reply(event, request_id, HOST_BEHIND, message))
+    let (event, reply) = error_reply(event, request_id, HOST_BEHIND, message);
+    Some((event, reply.into()))
 }
 
 /// Emits a forwarder's worker events to its hosts, one at a time, in order.
@@ -332,7 +336,7 @@ impl ToHostsPump {
             .map(|ns| ns.sockets())
             .unwrap_or_default();
         if hosts.is_empty() {
-            match request_id(&msg.event, &msg.data) {
+            match request_id_in_text(&msg.event, &msg.data) {
                 Some(request_id) => {
                     let message = format!(
                         "no host has joined {}: register the namespace on the host first",
@@ -340,7 +344,10 @@ impl ToHostsPump {
                     );
                     let (event, data) = error_reply(&msg.event, request_id, NO_HOST, message);
                     if let Some(forwarder) = self.forwarder.upgrade() {
-                        forwarder.do_send(HostEvent { event, data });
+                        forwarder.do_send(HostEvent {
+                            event,
+                            data: data.into(),
+                        });
                     }
                 }
                 None => tracing::debug!(
@@ -355,7 +362,7 @@ impl ToHostsPump {
             let behind = lock(&self.lagging).contains(&host.id);
             // A lagging host gets one try; it is back once it takes one.
             let patience = if behind { Duration::ZERO } else { LAG_PATIENCE };
-            let sent = emit_within(host, &msg.event, &msg.data, patience).await;
+            let sent = emit_within(host, &msg.event, msg.data.raw(), patience).await;
             if sent && behind {
                 lock(&self.lagging).remove(&host.id);
             } else if !sent {
@@ -375,30 +382,28 @@ pub fn register(io: &SocketIo, forwarders: Forwarders, token: Token) {
     // Attached before the connect ack (see `crate::rpc` for why).
     let attach_handlers = move |s: SocketRef| {
         let forwarders = forwarders.clone();
-        s.on_fallback(
-            move |s: SocketRef, Event(event): Event, TryData(data): TryData<Value>| {
-                let path = s.ns();
-                match data {
-                    Ok(data) if check_plugin_path(path).is_ok() => match forwarders.get(path) {
-                        // `do_send`, in the order the host sent them: the
-                        // forwarder takes each in O(1) onto the worker's
-                        // queue, whose own bound drops what a flood sends
-                        // past it (see `NamespaceForwarder::to_worker`).
-                        Some(forwarder) => forwarder.do_send(HostEvent { event, data }),
-                        None => tracing::debug!(
-                            path,
-                            event,
-                            "event for a namespace no worker opened; dropped"
-                        ),
-                    },
-                    Ok(_) => {
-                        tracing::debug!(path, event, "event on a path no plugin may use; dropped")
-                    }
-                    Err(e) => tracing::debug!(path, event, "malformed plugin event dropped: {e}"),
+        s.on_fallback(move |s: SocketRef, Event(event): Event, raw: RawEvent| {
+            let path = s.ns();
+            match raw.into_payload_text() {
+                Ok(data) if check_plugin_path(path).is_ok() => match forwarders.get(path) {
+                    // `do_send`, in the order the host sent them: the
+                    // forwarder takes each in O(1) onto the worker's
+                    // queue, whose own bound drops what a flood sends
+                    // past it (see `NamespaceForwarder::to_worker`).
+                    Some(forwarder) => forwarder.do_send(HostEvent { event, data }),
+                    None => tracing::debug!(
+                        path,
+                        event,
+                        "event for a namespace no worker opened; dropped"
+                    ),
+                },
+                Ok(_) => {
+                    tracing::debug!(path, event, "event on a path no plugin may use; dropped")
                 }
-                std::future::ready(())
-            },
-        );
+                Err(e) => tracing::debug!(path, event, "malformed plugin event dropped: {e}"),
+            }
+            std::future::ready(())
+        });
         std::future::ready(Ok::<(), std::convert::Infallible>(()))
     };
     let on_connect = |_: SocketRef| std::future::ready(());

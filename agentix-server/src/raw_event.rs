@@ -8,7 +8,11 @@
 use std::convert::Infallible;
 use std::sync::Arc;
 
+use agentix_actors::json_text::JsonText;
 use bytes::Bytes;
+use serde::de::IgnoredAny;
+use serde::Deserializer as _;
+use serde_json::value::RawValue;
 use socketioxide::adapter::Adapter;
 use socketioxide::handler::{FromMessage, Value};
 use socketioxide::socket::Socket;
@@ -21,12 +25,51 @@ pub struct RawEvent {
 }
 
 impl RawEvent {
+    /// A plugin event's payload as the text it came as, checked to be JSON
+    /// and never parsed into a value: the first argument after the event's
+    /// name (`null` if none; further ones are ignored). Plugin namespaces
+    /// carry JSON only, so binary attachments are refused.
+    pub fn into_payload_text(self) -> Result<JsonText, String> {
+        if !self.frames.is_empty() {
+            return Err("binary attachments are not carried on plugin namespaces".into());
+        }
+        let mut de = serde_json::Deserializer::from_slice(&self.json);
+        let payload = de
+            .deserialize_seq(FirstArgument)
+            .and_then(|payload| de.end().map(|()| payload))
+            .map_err(|e| format!("malformed event: {e}"))?;
+        Ok(match payload {
+            Some(raw) => JsonText::from_raw(raw.to_owned()),
+            None => JsonText::from_value(&serde_json::Value::Null),
+        })
+    }
+
     /// The payload as JSON (placeholders left as they are) and the frames,
     /// for decoding in two steps.
     pub fn into_parts(self) -> Result<(serde_json::Value, Vec<Bytes>), String> {
-        let (_, payload): (serde::de::IgnoredAny, serde_json::Value) =
+        let (_, payload): (IgnoredAny, serde_json::Value) =
             serde_json::from_slice(&self.json).map_err(|e| format!("malformed event: {e}"))?;
         Ok((payload, self.frames))
+    }
+}
+
+/// Takes `[event, first, ..]` apart: `first`, as its text.
+struct FirstArgument;
+
+impl<'de> serde::de::Visitor<'de> for FirstArgument {
+    type Value = Option<&'de RawValue>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("an event: [name, payload, ..]")
+    }
+
+    fn visit_seq<S: serde::de::SeqAccess<'de>>(self, mut seq: S) -> Result<Self::Value, S::Error> {
+        let _name: IgnoredAny = seq
+            .next_element()?
+            .ok_or_else(|| serde::de::Error::invalid_length(0, &self))?;
+        let first = seq.next_element::<&RawValue>()?;
+        while seq.next_element::<IgnoredAny>()?.is_some() {}
+        Ok(first)
     }
 }
 
@@ -36,7 +79,7 @@ impl<A: Adapter> FromMessage<A> for RawEvent {
     fn from_message(_: Arc<Socket<A>>, v: Value, _: Option<i64>) -> Result<Self, Infallible> {
         Ok(match v {
             Value::Str(json, frames) => RawEvent {
-                json: json.as_bytes().to_vec().into(),
+                json: Bytes::from(json),
                 frames: frames.map(Vec::from).unwrap_or_default(),
             },
             Value::Bytes(bytes) => RawEvent {
@@ -44,5 +87,45 @@ impl<A: Adapter> FromMessage<A> for RawEvent {
                 frames: vec![bytes],
             },
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(json: &str, frames: Vec<Bytes>) -> RawEvent {
+        RawEvent {
+            json: Bytes::copy_from_slice(json.as_bytes()),
+            frames,
+        }
+    }
+
+    #[test]
+    fn a_plugin_events_payload_is_its_first_argument_as_sent() {
+        let text = event(r#"["configure", {"b": 1,  "a": "x\"y"}, 2, [3]]"#, vec![])
+            .into_payload_text()
+            .unwrap();
+        assert_eq!(text.as_str(), r#"{"b": 1,  "a": "x\"y"}"#);
+        let none = event(r#"["ping"]"#, vec![]).into_payload_text().unwrap();
+        assert_eq!(none.to_value(), serde_json::Value::Null);
+    }
+
+    #[test]
+    fn binary_or_malformed_plugin_events_are_refused() {
+        let binary = event(
+            r#"["blob", {"_placeholder": true, "num": 0}]"#,
+            vec![Bytes::from_static(b"bytes")],
+        );
+        assert!(binary.into_payload_text().unwrap_err().contains("binary"));
+        for bad in [
+            r#"["x", {"a": }]"#,
+            r#"{"not": "an array"}"#,
+            "[]",
+            r#"["x", 1] 2"#,
+        ] {
+            let err = event(bad, vec![]).into_payload_text().unwrap_err();
+            assert!(err.contains("malformed"), "{bad}: {err}");
+        }
     }
 }

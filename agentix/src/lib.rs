@@ -35,6 +35,7 @@ pub use agentix_actors::actor_home::start_actor;
 pub use agentix_actors::call_args::CallArgs;
 pub use agentix_actors::cbor::Blob;
 pub use agentix_actors::errors::{DataError, ErrorKind, RemoteError};
+pub use agentix_actors::json_text::JsonText;
 pub use agentix_actors::log_record::LogRecord;
 pub use agentix_actors::namespace::{
     register_namespace, RegisterError, RemoteSioError, SandboxNamespace, SandboxNamespaceHandle,

@@ -319,6 +319,8 @@ async fn the_official_openai_and_anthropic_sdks_in_the_sandbox_work_through_abri
     };
     sb.register_namespace(namespace).unwrap();
     let url = sb.remote(agentix_abridge::serve, 0u16).await.unwrap();
+    let python = support::python();
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("interop/llm_sdk_agent.py");
     // A second host on /abridge sees everything the sandbox sends there.
     let mut spy =
         support::raw_socket::RawSocket::connect_ns(sb.addr(), sb.token(), NAMESPACE).await;
@@ -326,13 +328,12 @@ async fn the_official_openai_and_anthropic_sdks_in_the_sandbox_work_through_abri
     let spying = tokio::spawn({
         let crossed = crossed.clone();
         async move {
-            while let Some(text) = spy.recv().await {
+            // Quiet while the agent's Python starts; pinged meanwhile.
+            while let Some(text) = spy.recv_within(std::time::Duration::from_secs(150)).await {
                 crossed.lock().unwrap().push(text);
             }
         }
     });
-    let python = support::python();
-    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("interop/llm_sdk_agent.py");
     // What a user sets for an agent inside the sandbox.
     let opts = agentix_bash::BashOptions::new()
         .env("OPENAI_BASE_URL", &url)

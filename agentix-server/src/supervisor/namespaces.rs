@@ -68,7 +68,7 @@ impl WorkerSupervisor {
         &mut self,
         path: String,
         event: String,
-        data: serde_json::Value,
+        data: agentix_actors::json_text::JsonText,
     ) {
         let Some(forwarder) = self.forwarders.get(&path) else {
             tracing::debug!(

@@ -18,25 +18,17 @@ pub enum Api {
 }
 
 /// An agent's request, as the sandbox half forwards it.
+///
+/// The sandbox half sends the body as the text the agent wrote
+/// (`UpstreamRequest<&RawValue>`): an agent's context can be megabytes,
+/// and the host, which must read it, is the only one that parses it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct UpstreamRequest {
+pub struct UpstreamRequest<B = serde_json::Value> {
     /// The API called.
     pub api: Api,
     /// The request's JSON body, untouched (fields the gateway does not know
     /// are passed on as they are); `null` for a `GET`.
-    pub body: serde_json::Value,
-}
-
-impl UpstreamRequest {
-    /// This request as JSON, its body moved rather than copied (an agent's
-    /// context can be megabytes).
-    pub fn into_json(self) -> serde_json::Value {
-        let mut fields = serde_json::Map::new();
-        let api = serde_json::to_value(self.api).unwrap_or(serde_json::Value::Null);
-        fields.insert("api".into(), api);
-        fields.insert("body".into(), self.body);
-        serde_json::Value::Object(fields)
-    }
+    pub body: B,
 }
 
 /// The upstream's answer, as the sandbox half replays it.
@@ -67,21 +59,11 @@ impl UpstreamAnswer {
 /// The request that opens a streamed answer (`stream`): answered with the
 /// upstream's [`StreamHead`], its body following as [`StreamItem`]s.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct StreamOpen {
+pub struct StreamOpen<B = serde_json::Value> {
     /// Names the stream in every later event, both ways.
     pub stream_id: String,
     /// The agent's request, `"stream": true` and all.
-    pub request: UpstreamRequest,
-}
-
-impl StreamOpen {
-    /// This request as JSON, the agent's body moved rather than copied.
-    pub fn into_json(self) -> serde_json::Value {
-        let mut fields = serde_json::Map::new();
-        fields.insert("stream_id".into(), self.stream_id.into());
-        fields.insert("request".into(), self.request.into_json());
-        serde_json::Value::Object(fields)
-    }
+    pub request: UpstreamRequest<B>,
 }
 
 /// The upstream's status for a streamed request: on 200 the body follows
@@ -165,20 +147,24 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_request_moved_into_json_is_what_its_derived_form_is() {
-        let request = UpstreamRequest {
-            api: Api::Messages,
-            body: serde_json::json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]}),
-        };
-        let derived = serde_json::to_value(&request).unwrap();
-        assert_eq!(request.clone().into_json(), derived);
+    fn a_request_sent_as_the_agents_text_reads_back_on_the_host_as_it_was() {
+        let text = r#"{"model": "m", "messages": [{"role": "user", "content": "a \"b\"\n"}], "logprobs": true}"#;
+        let raw: Box<serde_json::value::RawValue> = serde_json::from_str(text).unwrap();
         let open = StreamOpen {
             stream_id: "7-1".into(),
-            request,
+            request: UpstreamRequest {
+                api: Api::Messages,
+                body: &*raw,
+            },
         };
+        let sent = serde_json::to_string(&open).unwrap();
+        assert!(sent.contains(text), "the body goes out as the agent wrote it: {sent}");
+        let read: StreamOpen = serde_json::from_str(&sent).unwrap();
+        assert_eq!(read.stream_id, "7-1");
+        assert_eq!(read.request.api, Api::Messages);
         assert_eq!(
-            open.clone().into_json(),
-            serde_json::to_value(&open).unwrap()
+            read.request.body,
+            serde_json::from_str::<serde_json::Value>(text).unwrap()
         );
     }
 }

@@ -10,12 +10,13 @@ use std::convert::Infallible;
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
-use agentix::SandboxNamespaceHandle;
+use agentix::{JsonText, SandboxNamespaceHandle};
 use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 use hyper::{Method, Request, Response};
 use hyper_util::rt::TokioIo;
 use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
 use serde_json::Value;
 
 use crate::arriving_streams::Arrivals;
@@ -185,6 +186,18 @@ async fn accept(
     }
 }
 
+/// Whether the agent's body holds `"stream": true`, read without building
+/// the rest of it.
+fn asks_for_a_stream(body: &JsonText) -> bool {
+    #[derive(Deserialize)]
+    struct Streaming {
+        #[serde(default)]
+        stream: Option<Value>,
+    }
+    serde_json::from_str::<Streaming>(body.as_str())
+        .is_ok_and(|b| b.stream == Some(Value::Bool(true)))
+}
+
 /// One agent request, answered.
 async fn respond(serving: &Serving, request: Request<Incoming>) -> Response<AgentBody> {
     let (handle, host_timeout) = (&serving.handle, serving.host_timeout);
@@ -206,8 +219,9 @@ async fn respond(serving: &Serving, request: Request<Incoming>) -> Response<Agen
             ))
         }
     };
-    let mut body = Value::Null;
-    if api != Api::Models {
+    let body = if api == Api::Models {
+        JsonText::from_value(&Value::Null)
+    } else {
         let bytes = match Limited::new(request.into_body(), serving.max_request_bytes)
             .collect()
             .await
@@ -231,8 +245,10 @@ async fn respond(serving: &Serving, request: Request<Incoming>) -> Response<Agen
                 ))
             }
         };
-        body = match serde_json::from_slice(&bytes) {
-            Ok(body) => body,
+        // Checked, not parsed: the host reads the body, this half only
+        // needs to know whether it asks for a stream.
+        match serde_json::from_slice::<Box<RawValue>>(&bytes) {
+            Ok(body) => JsonText::from_raw(body),
             Err(e) => {
                 return whole(UpstreamAnswer::error(
                     400,
@@ -240,15 +256,18 @@ async fn respond(serving: &Serving, request: Request<Incoming>) -> Response<Agen
                     format!("the request body is not JSON: {e}"),
                 ))
             }
-        };
-    }
-    let request = UpstreamRequest { api, body };
-    if request.body.get("stream") == Some(&Value::Bool(true)) {
+        }
+    };
+    let request = UpstreamRequest {
+        api,
+        body: body.raw(),
+    };
+    if asks_for_a_stream(&body) {
         return relay(handle, &serving.arrivals, request, host_timeout).await;
     }
-    let forwarded = request.into_json();
+    let forwarded = JsonText::to_json(&request);
     let answer = match handle
-        .request_with_timeout(EVENT_UPSTREAM, forwarded, host_timeout)
+        .request_text_with_timeout(EVENT_UPSTREAM, &forwarded, host_timeout)
         .await
     {
         Ok(answer) => serde_json::from_value(answer).unwrap_or_else(|e| {

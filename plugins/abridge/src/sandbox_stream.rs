@@ -14,12 +14,13 @@ use std::convert::Infallible;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use agentix::{RemoteSioError, SandboxNamespaceHandle, StreamExt};
+use agentix::{JsonText, RemoteSioError, SandboxNamespaceHandle, StreamExt};
 use bytes::Bytes;
 use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, StreamBody};
 use hyper::body::Frame;
 use hyper::Response;
+use serde_json::value::RawValue;
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
@@ -68,7 +69,7 @@ impl Drop for Abandon {
 pub async fn relay(
     handle: &SandboxNamespaceHandle,
     arrivals: &Arrivals,
-    request: UpstreamRequest,
+    request: UpstreamRequest<&RawValue>,
     host_timeout: Duration,
 ) -> Response<AgentBody> {
     // Unique among this worker's streams and those of the worker before it
@@ -93,7 +94,7 @@ pub async fn relay(
         request,
     };
     let head = handle
-        .request_with_timeout(EVENT_STREAM, open.into_json(), host_timeout)
+        .request_text_with_timeout(EVENT_STREAM, &JsonText::to_json(&open), host_timeout)
         .await;
     let head: StreamHead = match head {
         Ok(head) => match serde_json::from_value(head) {

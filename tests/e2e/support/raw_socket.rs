@@ -106,8 +106,14 @@ impl RawSocket {
     /// The next text frame that is not a ping (pings are answered); `None`
     /// once the server closed the connection.
     pub(crate) async fn recv(&mut self) -> Option<String> {
+        self.recv_within(Duration::from_secs(20)).await
+    }
+
+    /// [`RawSocket::recv`] for a listener that may hear nothing for a
+    /// while: it waits up to `patience` for each frame.
+    pub(crate) async fn recv_within(&mut self, patience: Duration) -> Option<String> {
         loop {
-            match self.recv_message().await? {
+            match self.recv_message_within(patience).await? {
                 Message::Text(t) => return Some(t.to_string()),
                 Message::Binary(b) => {
                     panic!("a binary frame of {} bytes where text was due", b.len())
@@ -118,10 +124,14 @@ impl RawSocket {
     }
 
     async fn recv_message(&mut self) -> Option<Message> {
+        self.recv_message_within(Duration::from_secs(20)).await
+    }
+
+    async fn recv_message_within(&mut self, patience: Duration) -> Option<Message> {
         loop {
-            let msg = tokio::time::timeout(Duration::from_secs(20), self.ws.next())
+            let msg = tokio::time::timeout(patience, self.ws.next())
                 .await
-                .expect("the server answers within 20 s");
+                .unwrap_or_else(|_| panic!("the server sends something within {patience:?}"));
             match msg {
                 Some(Ok(Message::Text(t))) if t.as_str() == "2" => {
                     if self.try_send("3").await.is_err() {
