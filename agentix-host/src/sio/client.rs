@@ -38,8 +38,6 @@ use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::WebSocketStream;
 
 use agentix_actors::wire::{decode_event, WithAttachments};
-use socketioxide_core::parser::Parse;
-use socketioxide_parser_common::CommonParser;
 
 use super::error::SioError;
 use super::packet::{self, Decoder, Inbound, RawPayload};
@@ -719,11 +717,19 @@ impl SioClient {
     }
 }
 
+/// The name of an event (`[name, payload..]`), read without reading the
+/// payload after it: the handler parses that, and it may be megabytes that
+/// a full scan here would read twice.
 fn event_name(event: &RawPayload) -> Result<String, String> {
-    let value = socketioxide_core::Value::Str(event.json.clone(), None);
-    CommonParser
-        .read_event(&value)
-        .map(str::to_owned)
+    let json = event.json.as_bytes();
+    let elements = json
+        .trim_ascii_start()
+        .strip_prefix(b"[")
+        .ok_or("an event is not a JSON array")?;
+    serde_json::Deserializer::from_slice(elements)
+        .into_iter::<String>()
+        .next()
+        .ok_or("an event without a name")?
         .map_err(|e| e.to_string())
 }
 
@@ -732,5 +738,29 @@ impl std::fmt::Debug for SioClient {
         f.debug_struct("SioClient")
             .field("closed", &self.is_closed())
             .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn name_of(json: &str) -> Result<String, String> {
+        event_name(&RawPayload {
+            json: json.to_owned().into(),
+            frames: Vec::new(),
+        })
+    }
+
+    #[test]
+    fn an_events_name_is_read_without_its_payload() {
+        assert_eq!(name_of(r#"["log", {"a": 1}]"#).unwrap(), "log");
+        assert_eq!(name_of(r#" [ "a\"b" ,1]"#).unwrap(), "a\"b");
+        assert_eq!(name_of(r#"["ping"]"#).unwrap(), "ping");
+        // The payload is its handler's to read, and to refuse.
+        assert_eq!(name_of(r#"["stream", {"half": "#).unwrap(), "stream");
+        assert!(name_of(r#"{"not": "an array"}"#).is_err());
+        assert!(name_of("[]").is_err());
+        assert!(name_of("[42, 1]").is_err());
     }
 }

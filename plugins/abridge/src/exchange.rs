@@ -158,7 +158,10 @@ mod tests {
             },
         };
         let sent = serde_json::to_string(&open).unwrap();
-        assert!(sent.contains(text), "the body goes out as the agent wrote it: {sent}");
+        assert!(
+            sent.contains(text),
+            "the body goes out as the agent wrote it: {sent}"
+        );
         let read: StreamOpen = serde_json::from_str(&sent).unwrap();
         assert_eq!(read.stream_id, "7-1");
         assert_eq!(read.request.api, Api::Messages);
