@@ -26,7 +26,8 @@
 //! - [`side_credits`]: how far behind each host may be on the side channels.
 //! - [`side_namespaces`]: the `/log` and `/trace` namespaces hosts listen on.
 //! - [`http`]: `/health`, the token gate and the listener.
-//! - [`listener`]: a TCP port or a Unix socket to take connections on.
+//! - [`listener`]: a TCP port or a Unix socket to take connections on;
+//!   [`stall_limit`]: a connection that gives up on a peer taking no bytes.
 //! - [`upgrade_gate`]: no Socket.IO session without the token on the request.
 //! - [`server`]: [`Server`], which ties them together inside a running actix
 //!   `System` (embeddable: nothing process-wide);
@@ -63,6 +64,7 @@ pub mod server_supervisor;
 pub mod side_credits;
 pub mod side_namespaces;
 pub mod side_relay;
+pub mod stall_limit;
 pub mod supervisor;
 pub mod upgrade_gate;
 pub mod worker;

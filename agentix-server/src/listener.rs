@@ -6,11 +6,14 @@
 use std::net::IpAddr;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use agentix_actors::send_buffer::widen_send_buffer;
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, UnixListener};
+
+use crate::stall_limit::StallLimit;
 
 /// A bound listening socket.
 pub enum Listener {
@@ -65,8 +68,12 @@ impl Listener {
         }
     }
 
-    /// The next connection.
-    pub async fn accept(&self) -> std::io::Result<TokioIo<Box<dyn Connection>>> {
+    /// The next connection; it ends once a write to its peer has made no
+    /// progress for `stall_limit` (see [`StallLimit`]).
+    pub async fn accept(
+        &self,
+        stall_limit: Duration,
+    ) -> std::io::Result<TokioIo<StallLimit<Box<dyn Connection>>>> {
         let stream: Box<dyn Connection> = match self {
             Listener::Tcp(l) => {
                 let (stream, _) = l.accept().await?;
@@ -81,7 +88,7 @@ impl Listener {
                 Box::new(stream)
             }
         };
-        Ok(TokioIo::new(stream))
+        Ok(TokioIo::new(StallLimit::new(stream, stall_limit)))
     }
 }
 

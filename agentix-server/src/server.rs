@@ -140,6 +140,10 @@ impl Server {
                     service.clone(),
                     token.clone(),
                     slots.clone(),
+                    // A host that takes nothing for as long as its heartbeat
+                    // may go unanswered is gone: its session is closed then,
+                    // and its connection must go with it.
+                    config.ping_interval + config.ping_timeout,
                 ))
             })
             .collect();
@@ -259,6 +263,7 @@ async fn accept_loop(
     service: Service,
     token: Token,
     slots: Arc<tokio::sync::Semaphore>,
+    stall_limit: Duration,
 ) {
     // A peer may hold only so many connections, and must send its request
     // headers in time (a slowloris would otherwise keep them all open).
@@ -266,7 +271,7 @@ async fn accept_loop(
         let Ok(slot) = slots.clone().acquire_owned().await else {
             return;
         };
-        let stream = match listener.accept().await {
+        let stream = match listener.accept(stall_limit).await {
             Ok(conn) => conn,
             Err(e) => {
                 tracing::warn!("accept failed: {e}");

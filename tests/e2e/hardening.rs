@@ -758,14 +758,19 @@ async fn a_frozen_worker_shows_in_health_and_the_default_timeout_ends_calls() {
 
 #[tokio::test]
 async fn a_host_that_floods_a_plugin_namespace_and_never_reads_costs_the_server_bounded_memory() {
+    host_floods_and_never_reads(4 << 10).await;
+}
+
+/// Every `configure` is echoed back as `configured`, which this host never
+/// reads: 200 MB of `bytes`-sized events, and as many echoes, pile up at
+/// a socket nobody drains.
+async fn host_floods_and_never_reads(bytes: usize) {
     let _flooding = ONE_FLOOD_AT_A_TIME.lock().await;
     let sb = sandbox().await;
     sb.remote(agentix_e2e::open_plugin, ()).await.unwrap();
     let server = sb.server_pid().expect("a local sandbox");
     let before = support::rss_kib(server);
-    // Every `configure` is echoed back as `configured`, which this host
-    // never reads: 200 MB of echoes pile up at a socket nobody drains.
-    let raw = flood_e2e_plugin(&sb, "configure").await;
+    let raw = flood_e2e_plugin(&sb, "configure", bytes).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let grown = support::rss_kib(server).saturating_sub(before);
     assert!(
@@ -792,7 +797,7 @@ async fn a_host_that_floods_a_frozen_worker_costs_the_server_bounded_memory() {
     let before = support::rss_kib(server);
     support::freeze(worker).await;
     // 200 MB of events for a worker that reads nothing.
-    let raw = flood_e2e_plugin(&sb, "status:get").await;
+    let raw = flood_e2e_plugin(&sb, "status:get", 4 << 10).await;
     tokio::time::sleep(Duration::from_secs(1)).await;
     let grown = support::rss_kib(server).saturating_sub(before);
     let health = sb.health().await.unwrap();
@@ -823,13 +828,67 @@ async fn a_host_that_floods_a_frozen_worker_costs_the_server_bounded_memory() {
 /// and each measures its own server's memory besides.
 static ONE_FLOOD_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-/// A raw host on `/e2e-plugin` that has emitted 50,000 `event`s of 4 KiB
-/// each (200 MB) and reads nothing.
-async fn flood_e2e_plugin(sb: &agentix::Sandbox, event: &str) -> RawSocket {
+/// A raw host on `/e2e-plugin` that has emitted 200 MB of `event`s of
+/// `bytes` each, or as many as it could before the server cut it off, and
+/// reads nothing.
+async fn flood_e2e_plugin(sb: &agentix::Sandbox, event: &str, bytes: usize) -> RawSocket {
     let mut raw = RawSocket::connect_ns(sb.addr(), sb.token(), "/e2e-plugin").await;
-    let payload = json!("x".repeat(4096));
-    for _ in 0..50_000 {
-        raw.emit(event, payload.clone()).await;
+    let frame = flood_frame(event, bytes);
+    for _ in 0..200_000_000 / bytes {
+        // On a slow machine the flood can outlast the heartbeat: the server
+        // then drops this host, which does not answer pings, and that ends
+        // the flood.
+        if raw.try_send(&frame).await.is_err() {
+            break;
+        }
     }
     raw
+}
+
+/// One `/e2e-plugin` event frame carrying `bytes` bytes.
+fn flood_frame(event: &str, bytes: usize) -> String {
+    format!("42/e2e-plugin,{}", json!([event, "x".repeat(bytes)]))
+}
+
+#[tokio::test]
+async fn a_host_that_takes_no_bytes_is_cut_off_and_its_connection_closed() {
+    let _flooding = ONE_FLOOD_AT_A_TIME.lock().await;
+    let config = agentix::SandboxConfig::new(support::bundle_path())
+        .server_arg("--ping-interval-ms", "1000")
+        .server_arg("--ping-timeout-ms", "1000");
+    let sb = support::sandbox_with(config).await;
+    sb.remote(agentix_e2e::open_plugin, ()).await.unwrap();
+    let server = sb.server_pid().expect("a local sandbox");
+    let sockets_before = support::open_sockets(server);
+    // Every `configure` is echoed back as `configured`; this host reads
+    // none of them nor the server's pings, so the server's writes to it
+    // stall while it goes on sending.
+    let mut raw = RawSocket::connect_ns(sb.addr(), sb.token(), "/e2e-plugin").await;
+    let frame = flood_frame("configure", 64 << 10);
+    let flood = async {
+        let mut sent = 0u64;
+        while raw.try_send(&frame).await.is_ok() {
+            sent += 1;
+        }
+        sent
+    };
+    // Before the server closed a stalled connection, its writer waited on
+    // it for ever and the host's sends then blocked for ever.
+    let sent = tokio::time::timeout(Duration::from_secs(120), flood)
+        .await
+        .expect("the server closes the connection of a host that takes no bytes");
+    assert!(sent > 0, "the flood never started");
+    support::wait_until(
+        "the server lets go of the host's socket",
+        Duration::from_secs(20),
+        || support::open_sockets(server) <= sockets_before,
+    )
+    .await;
+    // The server serves on.
+    let sum = sb
+        .remote(agentix_e2e::add, (1, 2))
+        .timeout(Duration::from_secs(10))
+        .await
+        .unwrap();
+    assert_eq!(sum, 3);
 }

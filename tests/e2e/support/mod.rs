@@ -183,3 +183,17 @@ pub(crate) async fn freeze(pid: u32) {
     };
     wait_until("the process to stop", Duration::from_secs(10), all_stopped).await;
 }
+
+/// How many sockets process `pid` holds open, read from `/proc/PID/fd`.
+pub(crate) fn open_sockets(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|fds| {
+            fds.flatten()
+                .filter(|fd| {
+                    std::fs::read_link(fd.path())
+                        .is_ok_and(|target| target.to_string_lossy().starts_with("socket:"))
+                })
+                .count()
+        })
+        .unwrap_or(0)
+}
