@@ -42,6 +42,7 @@ pub mod codec;
 pub mod errors;
 pub mod event_route;
 pub mod frame_bytes;
+pub mod frame_channel;
 pub mod invoke;
 pub mod json_text;
 pub mod log_file;

@@ -1,13 +1,16 @@
 //! [`Outbox`]: frames for the server from code that cannot wait (a
 //! namespace's `emit`), kept in order and bounded.
 //!
-//! The frame queue to the server is bounded. When it is full, a frame waits
-//! in the outbox, and so does every frame after it until the outbox has
-//! drained (one task sends them, in order, waiting for room), so a burst
-//! never reorders a namespace's events. Past [`OUTBOX_LIMIT`] waiting
-//! frames the producer is far ahead of the pipe: new frames are dropped
-//! with an error line (and counted) rather than held without bound; code
-//! that would rather wait uses [`Outbox::send`].
+//! The frame queue to the server is bounded (in bytes as well as frames
+//! when it is a [`frame_channel`](crate::frame_channel)). When it is
+//! full, a frame waits in the outbox, and so does every frame after it
+//! until the outbox has drained (one task sends them, in order, waiting
+//! for room), so a burst never reorders a namespace's events. Past
+//! [`OUTBOX_LIMIT`] waiting frames the producer is far ahead of the pipe:
+//! new frames are dropped with an error line (and counted) rather than
+//! held without bound; callers that shed load earlier read
+//! [`Outbox::waiting_bytes`]; code that would rather wait uses
+//! [`Outbox::send`].
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -15,6 +18,7 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::mpsc;
 
+use crate::frame_channel::FrameSender;
 use crate::wire::Frame;
 
 /// Frames that may wait in one outbox for room in the queue.
@@ -22,14 +26,29 @@ pub const OUTBOX_LIMIT: usize = 65_536;
 
 struct Waiting {
     frames: VecDeque<Frame>,
+    /// Their payload bytes ([`Frame::payload_len`]).
+    bytes: usize,
     /// A task is sending the waiting frames.
     draining: bool,
+}
+
+impl Waiting {
+    fn push_back(&mut self, frame: Frame) {
+        self.bytes += frame.payload_len();
+        self.frames.push_back(frame);
+    }
+
+    fn pop_front(&mut self) -> Option<Frame> {
+        let frame = self.frames.pop_front()?;
+        self.bytes -= frame.payload_len();
+        Some(frame)
+    }
 }
 
 /// One producer's frames to the server, in order; cheap to clone.
 #[derive(Clone)]
 pub struct Outbox {
-    out: mpsc::Sender<Frame>,
+    out: FrameSender,
     waiting: Arc<Mutex<Waiting>>,
     /// Told when the waiting frames have all been sent.
     drained: Arc<tokio::sync::Notify>,
@@ -38,11 +57,12 @@ pub struct Outbox {
 
 impl Outbox {
     /// An outbox in front of the queue `out`.
-    pub fn new(out: mpsc::Sender<Frame>) -> Self {
+    pub fn new(out: impl Into<FrameSender>) -> Self {
         Outbox {
-            out,
+            out: out.into(),
             waiting: Arc::new(Mutex::new(Waiting {
                 frames: VecDeque::new(),
+                bytes: 0,
                 draining: false,
             })),
             drained: Arc::new(tokio::sync::Notify::new()),
@@ -62,7 +82,7 @@ impl Outbox {
             match self.out.try_send(frame) {
                 Ok(()) => return,
                 Err(mpsc::error::TrySendError::Closed(_)) => return,
-                Err(mpsc::error::TrySendError::Full(frame)) => waiting.frames.push_back(frame),
+                Err(mpsc::error::TrySendError::Full(frame)) => waiting.push_back(frame),
             }
         } else if waiting.frames.len() >= OUTBOX_LIMIT {
             let dropped = self.dropped.fetch_add(1, Ordering::Relaxed) + 1;
@@ -73,7 +93,7 @@ impl Outbox {
             );
             return;
         } else {
-            waiting.frames.push_back(frame);
+            waiting.push_back(frame);
         }
         if !waiting.draining {
             waiting.draining = true;
@@ -84,6 +104,11 @@ impl Outbox {
     /// Frames waiting for room in the queue now.
     pub fn waiting(&self) -> usize {
         self.lock().frames.len()
+    }
+
+    /// Payload bytes of the frames waiting for room in the queue now.
+    pub fn waiting_bytes(&self) -> usize {
+        self.lock().bytes
     }
 
     /// Queues `frame` behind every frame queued before it, waiting while
@@ -118,7 +143,7 @@ impl Outbox {
         loop {
             let next = {
                 let mut waiting = self.lock();
-                match waiting.frames.pop_front() {
+                match waiting.pop_front() {
                     Some(frame) => frame,
                     None => {
                         waiting.draining = false;
@@ -130,6 +155,7 @@ impl Outbox {
             if self.out.send(next).await.is_err() {
                 let mut waiting = self.lock();
                 waiting.frames.clear();
+                waiting.bytes = 0;
                 waiting.draining = false;
                 self.drained.notify_waiters();
                 return;
@@ -175,6 +201,7 @@ mod tests {
         outbox.send(event(5_000)).await;
         assert_eq!(reader.await.unwrap(), (0..=5_000).collect::<Vec<_>>());
         assert_eq!(outbox.dropped(), 0);
+        assert_eq!(outbox.waiting_bytes(), 0);
     }
 
     #[tokio::test]
@@ -186,5 +213,10 @@ mod tests {
         }
         assert_eq!(outbox.dropped(), 10);
         assert_eq!(outbox.lock().frames.len(), OUTBOX_LIMIT);
+        // Frame 0 went into the queue; the next OUTBOX_LIMIT wait.
+        let waiting: usize = (1..=OUTBOX_LIMIT as u64)
+            .map(|i| event(i).payload_len())
+            .sum();
+        assert_eq!(outbox.waiting_bytes(), waiting);
     }
 }

@@ -247,6 +247,34 @@ pub enum Frame {
     },
 }
 
+impl Frame {
+    /// The bytes of payload it carries: what holding it in a queue costs,
+    /// give or take a few fixed fields.
+    pub fn payload_len(&self) -> usize {
+        match self {
+            Frame::Call { target, args, .. } => target.len() + args.0.len(),
+            Frame::Result { value, .. } => value.0.len(),
+            Frame::Items { items, .. } => items.iter().map(|item| item.len()).sum(),
+            Frame::Part { bytes, .. } => bytes.0.len(),
+            Frame::SioOpen { path } => path.len(),
+            Frame::SioEvent { path, event, data } => {
+                path.len() + event.len() + data.raw().get().len()
+            }
+            Frame::Logs { batch, output } => {
+                batch.cbor.len() + output.iter().map(String::len).sum::<usize>()
+            }
+            Frame::Traces { batch } => batch.cbor.len(),
+            Frame::Ready { .. }
+            | Frame::Ack { .. }
+            | Frame::Cancel { .. }
+            | Frame::End { .. }
+            | Frame::Ping { .. }
+            | Frame::Pong { .. }
+            | Frame::Error { .. } => 0,
+        }
+    }
+}
+
 /// How far a streaming call may run ahead of its consumer: at most `items`
 /// items and about `bytes` bytes (one item may overshoot) produced but not
 /// yet acknowledged by the host.

@@ -20,7 +20,7 @@
 //! `HostBehind`.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -60,6 +60,13 @@ pub struct ToHosts {
     pub event: String,
     /// The payload, as the worker's text.
     pub data: JsonText,
+}
+
+impl ToHosts {
+    /// The bytes it holds while it waits.
+    fn size(&self) -> usize {
+        self.event.len() + self.data.raw().get().len()
+    }
 }
 
 /// Where hosts' events go now: the ready worker's pipe queue, or nowhere
@@ -134,6 +141,8 @@ pub struct NamespaceForwarder {
     to_hosts: mpsc::Sender<ToHosts>,
     /// Their other end, until `started` hands it to the pump.
     pump_input: Option<mpsc::Receiver<ToHosts>>,
+    /// Bytes of events in `to_hosts` or being emitted.
+    queued_bytes: Arc<AtomicUsize>,
     /// Hosts whose socket stayed full past [`LAG_PATIENCE`].
     lagging: Arc<Mutex<HashSet<Sid>>>,
     counts: ForwarderCounts,
@@ -157,6 +166,7 @@ impl NamespaceForwarder {
             worker,
             to_hosts,
             pump_input: Some(pump_input),
+            queued_bytes: Arc::default(),
             lagging: Arc::default(),
             counts,
             _guard: guard,
@@ -184,7 +194,10 @@ impl NamespaceForwarder {
         // it. Other events queue in order, so a burst arrives whole, until
         // the worker is far behind its pipe: then they are dropped, counted,
         // and a host cannot fill the server's memory.
-        if is_reply || frames.waiting() < HOST_EVENTS_WAIT_PAST {
+        if is_reply
+            || (frames.waiting() < HOST_EVENTS_WAIT_PAST
+                && frames.waiting_bytes() < HOST_EVENT_BYTES_WAIT_PAST)
+        {
             frames.push(frame);
             return;
         }
@@ -206,6 +219,10 @@ impl NamespaceForwarder {
 /// Frames waiting in a worker's outbox past which hosts' plugin events
 /// (which nobody waits for) are dropped.
 pub const HOST_EVENTS_WAIT_PAST: usize = 8_192;
+
+/// Payload bytes waiting in a worker's outbox past which hosts' plugin
+/// events are dropped: the count alone would let 8,192 large events wait.
+pub const HOST_EVENT_BYTES_WAIT_PAST: usize = 8 << 20;
 
 impl Handler<StopForwarding> for NamespaceForwarder {
     type Result = ();
@@ -236,6 +253,12 @@ impl Handler<HostEvent> for NamespaceForwarder {
 /// burst before the pump (on the same arbiter) runs at all.
 pub const FORWARDER_MAILBOX: usize = 65_536;
 
+/// Bytes of worker events waiting for their hosts past which new ones are
+/// dropped (counted): counted in events alone, a queue of 4 KiB events
+/// for a host that reads nothing would hold 256 MiB. One event of any
+/// size still passes when nothing waits.
+pub const FORWARDER_QUEUE_BYTES: usize = 8 << 20;
+
 /// How long a host's full socket is waited for before the host counts as
 /// lagging: events for it are then dropped (counted) until its socket has
 /// room again, so a host that does not read holds nobody else up.
@@ -252,6 +275,7 @@ impl Actor for NamespaceForwarder {
             path: self.path.clone(),
             io: self.io.clone(),
             lagging: self.lagging.clone(),
+            queued_bytes: self.queued_bytes.clone(),
             dropped: self.counts.to_hosts_dropped.clone(),
             // Weak: the pump must not keep its own actor alive.
             forwarder: ctx.address().downgrade(),
@@ -277,10 +301,22 @@ impl Handler<ToHosts> for NamespaceForwarder {
     type Result = ();
 
     fn handle(&mut self, msg: ToHosts, _: &mut Context<Self>) {
-        let ToHosts { event, data } = match self.to_hosts.try_send(msg) {
-            Ok(()) => return,
-            Err(mpsc::error::TrySendError::Full(msg) | mpsc::error::TrySendError::Closed(msg)) => {
-                msg
+        let size = msg.size();
+        // Only the pump takes from the count, so a check then an add
+        // cannot let the queue past its budget.
+        let queued = self.queued_bytes.load(Ordering::Acquire);
+        let ToHosts { event, data } = if queued > 0 && queued + size > FORWARDER_QUEUE_BYTES {
+            msg
+        } else {
+            self.queued_bytes.fetch_add(size, Ordering::AcqRel);
+            match self.to_hosts.try_send(msg) {
+                Ok(()) => return,
+                Err(
+                    mpsc::error::TrySendError::Full(msg) | mpsc::error::TrySendError::Closed(msg),
+                ) => {
+                    self.queued_bytes.fetch_sub(size, Ordering::AcqRel);
+                    msg
+                }
             }
         };
         if let Some((event, data)) = not_forwarded(&self.counts, &self.path, &event, &data) {
@@ -317,6 +353,9 @@ struct ToHostsPump {
     path: String,
     io: SocketIo,
     lagging: Arc<Mutex<HashSet<Sid>>>,
+    /// The forwarder's count of bytes waiting, which the pump takes from
+    /// once an event is out.
+    queued_bytes: Arc<AtomicUsize>,
     dropped: Arc<AtomicU64>,
     /// Where replies made on the hosts' behalf go, on to the worker.
     forwarder: actix::WeakAddr<NamespaceForwarder>,
@@ -325,7 +364,9 @@ struct ToHostsPump {
 impl ToHostsPump {
     async fn run(self, mut rx: mpsc::Receiver<ToHosts>) {
         while let Some(msg) = rx.recv().await {
+            let size = msg.size();
             self.emit(msg).await;
+            self.queued_bytes.fetch_sub(size, Ordering::AcqRel);
         }
     }
 

@@ -17,10 +17,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use actix::prelude::*;
+use agentix_actors::frame_channel::frame_channel;
 use agentix_actors::outbox::Outbox;
 use agentix_actors::process;
 use agentix_actors::supervision::ChildAddr;
-use tokio::sync::mpsc;
 
 use crate::call_router::CallRouter;
 use crate::side_relay::SideRelay;
@@ -44,6 +44,10 @@ pub struct DrainOutput;
 
 /// Frames queued for a worker's pipe before new ones wait in its outbox.
 const WORKER_QUEUE: usize = 4096;
+
+/// Payload bytes queued for a worker's pipe before new frames wait in its
+/// outbox: 4,096 large frames would otherwise sit in the queue.
+const WORKER_QUEUE_BYTES: usize = 8 << 20;
 
 /// The process a [`Worker`] owns: whom to kill, and whether it may still
 /// be signalled. Shared by the actor and its supervisor's handle.
@@ -137,7 +141,7 @@ impl Worker {
             tag: worker_process::worker_tag(&worker_id),
             exited: Arc::default(),
         };
-        let (tx, rx) = mpsc::channel(WORKER_QUEUE);
+        let (tx, rx) = frame_channel(WORKER_QUEUE, WORKER_QUEUE_BYTES);
         let addr = Worker::create(|ctx| {
             let pumps = worker_pipes::Reports {
                 frames: reports.frames,

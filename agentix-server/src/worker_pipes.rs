@@ -13,10 +13,10 @@ use std::time::Duration;
 
 use actix::prelude::*;
 use agentix_actors::codec::{self, FrameReader};
+use agentix_actors::frame_channel::FrameReceiver;
 use agentix_actors::process;
 use agentix_actors::supervision::ChildAddr;
 use agentix_actors::wire::Frame;
-use tokio::sync::mpsc;
 
 use crate::call_router::{CallFrame, CallRouter, UnreadableReply};
 use crate::oom_kills::oom_kills;
@@ -75,7 +75,7 @@ pub struct Reports {
 pub fn start(
     proc: WorkerProcess,
     generation: u64,
-    to_worker: mpsc::Receiver<Frame>,
+    to_worker: FrameReceiver,
     relay: &SideRelay,
     reports: Reports,
 ) -> UnreadOutput {
