@@ -14,20 +14,24 @@
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
-use std::task::{ready, Context, Poll, Waker};
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::time::Sleep;
+use tokio::time::{Instant, Sleep};
 
 /// A connection whose writes fail once one has made no progress for the
 /// limit; after that, the whole connection counts as gone.
 pub struct StallLimit<S> {
     inner: S,
     limit: Duration,
-    /// Set while a write waits on a full socket: when it fires, the peer
-    /// is gone.
-    stalled: Option<Pin<Box<Sleep>>>,
+    /// When the write waiting now first found the socket full.
+    stalled_since: Option<Instant>,
+    /// Wakes the waiting writer by the time the limit has passed. It is
+    /// moved only when it would fire too late or has fired early, so a
+    /// socket that fills and drains many times a second (a large transfer)
+    /// costs no timer work per wait.
+    timer: Pin<Box<Sleep>>,
     /// The peer took nothing for the limit.
     gone: bool,
     /// The reader waiting on the socket, woken when the peer counts as gone
@@ -36,13 +40,14 @@ pub struct StallLimit<S> {
 }
 
 impl<S> StallLimit<S> {
-    /// Wraps `inner`: a write that makes no progress for `limit` ends the
-    /// connection.
+    /// Wraps `inner` (inside a tokio runtime): a write that makes no
+    /// progress for `limit` ends the connection.
     pub fn new(inner: S, limit: Duration) -> Self {
         StallLimit {
             inner,
             limit,
-            stalled: None,
+            stalled_since: None,
+            timer: Box::pin(tokio::time::sleep(limit)),
             gone: false,
             reader: None,
         }
@@ -58,20 +63,33 @@ impl<S> StallLimit<S> {
     /// What a write that returned `poll` means under the limit.
     fn check<T>(&mut self, poll: Poll<io::Result<T>>, cx: &mut Context<'_>) -> Poll<io::Result<T>> {
         if poll.is_ready() {
-            self.stalled = None;
+            self.stalled_since = None;
             return poll;
         }
-        let limit = self.limit;
-        let timer = self
-            .stalled
-            .get_or_insert_with(|| Box::pin(tokio::time::sleep(limit)));
-        ready!(timer.as_mut().poll(cx));
-        self.stalled = None;
+        let deadline = *self.stalled_since.get_or_insert_with(Instant::now) + self.limit;
+        loop {
+            let now = Instant::now();
+            if now >= deadline {
+                break;
+            }
+            let at = self.timer.deadline();
+            if at <= now || at > deadline {
+                self.timer.as_mut().reset(deadline);
+            }
+            if self.timer.as_mut().poll(cx).is_pending() {
+                return Poll::Pending;
+            }
+            // It fired for an earlier wait: look at the clock again.
+        }
+        self.stalled_since = None;
         self.gone = true;
         if let Some(reader) = self.reader.take() {
             reader.wake();
         }
-        tracing::debug!("closing a connection whose peer took no bytes for {limit:?}");
+        tracing::debug!(
+            "closing a connection whose peer took no bytes for {:?}",
+            self.limit
+        );
         Poll::Ready(Err(self.gone_error()))
     }
 }
