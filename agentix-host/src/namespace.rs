@@ -124,7 +124,7 @@ impl HostNamespace {
         E: std::fmt::Display,
     {
         let name = event.to_owned();
-        let handler = move |ns: HostNamespaceHandle, envelope: Value| -> BoxFuture {
+        let handler = move |ns: HostNamespaceHandle, mut envelope: Value| -> BoxFuture {
             let Some(request_id) = envelope.get("request_id").cloned() else {
                 tracing::debug!(event = name, "request without a request_id; dropped");
                 return Box::pin(std::future::ready(()));
@@ -132,7 +132,11 @@ impl HostNamespace {
             // Known before the next delivery, so a cancel right behind the
             // request finds it.
             let answer = ns.answering.start(&request_id);
-            let body = envelope.get("data").cloned().unwrap_or(Value::Null);
+            // Taken, not cloned: a body can be a whole agent's history.
+            let body = envelope
+                .get_mut("data")
+                .map(Value::take)
+                .unwrap_or_default();
             let work = AssertUnwindSafe(handler(body)).catch_unwind();
             let name = name.clone();
             Box::pin(async move {
@@ -278,7 +282,7 @@ impl HostNamespace {
     ) -> Self {
         let slots = Arc::new(tokio::sync::Semaphore::new(ACTOR_REQUESTS_IN_FLIGHT));
         let name = event.to_owned();
-        let handler = move |ns: HostNamespaceHandle, envelope: Value| -> BoxFuture {
+        let handler = move |ns: HostNamespaceHandle, mut envelope: Value| -> BoxFuture {
             let name = name.clone();
             let Some(request_id) = envelope.get("request_id").cloned() else {
                 tracing::debug!(event = name, "request without a request_id; dropped");
@@ -297,7 +301,10 @@ impl HostNamespace {
                     }
                 });
             };
-            let body = envelope.get("data").cloned().unwrap_or(Value::Null);
+            let body = envelope
+                .get_mut("data")
+                .map(Value::take)
+                .unwrap_or_default();
             let request = ns.answering.start(&request_id);
             // Sent now, in arrival order; only the answer is awaited.
             let answer = actor.send(NamespaceRequest {
