@@ -17,7 +17,9 @@
 //! a slow handler delays neither other namespaces nor call results. A
 //! `request_handler` unwraps `{request_id, data}`, and replies with
 //! `<event>:result {request_id, data}` or `<event>:error {request_id, error:
-//! {type, message}}` (also when the handler panics). When the sandbox stops
+//! {type, message}}` (also when the handler panics); a
+//! `request_handler_text` gets the body as the JSON text the sandbox sent,
+//! for a handler that passes a large body on without reading all of it. When the sandbox stops
 //! waiting for an answer it sends `<event>:cancel {request_id}`: a closure
 //! handler's future is then dropped, an actor's [`NamespaceRequest`] sees
 //! its `cancelled` token fire, and no reply is sent.
@@ -29,7 +31,9 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 
 use actix::Recipient;
+use agentix_actors::attachment::{Attachment, WithAttachments};
 use agentix_actors::errors::{ErrorKind, RemoteError};
+use agentix_actors::json_text::JsonText;
 use agentix_actors::namespace_messages::{
     actor_event_handlers, NamespaceEvent, NamespaceFault, NamespaceRequest,
 };
@@ -37,16 +41,60 @@ use agentix_actors::request_envelope::{
     cancelled_event, error_reply, no_handler_reply, request_id,
 };
 use futures_util::FutureExt;
-use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
 use crate::connection::connect_error;
 use crate::endpoint::Endpoint;
-use crate::sio::{Delivery, SioClient};
+use crate::sio::{Delivery, Incoming, SioClient};
 
 type BoxFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
-type Handler = Arc<dyn Fn(HostNamespaceHandle, Value) -> BoxFuture + Send + Sync>;
+/// Gets each event undecoded: each kind of handler reads the payload as
+/// the type it needs.
+type Handler = Arc<dyn Fn(HostNamespaceHandle, Incoming) -> BoxFuture + Send + Sync>;
+
+/// `incoming`'s payload as `T`, or `T::default()` (logged) if it is not one.
+fn payload<T>(ns: &HostNamespaceHandle, incoming: Incoming) -> T
+where
+    T: DeserializeOwned + WithAttachments + Default,
+{
+    let name = incoming.name().to_owned();
+    incoming.decode::<T>().unwrap_or_else(|e| {
+        tracing::debug!(
+            path = &*ns.path,
+            event = name,
+            "unreadable payload, passed as null: {e}"
+        );
+        T::default()
+    })
+}
+
+/// A request as the sandbox sends it, its body read as `B`.
+#[derive(Deserialize)]
+struct RequestEnvelope<B> {
+    // Missing fields read as `None`.
+    request_id: Option<Value>,
+    data: Option<B>,
+}
+
+impl<B> Default for RequestEnvelope<B> {
+    fn default() -> Self {
+        RequestEnvelope {
+            request_id: None,
+            data: None,
+        }
+    }
+}
+
+impl<B> WithAttachments for RequestEnvelope<B> {
+    // Binary attachments stay placeholders, as in any JSON value.
+    fn attachments_mut(&mut self) -> Vec<&mut Attachment> {
+        Vec::new()
+    }
+}
 
 /// A host-side plugin namespace: a path and handlers by event name.
 #[derive(Clone)]
@@ -108,7 +156,10 @@ impl HostNamespace {
     {
         self.handlers.insert(
             event.into(),
-            Arc::new(move |ns, data| Box::pin(handler(ns, data))),
+            Arc::new(move |ns, incoming| {
+                let data = payload(&ns, incoming);
+                Box::pin(handler(ns, data))
+            }),
         );
         self
     }
@@ -123,21 +174,49 @@ impl HostNamespace {
         T: Serialize,
         E: std::fmt::Display,
     {
+        self.answer_requests(event, move |body: Option<Value>| {
+            handler(body.unwrap_or_default())
+        })
+    }
+
+    /// As [`request_handler`](Self::request_handler), the body given as the
+    /// JSON text the sandbox sent: checked, not parsed, for a handler that
+    /// passes it on or reads only part of it (an agent's whole history,
+    /// say).
+    pub fn request_handler_text<F, Fut, T, E>(self, event: &str, handler: F) -> Self
+    where
+        F: Fn(JsonText) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<T, E>> + Send + 'static,
+        T: Serialize,
+        E: std::fmt::Display,
+    {
+        // As the JSON it is: `JsonText`'s own form is a string, for CBOR.
+        self.answer_requests(event, move |body: Option<Box<RawValue>>| {
+            handler(body.map_or_else(|| JsonText::from_value(&Value::Null), JsonText::from_raw))
+        })
+    }
+
+    /// Answers `event`'s requests with `handler`, which gets each body read
+    /// as `B` (`None` for a missing or `null` one).
+    fn answer_requests<B, F, Fut, T, E>(mut self, event: &str, handler: F) -> Self
+    where
+        B: DeserializeOwned + Send + 'static,
+        F: Fn(Option<B>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<T, E>> + Send + 'static,
+        T: Serialize,
+        E: std::fmt::Display,
+    {
         let name = event.to_owned();
-        let handler = move |ns: HostNamespaceHandle, mut envelope: Value| -> BoxFuture {
-            let Some(request_id) = envelope.get("request_id").cloned() else {
+        let handler = move |ns: HostNamespaceHandle, incoming: Incoming| -> BoxFuture {
+            let envelope: RequestEnvelope<B> = payload(&ns, incoming);
+            let Some(request_id) = envelope.request_id else {
                 tracing::debug!(event = name, "request without a request_id; dropped");
                 return Box::pin(std::future::ready(()));
             };
             // Known before the next delivery, so a cancel right behind the
             // request finds it.
             let answer = ns.answering.start(&request_id);
-            // Taken, not cloned: a body can be a whole agent's history.
-            let body = envelope
-                .get_mut("data")
-                .map(Value::take)
-                .unwrap_or_default();
-            let work = AssertUnwindSafe(handler(body)).catch_unwind();
+            let work = AssertUnwindSafe(handler(envelope.data)).catch_unwind();
             let name = name.clone();
             Box::pin(async move {
                 let Some(outcome) = answer.unless_cancelled(&name, work).await else {
@@ -151,11 +230,8 @@ impl HostNamespace {
                 }
             })
         };
-        let mut namespace = self;
-        namespace
-            .handlers
-            .insert(event.to_owned(), Arc::new(handler));
-        namespace
+        self.handlers.insert(event.to_owned(), Arc::new(handler));
+        self
     }
 }
 
@@ -262,7 +338,8 @@ impl HostNamespace {
         for (event, handler) in actor_event_handlers(events, actor, HostNamespaceHandle::path) {
             self.handlers.insert(
                 event,
-                Arc::new(move |ns, data| {
+                Arc::new(move |ns, incoming| {
+                    let data = payload(&ns, incoming);
                     handler(ns, data);
                     Box::pin(std::future::ready(()))
                 }),
@@ -282,9 +359,10 @@ impl HostNamespace {
     ) -> Self {
         let slots = Arc::new(tokio::sync::Semaphore::new(ACTOR_REQUESTS_IN_FLIGHT));
         let name = event.to_owned();
-        let handler = move |ns: HostNamespaceHandle, mut envelope: Value| -> BoxFuture {
+        let handler = move |ns: HostNamespaceHandle, incoming: Incoming| -> BoxFuture {
             let name = name.clone();
-            let Some(request_id) = envelope.get("request_id").cloned() else {
+            let envelope: RequestEnvelope<Value> = payload(&ns, incoming);
+            let Some(request_id) = envelope.request_id else {
                 tracing::debug!(event = name, "request without a request_id; dropped");
                 return Box::pin(std::future::ready(()));
             };
@@ -301,10 +379,7 @@ impl HostNamespace {
                     }
                 });
             };
-            let body = envelope
-                .get_mut("data")
-                .map(Value::take)
-                .unwrap_or_default();
+            let body = envelope.data.unwrap_or_default();
             let request = ns.answering.start(&request_id);
             // Sent now, in arrival order; only the answer is awaited.
             let answer = actor.send(NamespaceRequest {
@@ -421,18 +496,7 @@ pub(crate) async fn join(
                 path.clone(),
                 answering.clone(),
             );
-            let data = match incoming.decode::<Value>() {
-                Ok(data) => data,
-                Err(e) => {
-                    tracing::debug!(
-                        path = &*path,
-                        event = name,
-                        "unreadable payload, passed as null: {e}"
-                    );
-                    Value::Null
-                }
-            };
-            let fut = handler(ns, data);
+            let fut = handler(ns, incoming);
             let path = path.clone();
             tokio::spawn(async move {
                 if AssertUnwindSafe(fut).catch_unwind().await.is_err() {

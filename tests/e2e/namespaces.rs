@@ -62,6 +62,21 @@ async fn events_flow_both_ways_and_requests_round_trip() {
 }
 
 #[tokio::test]
+async fn a_text_request_handler_gets_each_body_as_the_sandbox_wrote_it() {
+    let sb = sandbox().await;
+    let ns = HostNamespace::new("/e2e-plugin")
+        .request_handler_text("fetch", |body: agentix::JsonText| async move {
+            Ok::<_, String>(json!(body.as_str()))
+        });
+    sb.register_namespace(ns).unwrap();
+    sb.remote(agentix_e2e::open_plugin, ()).await.unwrap();
+    let replies = sb.remote(agentix_e2e::ask_host, (100,)).await.unwrap();
+    for (i, reply) in replies.iter().enumerate() {
+        assert_eq!(reply, &json!(format!("{{\"i\":{i}}}")), "request {i}");
+    }
+}
+
+#[tokio::test]
 async fn an_emit_given_up_after_its_first_step_still_arrives() {
     // No heartbeat within the wait below: nothing else flushes the socket.
     let config = SandboxConfig::new(support::bundle_path())

@@ -8,7 +8,9 @@
 use std::time::Duration;
 
 use agentix::trace::{self, SpanContext};
-use agentix::HostNamespaceHandle;
+use agentix::{HostNamespaceHandle, JsonText};
+use serde::Deserialize;
+use serde_json::value::RawValue;
 use serde_json::{json, Value};
 use tokio::sync::OwnedSemaphorePermit;
 
@@ -136,30 +138,44 @@ impl Gateway {
 
     /// Answers one forwarded request, its span under the current one.
     pub async fn answer(&self, request: Value) -> UpstreamAnswer {
-        self.answer_under(request, trace::current()).await
+        self.answer_under(JsonText::from_value(&request), trace::current())
+            .await
     }
 
+    /// Answers `request` (the sandbox's text of an [`UpstreamRequest`]),
+    /// its span under `parent`.
     pub(crate) async fn answer_under(
         &self,
-        request: Value,
+        request: JsonText,
         parent: Option<SpanContext>,
     ) -> UpstreamAnswer {
-        let request: UpstreamRequest = match serde_json::from_value(request) {
+        let request: UpstreamRequest<Box<RawValue>> = match serde_json::from_str(request.as_str()) {
             Ok(r) => r,
             Err(e) => {
                 return UpstreamAnswer::error(400, "invalid_request", format!("not a request: {e}"))
             }
         };
         let api = request.api;
-        let mut watch = self.observe(&request, parent);
-        let (call, client) = match self.upstream_call(request) {
-            Ok(call) => call,
-            Err(refused) => {
-                let why = refused.body["error"]["message"].as_str().map(str::to_owned);
-                watch
-                    .end(refused.status, Some(&refused.body), None, why)
-                    .await;
-                return refused;
+        let prepared = if self.passes_untouched(api) {
+            self.untouched(request, parent)
+        } else {
+            self.translated(request, parent)
+        };
+        let (call, client, body, mut watch) = match prepared {
+            Prepared::Ready {
+                call,
+                client,
+                body,
+                watch,
+            } => (call, client, body, watch),
+            Prepared::Refused { answer, watch } => {
+                if let Some(watch) = watch {
+                    let why = answer.body["error"]["message"].as_str().map(str::to_owned);
+                    watch
+                        .end(answer.status, Some(&answer.body), None, why)
+                        .await;
+                }
+                return answer;
             }
         };
         // Dropped here (the agent went away), the request closes its
@@ -168,7 +184,7 @@ impl Gateway {
             method: call.method,
             url: &call.url,
             headers: self.shape.auth_headers(self.key.as_deref()),
-            body: call.body.map(|b| json_bytes(&b)),
+            body,
             timeout: self.timeout,
             accept: "application/json",
             client: &client,
@@ -180,6 +196,91 @@ impl Gateway {
             .end(answer.status, Some(&answer.body), None, None)
             .await;
         answer
+    }
+
+    /// Whether an agent's body for `api` goes upstream as the agent wrote
+    /// it: the upstream speaks the agent's API, no model is put in and no
+    /// record is kept, so the gateway reads only the model and the stream
+    /// flag, without building the rest (an agent's whole history).
+    fn passes_untouched(&self, api: Api) -> bool {
+        self.model.is_none() && self.log.is_none() && self.shape.speaks(api)
+    }
+
+    /// The call for a body that goes upstream as it came.
+    fn untouched(
+        &self,
+        request: UpstreamRequest<Box<RawValue>>,
+        parent: Option<SpanContext>,
+    ) -> Prepared {
+        /// What the gateway reads of a body it passes on.
+        #[derive(Deserialize)]
+        struct Headline {
+            model: Option<Value>,
+            stream: Option<Value>,
+        }
+        let headline = serde_json::from_str::<Headline>(request.body.get());
+        let summary = match headline {
+            Ok(Headline { model, stream }) => json!({"model": model, "stream": stream}),
+            Err(_) => Value::Null,
+        };
+        let api = request.api;
+        let watch = self.observe(&UpstreamRequest { api, body: summary }, parent);
+        let body = request.body.get().as_bytes().to_vec();
+        let call = UpstreamRequest {
+            api,
+            body: Value::Null,
+        };
+        match self.upstream_call(call) {
+            Ok((call, client)) => Prepared::Ready {
+                call,
+                client,
+                body: Some(body),
+                watch,
+            },
+            Err(answer) => Prepared::Refused {
+                answer,
+                watch: Some(watch),
+            },
+        }
+    }
+
+    /// The call for a body the gateway reads and may rewrite.
+    fn translated(
+        &self,
+        request: UpstreamRequest<Box<RawValue>>,
+        parent: Option<SpanContext>,
+    ) -> Prepared {
+        let body = match serde_json::from_str(request.body.get()) {
+            Ok(body) => body,
+            Err(e) => {
+                let refused = UpstreamAnswer::error(
+                    400,
+                    "invalid_request",
+                    format!("the request body is not JSON: {e}"),
+                );
+                return Prepared::Refused {
+                    answer: for_agent(request.api, refused),
+                    watch: None,
+                };
+            }
+        };
+        let request = UpstreamRequest {
+            api: request.api,
+            body,
+        };
+        let watch = self.observe(&request, parent);
+        match self.upstream_call(request) {
+            Ok((call, client)) => Prepared::Ready {
+                body: call.body.as_ref().map(json_bytes),
+                call,
+                client,
+                watch,
+            },
+            Err(answer) => Prepared::Refused {
+                answer,
+                watch: Some(watch),
+            },
+        }
     }
 
     fn observe(&self, request: &UpstreamRequest, parent: Option<SpanContext>) -> Observation {
@@ -340,6 +441,26 @@ fn for_agent(api: Api, answer: UpstreamAnswer) -> UpstreamAnswer {
         };
     }
     answer
+}
+
+/// A whole request, ready to go or refused before it went out.
+// Made once per request and taken apart at once: boxing the larger
+// variant would only add an allocation.
+#[allow(clippy::large_enum_variant)]
+enum Prepared {
+    /// The call, the connections to make it on, the body's bytes and the
+    /// exchange's watch.
+    Ready {
+        call: UpstreamCall,
+        client: UpstreamClient,
+        body: Option<Vec<u8>>,
+        watch: Observation,
+    },
+    /// The answer that refuses it, and its watch if it began.
+    Refused {
+        answer: UpstreamAnswer,
+        watch: Option<Observation>,
+    },
 }
 
 /// A head that ends a stream before it starts.

@@ -22,7 +22,9 @@ use std::sync::Arc;
 
 use agentix::actix::{Actor, Context, Handler};
 use agentix::trace;
-use agentix::{start_actor, HostNamespace, HostNamespaceHandle, JsonValue, NamespaceEvent};
+use agentix::{
+    start_actor, HostNamespace, HostNamespaceHandle, JsonText, JsonValue, NamespaceEvent,
+};
 use tokio::sync::Semaphore;
 
 use crate::exchange::{Api, StreamOpen};
@@ -57,14 +59,18 @@ impl Gateway {
         // the upstream request.
         let whole = {
             let (gateway, parent, slots) = (self.clone(), parent.clone(), slots.clone());
-            move |body: JsonValue| {
+            move |body: JsonText| {
                 let (gateway, parent, slots) = (gateway.clone(), parent.clone(), slots.clone());
                 async move {
                     let answer = match slots.try_acquire_owned() {
                         Ok(_slot) => gateway.answer_under(body, parent).await,
                         Err(_) => {
-                            let api = serde_json::from_value(body["api"].clone());
-                            gateway.busy(api.unwrap_or(Api::ChatCompletions))
+                            #[derive(serde::Deserialize)]
+                            struct Asked {
+                                api: Api,
+                            }
+                            let asked = serde_json::from_str::<Asked>(body.as_str());
+                            gateway.busy(asked.map_or(Api::ChatCompletions, |a| a.api))
                         }
                     };
                     Ok::<_, Infallible>(answer)
@@ -92,7 +98,7 @@ impl Gateway {
             }
         };
         HostNamespace::new(NAMESPACE)
-            .request_handler(EVENT_UPSTREAM, whole)
+            .request_handler_text(EVENT_UPSTREAM, whole)
             .on(EVENT_STREAM, open)
             .on_actor([EVENT_STREAM_ACK, EVENT_STREAM_ABANDON], actor.recipient())
     }

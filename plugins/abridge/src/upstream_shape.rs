@@ -39,6 +39,16 @@ pub struct UpstreamCall {
 }
 
 impl UpstreamShape {
+    /// Whether an agent of `api` speaks this upstream's own API, so that
+    /// [`call`](Self::call) passes its body on as it is.
+    pub fn speaks(&self, api: Api) -> bool {
+        matches!(
+            (self, api),
+            (UpstreamShape::OpenAi, Api::ChatCompletions)
+                | (UpstreamShape::Anthropic, Api::Messages | Api::CountTokens)
+        )
+    }
+
     /// The upstream request for an agent's `api` request with `body`; the
     /// answer that refuses it if it cannot be sent.
     pub fn call(
