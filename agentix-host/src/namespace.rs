@@ -19,10 +19,11 @@
 //! `<event>:result {request_id, data}` or `<event>:error {request_id, error:
 //! {type, message}}` (also when the handler panics); a
 //! `request_handler_text` gets the body as the JSON text the sandbox sent,
-//! for a handler that passes a large body on without reading all of it. When the sandbox stops
-//! waiting for an answer it sends `<event>:cancel {request_id}`: a closure
-//! handler's future is then dropped, an actor's [`NamespaceRequest`] sees
-//! its `cancelled` token fire, and no reply is sent.
+//! for a handler that passes a large body on without reading all of it.
+//! When the sandbox stops waiting for an answer it sends `<event>:cancel
+//! {request_id}`: a closure handler's future is then dropped, an actor's
+//! [`NamespaceRequest`] sees its `cancelled` token fire, and no reply is
+//! sent.
 
 use std::collections::HashMap;
 use std::future::Future;

@@ -225,7 +225,8 @@ impl Gateway {
         };
         let api = request.api;
         let watch = self.observe(&UpstreamRequest { api, body: summary }, parent);
-        let body = request.body.get().as_bytes().to_vec();
+        // The agent's text itself, not a copy.
+        let body = Box::<str>::from(request.body).into_string().into_bytes();
         let call = UpstreamRequest {
             api,
             body: Value::Null,
