@@ -6,7 +6,8 @@
 //! - [`attachment`]: bytes that travel beside an event as binary attachments.
 //! - [`part`]: large payloads cut into parts, so they never block a hop.
 //! - [`codec`]: length-prefixed CBOR framing for the server <-> worker pipes;
-//!   [`bulk_lane`] keeps large payloads' parts from blocking them.
+//!   [`bulk_lane`] keeps large payloads' parts from blocking them;
+//!   [`budgeted_channel`]: a queue bounded in bytes as well as items.
 //! - [`cbor`]: CBOR helpers for values and byte blobs.
 //! - [`errors`]: the in-band error value every call can end with.
 //! - [`log_record`]: one line of what a sandbox logged or printed.
@@ -35,6 +36,7 @@
 
 pub mod actor_home;
 pub mod attachment;
+pub mod budgeted_channel;
 pub mod bulk_lane;
 pub mod call_args;
 pub mod cbor;
@@ -42,7 +44,6 @@ pub mod codec;
 pub mod errors;
 pub mod event_route;
 pub mod frame_bytes;
-pub mod frame_channel;
 pub mod invoke;
 pub mod json_text;
 pub mod log_file;

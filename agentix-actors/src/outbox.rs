@@ -2,7 +2,7 @@
 //! namespace's `emit`), kept in order and bounded.
 //!
 //! The frame queue to the server is bounded (in bytes as well as frames
-//! when it is a [`frame_channel`](crate::frame_channel)). When it is
+//! when it is a [`budgeted_channel`](crate::budgeted_channel)). When it is
 //! full, a frame waits in the outbox, and so does every frame after it
 //! until the outbox has drained (one task sends them, in order, waiting
 //! for room), so a burst never reorders a namespace's events. Past
@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::mpsc;
 
-use crate::frame_channel::FrameSender;
+use crate::budgeted_channel::BudgetedSender;
 use crate::wire::Frame;
 
 /// Frames that may wait in one outbox for room in the queue.
@@ -48,7 +48,7 @@ impl Waiting {
 /// One producer's frames to the server, in order; cheap to clone.
 #[derive(Clone)]
 pub struct Outbox {
-    out: FrameSender,
+    out: BudgetedSender<Frame>,
     waiting: Arc<Mutex<Waiting>>,
     /// Told when the waiting frames have all been sent.
     drained: Arc<tokio::sync::Notify>,
@@ -57,7 +57,7 @@ pub struct Outbox {
 
 impl Outbox {
     /// An outbox in front of the queue `out`.
-    pub fn new(out: impl Into<FrameSender>) -> Self {
+    pub fn new(out: impl Into<BudgetedSender<Frame>>) -> Self {
         Outbox {
             out: out.into(),
             waiting: Arc::new(Mutex::new(Waiting {
@@ -109,6 +109,13 @@ impl Outbox {
     /// Payload bytes of the frames waiting for room in the queue now.
     pub fn waiting_bytes(&self) -> usize {
         self.lock().bytes
+    }
+
+    /// Whether at least `frames` frames or `bytes` payload bytes wait now
+    /// (one look, for a caller that sheds load past either).
+    pub fn waiting_past(&self, frames: usize, bytes: usize) -> bool {
+        let waiting = self.lock();
+        waiting.frames.len() >= frames || waiting.bytes >= bytes
     }
 
     /// Queues `frame` behind every frame queued before it, waiting while
@@ -218,5 +225,8 @@ mod tests {
             .map(|i| event(i).payload_len())
             .sum();
         assert_eq!(outbox.waiting_bytes(), waiting);
+        assert!(outbox.waiting_past(OUTBOX_LIMIT, usize::MAX));
+        assert!(outbox.waiting_past(usize::MAX, waiting));
+        assert!(!outbox.waiting_past(OUTBOX_LIMIT + 1, waiting + 1));
     }
 }

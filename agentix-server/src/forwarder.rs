@@ -20,11 +20,14 @@
 //! `HostBehind`.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use actix::prelude::*;
+use agentix_actors::budgeted_channel::{
+    budgeted_channel, BudgetedReceiver, BudgetedSender, PayloadLen,
+};
 use agentix_actors::json_text::JsonText;
 use agentix_actors::outbox::Outbox;
 use agentix_actors::request_envelope::{error_reply, request_id_in_text, HOST_BEHIND, NO_HOST};
@@ -62,9 +65,8 @@ pub struct ToHosts {
     pub data: JsonText,
 }
 
-impl ToHosts {
-    /// The bytes it holds while it waits.
-    fn size(&self) -> usize {
+impl PayloadLen for ToHosts {
+    fn payload_len(&self) -> usize {
         self.event.len() + self.data.raw().get().len()
     }
 }
@@ -138,11 +140,9 @@ pub struct NamespaceForwarder {
     /// The ready worker's pipe queue.
     worker: Option<Outbox>,
     /// Worker events on their way to hosts, in order.
-    to_hosts: mpsc::Sender<ToHosts>,
+    to_hosts: BudgetedSender<ToHosts>,
     /// Their other end, until `started` hands it to the pump.
-    pump_input: Option<mpsc::Receiver<ToHosts>>,
-    /// Bytes of events in `to_hosts` or being emitted.
-    queued_bytes: Arc<AtomicUsize>,
+    pump_input: Option<BudgetedReceiver<ToHosts>>,
     /// Hosts whose socket stayed full past [`LAG_PATIENCE`].
     lagging: Arc<Mutex<HashSet<Sid>>>,
     counts: ForwarderCounts,
@@ -159,14 +159,13 @@ impl NamespaceForwarder {
         counts: ForwarderCounts,
         guard: ChildGuard<String>,
     ) -> Self {
-        let (to_hosts, pump_input) = mpsc::channel(FORWARDER_MAILBOX);
+        let (to_hosts, pump_input) = budgeted_channel(FORWARDER_MAILBOX, FORWARDER_QUEUE_BYTES);
         NamespaceForwarder {
             path,
             io,
             worker,
             to_hosts,
             pump_input: Some(pump_input),
-            queued_bytes: Arc::default(),
             lagging: Arc::default(),
             counts,
             _guard: guard,
@@ -194,10 +193,7 @@ impl NamespaceForwarder {
         // it. Other events queue in order, so a burst arrives whole, until
         // the worker is far behind its pipe: then they are dropped, counted,
         // and a host cannot fill the server's memory.
-        if is_reply
-            || (frames.waiting() < HOST_EVENTS_WAIT_PAST
-                && frames.waiting_bytes() < HOST_EVENT_BYTES_WAIT_PAST)
-        {
+        if is_reply || !frames.waiting_past(HOST_EVENTS_WAIT_PAST, HOST_EVENT_BYTES_WAIT_PAST) {
             frames.push(frame);
             return;
         }
@@ -275,7 +271,6 @@ impl Actor for NamespaceForwarder {
             path: self.path.clone(),
             io: self.io.clone(),
             lagging: self.lagging.clone(),
-            queued_bytes: self.queued_bytes.clone(),
             dropped: self.counts.to_hosts_dropped.clone(),
             // Weak: the pump must not keep its own actor alive.
             forwarder: ctx.address().downgrade(),
@@ -301,22 +296,10 @@ impl Handler<ToHosts> for NamespaceForwarder {
     type Result = ();
 
     fn handle(&mut self, msg: ToHosts, _: &mut Context<Self>) {
-        let size = msg.size();
-        // Only the pump takes from the count, so a check then an add
-        // cannot let the queue past its budget.
-        let queued = self.queued_bytes.load(Ordering::Acquire);
-        let ToHosts { event, data } = if queued > 0 && queued + size > FORWARDER_QUEUE_BYTES {
-            msg
-        } else {
-            self.queued_bytes.fetch_add(size, Ordering::AcqRel);
-            match self.to_hosts.try_send(msg) {
-                Ok(()) => return,
-                Err(
-                    mpsc::error::TrySendError::Full(msg) | mpsc::error::TrySendError::Closed(msg),
-                ) => {
-                    self.queued_bytes.fetch_sub(size, Ordering::AcqRel);
-                    msg
-                }
+        let ToHosts { event, data } = match self.to_hosts.try_send(msg) {
+            Ok(()) => return,
+            Err(mpsc::error::TrySendError::Full(msg) | mpsc::error::TrySendError::Closed(msg)) => {
+                msg
             }
         };
         if let Some((event, data)) = not_forwarded(&self.counts, &self.path, &event, &data) {
@@ -353,20 +336,15 @@ struct ToHostsPump {
     path: String,
     io: SocketIo,
     lagging: Arc<Mutex<HashSet<Sid>>>,
-    /// The forwarder's count of bytes waiting, which the pump takes from
-    /// once an event is out.
-    queued_bytes: Arc<AtomicUsize>,
     dropped: Arc<AtomicU64>,
     /// Where replies made on the hosts' behalf go, on to the worker.
     forwarder: actix::WeakAddr<NamespaceForwarder>,
 }
 
 impl ToHostsPump {
-    async fn run(self, mut rx: mpsc::Receiver<ToHosts>) {
+    async fn run(self, mut rx: BudgetedReceiver<ToHosts>) {
         while let Some(msg) = rx.recv().await {
-            let size = msg.size();
             self.emit(msg).await;
-            self.queued_bytes.fetch_sub(size, Ordering::AcqRel);
         }
     }
 

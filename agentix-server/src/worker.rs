@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use actix::prelude::*;
-use agentix_actors::frame_channel::frame_channel;
+use agentix_actors::budgeted_channel::budgeted_channel;
 use agentix_actors::outbox::Outbox;
 use agentix_actors::process;
 use agentix_actors::supervision::ChildAddr;
@@ -141,7 +141,7 @@ impl Worker {
             tag: worker_process::worker_tag(&worker_id),
             exited: Arc::default(),
         };
-        let (tx, rx) = frame_channel(WORKER_QUEUE, WORKER_QUEUE_BYTES);
+        let (tx, rx) = budgeted_channel(WORKER_QUEUE, WORKER_QUEUE_BYTES);
         let addr = Worker::create(|ctx| {
             let pumps = worker_pipes::Reports {
                 frames: reports.frames,

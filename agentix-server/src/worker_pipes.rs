@@ -12,8 +12,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use actix::prelude::*;
+use agentix_actors::budgeted_channel::BudgetedReceiver;
 use agentix_actors::codec::{self, FrameReader};
-use agentix_actors::frame_channel::FrameReceiver;
 use agentix_actors::process;
 use agentix_actors::supervision::ChildAddr;
 use agentix_actors::wire::Frame;
@@ -75,7 +75,7 @@ pub struct Reports {
 pub fn start(
     proc: WorkerProcess,
     generation: u64,
-    to_worker: FrameReceiver,
+    to_worker: BudgetedReceiver<Frame>,
     relay: &SideRelay,
     reports: Reports,
 ) -> UnreadOutput {
