@@ -19,7 +19,8 @@
 //! `<event>:result {request_id, data}` or `<event>:error {request_id, error:
 //! {type, message}}` (also when the handler panics); a
 //! `request_handler_text` gets the body as the JSON text the sandbox sent,
-//! for a handler that passes a large body on without reading all of it.
+//! for a handler that passes a large body on without reading all of it
+//! (and `on_text` an event's payload so).
 //! When the sandbox stops waiting for an answer it sends `<event>:cancel
 //! {request_id}`: a closure handler's future is then dropped, an actor's
 //! [`NamespaceRequest`] sees its `cancelled` token fire, and no reply is
@@ -97,6 +98,24 @@ impl<B> WithAttachments for RequestEnvelope<B> {
     }
 }
 
+/// An event's payload as the JSON text the sandbox sent (`None` for a
+/// missing one).
+#[derive(Default, Deserialize)]
+#[serde(transparent)]
+struct TextPayload(Option<Box<RawValue>>);
+
+impl WithAttachments for TextPayload {
+    // Binary attachments stay placeholders, as in any JSON value.
+    fn attachments_mut(&mut self) -> Vec<&mut Attachment> {
+        Vec::new()
+    }
+}
+
+/// `null`, for a payload or body the sandbox left out.
+fn null_text() -> JsonText {
+    JsonText::from_value(&Value::Null)
+}
+
 /// A host-side plugin namespace: a path and handlers by event name.
 #[derive(Clone)]
 pub struct HostNamespace {
@@ -165,6 +184,24 @@ impl HostNamespace {
         self
     }
 
+    /// As [`on`](Self::on), each event's payload given as the JSON text the
+    /// sandbox sent: checked, not parsed, for a handler that reads only part
+    /// of a large payload or passes it on.
+    pub fn on_text<F, Fut>(mut self, event: impl Into<String>, handler: F) -> Self
+    where
+        F: Fn(HostNamespaceHandle, JsonText) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        self.handlers.insert(
+            event.into(),
+            Arc::new(move |ns, incoming| {
+                let TextPayload(text) = payload(&ns, incoming);
+                Box::pin(handler(ns, text.map_or_else(null_text, JsonText::from_raw)))
+            }),
+        );
+        self
+    }
+
     /// Answers the sandbox's `request(event, body)`: `handler` gets the body
     /// and its `Ok` becomes `<event>:result`, its `Err` (or a panic)
     /// `<event>:error {type, message}`.
@@ -193,7 +230,7 @@ impl HostNamespace {
     {
         // As the JSON it is: `JsonText`'s own form is a string, for CBOR.
         self.answer_requests(event, move |body: Option<Box<RawValue>>| {
-            handler(body.map_or_else(|| JsonText::from_value(&Value::Null), JsonText::from_raw))
+            handler(body.map_or_else(null_text, JsonText::from_raw))
         })
     }
 

@@ -189,13 +189,19 @@ pub(crate) async fn abridge(provider: &LocalProvider, report: &mut Report) {
         })
         .collect();
     let long_prompt = json!({"model": "m", "messages": history});
-    let (mut via, mut straight) = (vec![], vec![]);
+    let long_streamed = json!({"model": "m", "messages": history, "stream": true, "n": 3});
+    let (mut via, mut straight, mut via_first, mut straight_first) =
+        (vec![], vec![], vec![], vec![]);
     for round in 0..220 {
         let (_, t_via, _) = through.post(&long_prompt).await;
         let (_, t_straight, _) = direct.post(&long_prompt).await;
+        let (f_via, _, _) = through.post(&long_streamed).await;
+        let (f_straight, _, _) = direct.post(&long_streamed).await;
         if round >= 20 {
             via.push(t_via);
             straight.push(t_straight);
+            via_first.push(f_via);
+            straight_first.push(f_straight);
         }
     }
     report.add(
@@ -203,6 +209,12 @@ pub(crate) async fn abridge(provider: &LocalProvider, report: &mut Report) {
         "a whole completion with a 256 KiB history, through abridge minus straight, p50 of 200",
         "µs",
         us(timed(via)) - us(timed(straight)),
+    );
+    report.add(
+        "abridge_long_prompt_ttft_overhead_us",
+        "a stream's first piece with a 256 KiB history, through abridge minus straight, p50",
+        "µs",
+        us(timed(via_first)) - us(timed(straight_first)),
     );
 
     let long = json!({"model": "m", "messages": [], "stream": true, "n": LONG_STREAM});

@@ -209,6 +209,49 @@ async fn a_streamed_answer_reaches_the_agent_event_by_event_as_the_upstream_send
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agents_body_reaches_the_upstream_as_written_whole_or_streamed_unless_rewritten() {
+    // Spacing, key order, an escape and a number's spelling: all lost if
+    // the body were rebuilt on the way.
+    let written = |stream: bool| {
+        format!(
+            "{{ \"stream\" : {stream},\n  \"temperature\": 0.10, \"model\": \"m1\",\
+             \"messages\": [{{\"role\": \"user\", \"content\": \"caf\\u00e9\"}}] }}"
+        )
+    };
+    let seen: SeenBytes = Arc::default();
+    let base = byte_upstream(seen.clone()).await;
+    let (_sandbox, url) = serving(Gateway::openai(&base).key("k")).await;
+    let completions = format!("{url}/chat/completions");
+    for stream in [false, true] {
+        let (status, text) = post_text(&completions, &written(stream)).await;
+        assert_eq!(status, 200, "{text}");
+        if stream {
+            assert_eq!(text, event(0) + &event(1) + "data: [DONE]\n\n");
+        } else {
+            assert!(text.contains("\"seen\""), "{text}");
+        }
+        let got = seen.lock().unwrap().pop().unwrap();
+        assert_eq!(
+            String::from_utf8_lossy(&got),
+            written(stream),
+            "the upstream got the agent's own bytes (stream: {stream})"
+        );
+    }
+
+    // A gateway that puts in its model rewrites the body, streams too,
+    // keeping what the agent asked for besides.
+    let (_sandbox, url) = serving(Gateway::openai(&base).model("the-policy")).await;
+    let (status, text) = post_text(&format!("{url}/chat/completions"), &written(true)).await;
+    assert_eq!(status, 200, "{text}");
+    let got = seen.lock().unwrap().pop().unwrap();
+    let got: Value = serde_json::from_slice(&got).unwrap();
+    assert_eq!(got["model"], "the-policy");
+    assert_eq!(got["stream"], true);
+    assert_eq!(got["messages"][0]["content"], "café");
+    assert_eq!(got["temperature"], 0.1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_agent_that_leaves_mid_stream_closes_the_upstream_connection() {
     let script = Arc::new(StreamScript::default());
     let base = streaming_upstream(script.clone()).await;

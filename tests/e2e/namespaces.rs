@@ -62,17 +62,33 @@ async fn events_flow_both_ways_and_requests_round_trip() {
 }
 
 #[tokio::test]
-async fn a_text_request_handler_gets_each_body_as_the_sandbox_wrote_it() {
+async fn text_handlers_get_each_body_and_payload_as_the_sandbox_wrote_it() {
     let sb = sandbox().await;
+    let (tx, mut configured) = mpsc::unbounded_channel();
     let ns = HostNamespace::new("/e2e-plugin")
         .request_handler_text("fetch", |body: agentix::JsonText| async move {
             Ok::<_, String>(json!(body.as_str()))
+        })
+        .on_text("configured", move |_, data: agentix::JsonText| {
+            let configured = tx.clone();
+            async move {
+                let _ = configured.send(data.as_str().to_owned());
+            }
         });
     sb.register_namespace(ns).unwrap();
     sb.remote(agentix_e2e::open_plugin, ()).await.unwrap();
     let replies = sb.remote(agentix_e2e::ask_host, (100,)).await.unwrap();
     for (i, reply) in replies.iter().enumerate() {
         assert_eq!(reply, &json!(format!("{{\"i\":{i}}}")), "request {i}");
+    }
+
+    // The sandbox echoes each payload as it writes JSON: compactly.
+    for sent in [json!({"b": [1, 2.5], "a": "caf\u{e9}"}), JsonValue::Null] {
+        sb.emit("/e2e-plugin", "configure", sent.clone())
+            .await
+            .unwrap();
+        let text = next_event(&mut configured, "the sandbox echoed the payload").await;
+        assert_eq!(text, serde_json::to_string(&sent).unwrap());
     }
 }
 

@@ -156,27 +156,14 @@ impl Gateway {
             }
         };
         let api = request.api;
-        let prepared = if self.passes_untouched(api) {
-            self.untouched(request, parent)
-        } else {
-            self.translated(request, parent)
-        };
-        let (call, client, body, mut watch) = match prepared {
+        let (call, client, body, mut watch) = match self.prepare(request, parent) {
             Prepared::Ready {
                 call,
                 client,
                 body,
                 watch,
             } => (call, client, body, watch),
-            Prepared::Refused { answer, watch } => {
-                if let Some(watch) = watch {
-                    let why = answer.body["error"]["message"].as_str().map(str::to_owned);
-                    watch
-                        .end(answer.status, Some(&answer.body), None, why)
-                        .await;
-                }
-                return answer;
-            }
+            Prepared::Refused { answer, watch } => return refuse(answer, watch).await,
         };
         // Dropped here (the agent went away), the request closes its
         // upstream connection and `watch` records the exchange as gone.
@@ -196,6 +183,21 @@ impl Gateway {
             .end(answer.status, Some(&answer.body), None, None)
             .await;
         answer
+    }
+
+    /// The call for an agent's request, whole or streamed, and the start
+    /// of its observation: its body passed on as it came where nothing
+    /// needs to change it, otherwise read and rewritten.
+    fn prepare(
+        &self,
+        request: UpstreamRequest<Box<RawValue>>,
+        parent: Option<SpanContext>,
+    ) -> Prepared {
+        if self.passes_untouched(request.api) {
+            self.untouched(request, parent)
+        } else {
+            self.translated(request, parent)
+        }
     }
 
     /// Whether an agent's body for `api` goes upstream as the agent wrote
@@ -301,7 +303,7 @@ impl Gateway {
         &self,
         ns: HostNamespaceHandle,
         request_id: Value,
-        open: Result<(StreamOpen, StreamControl), String>,
+        open: Result<(StreamOpen<Box<RawValue>>, StreamControl), String>,
         parent: Option<SpanContext>,
         slot: Option<OwnedSemaphorePermit>,
     ) {
@@ -312,8 +314,9 @@ impl Gateway {
             ),
             (Ok((open, _)), None) => (StreamHead::whole(self.busy(open.request.api)), None),
             (Ok((open, control)), Some(slot)) => {
-                let watch = self.observe(&open.request, parent);
-                self.stream_head(ns.clone(), open, control, watch, slot)
+                let api = open.request.api;
+                let prepared = self.prepare(open.request, parent);
+                self.stream_head(ns.clone(), api, prepared, control, slot)
                     .await
             }
         };
@@ -331,18 +334,20 @@ impl Gateway {
     async fn stream_head(
         &self,
         ns: HostNamespaceHandle,
-        open: StreamOpen,
+        api: Api,
+        prepared: Prepared,
         control: StreamControl,
-        watch: Observation,
         slot: OwnedSemaphorePermit,
     ) -> (StreamHead, Option<Box<Pump>>) {
-        let api = open.request.api;
-        let (call, client) = match self.upstream_call(open.request) {
-            Ok(call) => call,
-            Err(refused) => {
-                watch
-                    .end(refused.status, Some(&refused.body), None, None)
-                    .await;
+        let (call, client, body, watch) = match prepared {
+            Prepared::Ready {
+                call,
+                client,
+                body,
+                watch,
+            } => (call, client, body, watch),
+            Prepared::Refused { answer, watch } => {
+                let refused = refuse(answer, watch).await;
                 let head = StreamHead::whole(UpstreamAnswer {
                     retry_after: None,
                     ..refused
@@ -354,7 +359,7 @@ impl Gateway {
             method: call.method,
             url: &call.url,
             headers: self.shape.auth_headers(self.key.as_deref()),
-            body: call.body.map(|b| json_bytes(&b)),
+            body,
             timeout: self.timeout,
             accept: "text/event-stream",
             client: &client,
@@ -462,6 +467,18 @@ enum Prepared {
         answer: UpstreamAnswer,
         watch: Option<Observation>,
     },
+}
+
+/// `answer`, a request refused before it went upstream, with the end of
+/// its observation if one began.
+async fn refuse(answer: UpstreamAnswer, watch: Option<Observation>) -> UpstreamAnswer {
+    if let Some(watch) = watch {
+        let why = answer.body["error"]["message"].as_str().map(str::to_owned);
+        watch
+            .end(answer.status, Some(&answer.body), None, why)
+            .await;
+    }
+    answer
 }
 
 /// A head that ends a stream before it starts.

@@ -25,6 +25,8 @@ use agentix::trace;
 use agentix::{
     start_actor, HostNamespace, HostNamespaceHandle, JsonText, JsonValue, NamespaceEvent,
 };
+use serde::Deserialize;
+use serde_json::value::RawValue;
 use tokio::sync::Semaphore;
 
 use crate::exchange::{Api, StreamOpen};
@@ -78,20 +80,17 @@ impl Gateway {
             }
         };
         let gateway = self.clone();
-        let open = move |ns: HostNamespaceHandle, mut envelope: JsonValue| {
-            let request_id = envelope.get("request_id").cloned();
+        let open = move |ns: HostNamespaceHandle, envelope: JsonText| {
+            let (request_id, open) = read_open(&envelope);
             // Here, not in the task: known to the pumps before the
             // sandbox's next event is read.
-            let open = serde_json::from_value::<StreamOpen>(envelope["data"].take())
-                .map(|open| {
-                    let control = pumps.register(open.stream_id.clone());
-                    (open, control)
-                })
-                .map_err(|e| e.to_string());
+            let open = open.map(|open| {
+                let control = pumps.register(open.stream_id.clone());
+                (open, control)
+            });
             let slot = slots.clone().try_acquire_owned().ok();
             let (gateway, parent) = (gateway.clone(), parent.clone());
             async move {
-                let request_id = request_id.unwrap_or(JsonValue::Null);
                 gateway
                     .open_stream(ns, request_id, open, parent, slot)
                     .await
@@ -99,8 +98,33 @@ impl Gateway {
         };
         HostNamespace::new(NAMESPACE)
             .request_handler_text(EVENT_UPSTREAM, whole)
-            .on(EVENT_STREAM, open)
+            .on_text(EVENT_STREAM, open)
             .on_actor([EVENT_STREAM_ACK, EVENT_STREAM_ABANDON], actor.recipient())
+    }
+}
+
+/// A stream's open as the sandbox sent it (`{request_id, data}`): its
+/// request id (`null` if it has none) and the open, its agent's body left
+/// as text, or why it is not one.
+fn read_open(envelope: &JsonText) -> (JsonValue, Result<StreamOpen<Box<RawValue>>, String>) {
+    #[derive(Deserialize)]
+    struct Envelope {
+        request_id: Option<JsonValue>,
+        data: StreamOpen<Box<RawValue>>,
+    }
+    #[derive(Deserialize)]
+    struct IdOnly {
+        request_id: Option<JsonValue>,
+    }
+    match serde_json::from_str::<Envelope>(envelope.as_str()) {
+        Ok(Envelope { request_id, data }) => (request_id.unwrap_or_default(), Ok(data)),
+        // Read again only to answer the sandbox under its id.
+        Err(e) => {
+            let request_id = serde_json::from_str::<IdOnly>(envelope.as_str())
+                .ok()
+                .and_then(|ids| ids.request_id);
+            (request_id.unwrap_or_default(), Err(e.to_string()))
+        }
     }
 }
 

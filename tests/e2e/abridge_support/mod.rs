@@ -390,6 +390,37 @@ pub(crate) async fn sdk_upstream(seen: Seen) -> String {
     .await
 }
 
+/// Each request body the byte-recording upstream got, as its bytes.
+pub(crate) type SeenBytes = Arc<Mutex<Vec<Bytes>>>;
+
+/// An upstream that keeps each request's body as it arrived and answers a
+/// completion, or a two-event stream when the body asks for one.
+pub(crate) async fn byte_upstream(seen: SeenBytes) -> String {
+    serve_http(move |request: Request<hyper::body::Incoming>| {
+        let seen = seen.clone();
+        async move {
+            let bytes = request.into_body().collect().await.unwrap().to_bytes();
+            seen.lock().unwrap().push(bytes.clone());
+            let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+            let response = if body["stream"] == true {
+                let text = event(0) + &event(1) + "data: [DONE]\n\n";
+                Response::builder()
+                    .header("content-type", "text/event-stream")
+                    .body(Full::new(Bytes::from(text)))
+                    .unwrap()
+            } else {
+                Response::new(full(json!({
+                    "id": "c1", "object": "chat.completion", "created": 1, "model": body["model"],
+                    "choices": [{"index": 0, "finish_reason": "stop",
+                        "message": {"role": "assistant", "content": "seen"}}]
+                })))
+            };
+            Ok::<_, Infallible>(response)
+        }
+    })
+    .await
+}
+
 /// Posts `text` as the body, whatever it is; status and body text.
 pub(crate) async fn post_text(url: &str, text: &str) -> (u16, String) {
     let (mut sender, uri) = connect(url).await;
