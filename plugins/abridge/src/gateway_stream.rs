@@ -12,11 +12,14 @@
 //! close the upstream connection, so the upstream stops generating.
 
 use std::collections::HashMap;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex};
+use std::task::Poll;
 use std::time::Duration;
 
 use agentix::HostNamespaceHandle;
 use http_body_util::BodyExt;
+use hyper::body::{Body, Frame};
 use serde_json::json;
 use tokio::sync::watch;
 
@@ -280,46 +283,96 @@ struct UpstreamLines {
     body: hyper::body::Incoming,
     /// Bytes past the last whole line.
     pending: Vec<u8>,
+    /// Whether the body has ended, cleanly (`pending` then holds its rest).
+    ended: bool,
+    /// Why the upstream broke off, told once the lines before it are out.
+    broken: Option<String>,
+    /// Whether the end or the break has been told.
     done: bool,
 }
+
+/// Most bytes one read gathers from what the upstream has already sent:
+/// a burst (a fast model, a backlog after a slow agent) goes to the
+/// sandbox in a few items instead of one per upstream write, and an item
+/// stays small enough that a stream's window holds about 1 MiB.
+const MOST_GATHERED: usize = 16 << 10;
 
 impl UpstreamLines {
     fn new(body: hyper::body::Incoming) -> Self {
         UpstreamLines {
             body,
             pending: Vec::new(),
+            ended: false,
+            broken: None,
             done: false,
         }
     }
 
-    /// The next whole lines and whether they are the last; an error if the
-    /// upstream broke off. Cancel-safe: what arrived stays in `pending`.
-    async fn next(&mut self) -> Option<Result<(String, bool), String>> {
-        if self.done {
-            return None;
-        }
-        loop {
-            match self.body.frame().await {
-                None => {
-                    self.done = true;
-                    let rest = std::mem::take(&mut self.pending);
-                    return Some(Ok((String::from_utf8_lossy(&rest).into_owned(), true)));
-                }
-                Some(Err(e)) => {
-                    self.done = true;
-                    return Some(Err(format!("the upstream broke off: {e}")));
-                }
-                Some(Ok(frame)) => {
-                    let Ok(data) = frame.into_data() else {
-                        continue;
-                    };
+    fn take(&mut self, frame: Option<Result<Frame<bytes::Bytes>, hyper::Error>>) {
+        match frame {
+            None => self.ended = true,
+            Some(Err(e)) => self.broken = Some(format!("the upstream broke off: {e}")),
+            Some(Ok(frame)) => {
+                if let Ok(data) = frame.into_data() {
                     self.pending.extend_from_slice(&data);
-                    let Some(cut) = self.pending.iter().rposition(|&b| b == b'\n') else {
-                        continue;
-                    };
-                    let lines: Vec<u8> = self.pending.drain(..=cut).collect();
-                    return Some(Ok((String::from_utf8_lossy(&lines).into_owned(), false)));
                 }
+            }
+        }
+    }
+
+    fn reading(&self) -> bool {
+        !self.ended && self.broken.is_none()
+    }
+
+    /// Takes what the upstream has already sent, up to [`MOST_GATHERED`],
+    /// without waiting for more. The body's connection task decodes one
+    /// piece at a time, so it gets a turn (a yield) before each look.
+    async fn gather(&mut self) {
+        while self.reading() && self.pending.len() < MOST_GATHERED {
+            let frame = match self.arrived().await {
+                Poll::Ready(frame) => frame,
+                Poll::Pending => {
+                    tokio::task::yield_now().await;
+                    match self.arrived().await {
+                        Poll::Ready(frame) => frame,
+                        Poll::Pending => return,
+                    }
+                }
+            };
+            self.take(frame);
+        }
+    }
+
+    /// The body's next frame if it has come, without waiting for it.
+    async fn arrived(&mut self) -> Poll<Option<Result<Frame<bytes::Bytes>, hyper::Error>>> {
+        std::future::poll_fn(|cx| Poll::Ready(Pin::new(&mut self.body).poll_frame(cx))).await
+    }
+
+    /// The next whole lines and whether they are the last; an error if the
+    /// upstream broke off, after the whole lines that came before it.
+    /// Cancel-safe: what arrived stays in `pending`.
+    async fn next(&mut self) -> Option<Result<(String, bool), String>> {
+        loop {
+            if self.done {
+                return None;
+            }
+            if self.reading() {
+                let frame = self.body.frame().await;
+                self.take(frame);
+                self.gather().await;
+            }
+            if self.ended {
+                self.done = true;
+                let rest = std::mem::take(&mut self.pending);
+                return Some(Ok((String::from_utf8_lossy(&rest).into_owned(), true)));
+            }
+            if let Some(cut) = self.pending.iter().rposition(|&b| b == b'\n') {
+                let lines: Vec<u8> = self.pending.drain(..=cut).collect();
+                return Some(Ok((String::from_utf8_lossy(&lines).into_owned(), false)));
+            }
+            if let Some(why) = self.broken.take() {
+                self.done = true;
+                return Some(Err(why));
             }
         }
     }
