@@ -150,3 +150,29 @@ impl Handler<NamespaceEvent<HostNamespaceHandle>> for GatewayActor {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stream_open_keeps_the_agents_body_as_text_and_a_bad_one_keeps_its_id() {
+        let body = r#"{ "model" : "m", "stream": true, "t": 0.10 }"#;
+        let envelope = format!(
+            r#"{{"request_id": 7, "data": {{"stream_id": "1-1", "request": {{"api": "chat_completions", "body": {body}}}}}}}"#
+        );
+        let (id, open) = read_open(&JsonText::parse(envelope).unwrap());
+        assert_eq!(id, serde_json::json!(7));
+        let open = open.unwrap();
+        assert_eq!(open.stream_id, "1-1");
+        assert_eq!(open.request.api, Api::ChatCompletions);
+        assert_eq!(open.request.body.get(), body);
+
+        // No stream id: refused under the sandbox's id, not dropped.
+        let bad =
+            r#"{"request_id": "r9", "data": {"request": {"api": "chat_completions", "body": {}}}}"#;
+        let (id, open) = read_open(&JsonText::parse(bad.into()).unwrap());
+        assert_eq!(id, serde_json::json!("r9"));
+        assert!(open.unwrap_err().contains("stream_id"));
+    }
+}
