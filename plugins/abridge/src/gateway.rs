@@ -156,27 +156,13 @@ impl Gateway {
             }
         };
         let api = request.api;
-        let (call, client, body, mut watch) = match self.prepare(request, parent) {
-            Prepared::Ready {
-                call,
-                client,
-                body,
-                watch,
-            } => (call, client, body, watch),
+        let (mut ready, mut watch) = match self.prepare(request, parent) {
+            Prepared::Ready(ready, watch) => (ready, watch),
             Prepared::Refused { answer, watch } => return refuse(answer, watch).await,
         };
         // Dropped here (the agent went away), the request closes its
         // upstream connection and `watch` records the exchange as gone.
-        let answer = send(Outgoing {
-            method: call.method,
-            url: &call.url,
-            headers: self.shape.auth_headers(self.key.as_deref()),
-            body,
-            timeout: self.timeout,
-            accept: "application/json",
-            client: &client,
-        })
-        .await;
+        let answer = send(self.outgoing(&mut ready, "application/json")).await;
         watch.usage(&answer.body["usage"]);
         let answer = for_agent(api, self.shape.answer(api, answer));
         watch
@@ -234,12 +220,14 @@ impl Gateway {
             body: Value::Null,
         };
         match self.upstream_call(call) {
-            Ok((call, client)) => Prepared::Ready {
-                call,
-                client,
-                body: Some(body),
+            Ok((call, client)) => Prepared::Ready(
+                Ready {
+                    call,
+                    client,
+                    body: Some(body),
+                },
                 watch,
-            },
+            ),
             Err(answer) => Prepared::Refused {
                 answer,
                 watch: Some(watch),
@@ -273,12 +261,14 @@ impl Gateway {
         };
         let watch = self.observe(&request, parent);
         match self.upstream_call(request) {
-            Ok((call, client)) => Prepared::Ready {
-                body: call.body.as_ref().map(json_bytes),
-                call,
-                client,
+            Ok((call, client)) => Prepared::Ready(
+                Ready {
+                    body: call.body.as_ref().map(json_bytes),
+                    call,
+                    client,
+                },
                 watch,
-            },
+            ),
             Err(answer) => Prepared::Refused {
                 answer,
                 watch: Some(watch),
@@ -339,13 +329,8 @@ impl Gateway {
         control: StreamControl,
         slot: OwnedSemaphorePermit,
     ) -> (StreamHead, Option<Box<Pump>>) {
-        let (call, client, body, watch) = match prepared {
-            Prepared::Ready {
-                call,
-                client,
-                body,
-                watch,
-            } => (call, client, body, watch),
+        let (mut ready, watch) = match prepared {
+            Prepared::Ready(ready, watch) => (ready, watch),
             Prepared::Refused { answer, watch } => {
                 let refused = refuse(answer, watch).await;
                 let head = StreamHead::whole(UpstreamAnswer {
@@ -355,15 +340,7 @@ impl Gateway {
                 return (head, None);
             }
         };
-        let outgoing = Outgoing {
-            method: call.method,
-            url: &call.url,
-            headers: self.shape.auth_headers(self.key.as_deref()),
-            body,
-            timeout: self.timeout,
-            accept: "text/event-stream",
-            client: &client,
-        };
+        let outgoing = self.outgoing(&mut ready, "text/event-stream");
         let translate = self.shape.stream_translator(api);
         // The agent may leave before the upstream says a word: dropping the
         // request then closes its connection, so the upstream stops too.
@@ -410,6 +387,20 @@ impl Gateway {
         (head, None)
     }
 
+    /// `ready`'s request as it goes upstream, its body taken, asking for
+    /// `accept` (JSON, or server-sent events for a stream).
+    fn outgoing<'a>(&'a self, ready: &'a mut Ready, accept: &'static str) -> Outgoing<'a> {
+        Outgoing {
+            method: ready.call.method.clone(),
+            url: &ready.call.url,
+            headers: self.shape.auth_headers(self.key.as_deref()),
+            body: ready.body.take(),
+            timeout: self.timeout,
+            accept,
+            client: &ready.client,
+        }
+    }
+
     /// The upstream call for an agent's request (the model overridden if
     /// the gateway says so) and the connections to make it on, or the
     /// answer that refuses it.
@@ -449,24 +440,26 @@ fn for_agent(api: Api, answer: UpstreamAnswer) -> UpstreamAnswer {
     answer
 }
 
-/// A whole request, ready to go or refused before it went out.
-// Made once per request and taken apart at once: boxing the larger
-// variant would only add an allocation.
-#[allow(clippy::large_enum_variant)]
+/// A request, whole or streamed, ready to go or refused before it went
+/// out; either way with its exchange's watch, if it began.
 enum Prepared {
-    /// The call, the connections to make it on, the body's bytes and the
-    /// exchange's watch.
-    Ready {
-        call: UpstreamCall,
-        client: UpstreamClient,
-        body: Option<Vec<u8>>,
-        watch: Observation,
-    },
+    /// Ready, and watched.
+    Ready(Ready, Observation),
     /// The answer that refuses it, and its watch if it began.
     Refused {
         answer: UpstreamAnswer,
         watch: Option<Observation>,
     },
+}
+
+/// A request ready to go upstream.
+struct Ready {
+    /// Where and how.
+    call: UpstreamCall,
+    /// The connections to make it on.
+    client: UpstreamClient,
+    /// The body's bytes, until they go.
+    body: Option<Vec<u8>>,
 }
 
 /// `answer`, a request refused before it went upstream, with the end of
