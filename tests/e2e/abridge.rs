@@ -738,6 +738,30 @@ async fn an_upstream_that_breaks_mid_stream_or_answers_late_is_told_to_the_agent
         "{rest}"
     );
 
+    // A line that never ends is cut off past the longest answer read,
+    // and the upstream connection closed, not held in memory for ever.
+    let script = Arc::new(StreamScript::default());
+    let base = streaming_upstream(script.clone()).await;
+    let (_unbroken_sandbox, unbroken_url) = serving(Gateway::openai(&base)).await;
+    let (status, _, mut body) =
+        agent_stream(&format!("{unbroken_url}/chat/completions"), "unbroken").await;
+    assert_eq!(status, 200);
+    let mut text = Vec::new();
+    let read = read_at_least(&mut body, &mut text, usize::MAX);
+    let read = tokio::time::timeout(std::time::Duration::from_secs(60), read).await;
+    assert_eq!(read, Ok(false), "the stream ended");
+    let text = String::from_utf8(text).unwrap();
+    let (first, rest) = text.split_at(event(0).len());
+    assert_eq!(first, event(0));
+    assert!(
+        rest.contains("64 MiB without ending a line"),
+        "{}",
+        &rest[..rest.len().min(300)]
+    );
+    tokio::time::timeout(std::time::Duration::from_secs(10), script.closed.notified())
+        .await
+        .expect("the upstream saw its connection closed");
+
     // Headers later than the gateway's timeout: a 504 saying so.
     let (status, _, mut body) = agent_stream(&completions, "slow").await;
     let mut text = Vec::new();

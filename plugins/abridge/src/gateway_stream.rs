@@ -28,7 +28,7 @@ use crate::exchange::{
     StreamAbandon, StreamAck, StreamHead, StreamItem, StreamPart, UpstreamAnswer, STREAM_WINDOW,
 };
 use crate::observation::Observation;
-use crate::upstream::Opened;
+use crate::upstream::{Opened, MAX_ANSWER};
 use crate::EVENT_STREAM_ITEM;
 
 /// What the sandbox has said about one stream so far.
@@ -283,6 +283,8 @@ struct UpstreamLines {
     body: hyper::body::Incoming,
     /// Bytes past the last whole line.
     pending: Vec<u8>,
+    /// How much of `pending` is known to hold no line's end.
+    scanned: usize,
     /// Whether the body has ended, cleanly (`pending` then holds its rest).
     ended: bool,
     /// Why the upstream broke off, told once the lines before it are out.
@@ -302,6 +304,7 @@ impl UpstreamLines {
         UpstreamLines {
             body,
             pending: Vec::new(),
+            scanned: 0,
             ended: false,
             broken: None,
             done: false,
@@ -366,13 +369,28 @@ impl UpstreamLines {
                 let rest = std::mem::take(&mut self.pending);
                 return Some(Ok((String::from_utf8_lossy(&rest).into_owned(), true)));
             }
-            if let Some(cut) = self.pending.iter().rposition(|&b| b == b'\n') {
-                let lines: Vec<u8> = self.pending.drain(..=cut).collect();
+            // Only what came since the last look: a long line is scanned
+            // once, not once per piece.
+            let fresh = &self.pending[self.scanned..];
+            if let Some(cut) = fresh.iter().rposition(|&b| b == b'\n') {
+                let lines: Vec<u8> = self.pending.drain(..=self.scanned + cut).collect();
+                self.scanned = 0;
                 return Some(Ok((String::from_utf8_lossy(&lines).into_owned(), false)));
             }
+            self.scanned = self.pending.len();
             if let Some(why) = self.broken.take() {
                 self.done = true;
                 return Some(Err(why));
+            }
+            if self.pending.len() > MAX_ANSWER {
+                // Dropping the body then closes the upstream connection.
+                self.done = true;
+                self.pending = Vec::new();
+                self.scanned = 0;
+                return Some(Err(format!(
+                    "the upstream sent over {} MiB without ending a line",
+                    MAX_ANSWER >> 20
+                )));
             }
         }
     }

@@ -20,8 +20,9 @@ use tokio_rustls::rustls::ClientConfig;
 
 use crate::exchange::UpstreamAnswer;
 
-/// Largest upstream answer read (a long completion with logprobs fits).
-const MAX_ANSWER: usize = 64 << 20;
+/// Largest upstream answer read (a long completion with logprobs fits),
+/// and longest line of a stream.
+pub const MAX_ANSWER: usize = 64 << 20;
 
 /// What to send.
 pub struct Outgoing<'a> {

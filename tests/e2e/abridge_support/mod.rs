@@ -176,7 +176,8 @@ pub(crate) fn event(i: usize) -> String {
 /// `long`: 2,000 events at once, cut into odd-sized writes. `dropped`:
 /// event 0, then the connection breaks. `slow`: headers after 3 s. `held`
 /// (asked whole or as a stream): no answer until its client leaves (then
-/// `closed` fires).
+/// `closed` fires). `unbroken`: event 0, then one line that never ends,
+/// until its client goes (then `closed` fires).
 /// Anything else: a 429 with `Retry-After: 3`. Every finished stream ends
 /// `data: [DONE]`.
 pub(crate) async fn streaming_upstream(script: Arc<StreamScript>) -> String {
@@ -200,7 +201,7 @@ pub(crate) async fn streaming_upstream(script: Arc<StreamScript>) -> String {
                 tokio::time::sleep(std::time::Duration::from_secs(3)).await;
             }
             let streams = [
-                "paused", "endless", "long", "dropped", "slow", "late", "broken",
+                "paused", "endless", "long", "dropped", "slow", "late", "broken", "unbroken",
             ];
             if !streams.contains(&model.as_str()) {
                 let limited = Response::builder()
@@ -222,6 +223,15 @@ pub(crate) async fn streaming_upstream(script: Arc<StreamScript>) -> String {
                         for i in 0..5 {
                             send(event(i)).await.unwrap();
                         }
+                    }
+                    "unbroken" => {
+                        // One line that never ends, until the client goes.
+                        send(event(0)).await.unwrap();
+                        let mut piece = "x".repeat(1 << 20);
+                        piece.insert_str(0, "data: ");
+                        while send(piece.clone()).await.is_ok() {}
+                        script.closed.notify_one();
+                        return;
                     }
                     "broken" => {
                         let broken = std::io::Error::other("the upstream died");
