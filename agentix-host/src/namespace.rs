@@ -43,7 +43,7 @@ use agentix_actors::request_envelope::{
     cancelled_event, error_reply, no_handler_reply, request_id,
 };
 use futures_util::FutureExt;
-use serde::de::DeserializeOwned;
+use serde::de::{DeserializeOwned, IgnoredAny};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
@@ -96,6 +96,18 @@ impl<B> WithAttachments for RequestEnvelope<B> {
     fn attachments_mut(&mut self) -> Vec<&mut Attachment> {
         Vec::new()
     }
+}
+
+/// The error type of a request whose body the handler's type cannot hold.
+pub const BAD_REQUEST: &str = "BadRequest";
+
+/// The request id of a request whose body did not decode, if it has one.
+fn unreadable_request_id(incoming: Incoming) -> Value {
+    incoming
+        .decode::<RequestEnvelope<IgnoredAny>>()
+        .ok()
+        .and_then(|envelope| envelope.request_id)
+        .unwrap_or(Value::Null)
 }
 
 /// An event's payload as the JSON text the sandbox sent (`None` for a
@@ -212,9 +224,31 @@ impl HostNamespace {
         T: Serialize,
         E: std::fmt::Display,
     {
-        self.answer_requests(event, move |body: Option<Value>| {
-            handler(body.unwrap_or_default())
-        })
+        self.answer_requests(
+            event,
+            |body: Option<Value>| Ok(body.unwrap_or_default()),
+            handler,
+        )
+    }
+
+    /// As [`request_handler`](Self::request_handler), each body read as
+    /// `B`, a type of the plugin's own, straight from the packet. A request
+    /// whose body is not a `B` is answered `<event>:error {type:
+    /// "BadRequest"}` saying why, without reaching `handler`.
+    pub fn request_handler_as<B, F, Fut, T, E>(self, event: &str, handler: F) -> Self
+    where
+        B: DeserializeOwned + Send + 'static,
+        F: Fn(B) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<T, E>> + Send + 'static,
+        T: Serialize,
+        E: std::fmt::Display,
+    {
+        let read = |body: Option<B>| match body {
+            Some(body) => Ok(body),
+            // `null` or left out: a `B` only if it reads from `null`.
+            None => B::deserialize(Value::Null).map_err(|e| format!("the request's body: {e}")),
+        };
+        self.answer_requests(event, read, handler)
     }
 
     /// As [`request_handler`](Self::request_handler), the body given as the
@@ -229,32 +263,57 @@ impl HostNamespace {
         E: std::fmt::Display,
     {
         // As the JSON it is: `JsonText`'s own form is a string, for CBOR.
-        self.answer_requests(event, move |body: Option<Box<RawValue>>| {
-            handler(body.map_or_else(null_text, JsonText::from_raw))
-        })
+        self.answer_requests(
+            event,
+            |body: Option<Box<RawValue>>| Ok(body.map_or_else(null_text, JsonText::from_raw)),
+            handler,
+        )
     }
 
-    /// Answers `event`'s requests with `handler`, which gets each body read
-    /// as `B` (`None` for a missing or `null` one).
-    fn answer_requests<B, F, Fut, T, E>(mut self, event: &str, handler: F) -> Self
+    /// Answers `event`'s requests with `handler`, which gets each body
+    /// decoded as `B` (`None` for a missing or `null` one) and made a `C`
+    /// by `read`. A body that does not decode or read is answered with a
+    /// `BadRequest` error.
+    fn answer_requests<B, C, R, F, Fut, T, E>(mut self, event: &str, read: R, handler: F) -> Self
     where
         B: DeserializeOwned + Send + 'static,
-        F: Fn(Option<B>) -> Fut + Send + Sync + 'static,
+        R: Fn(Option<B>) -> Result<C, String> + Send + Sync + 'static,
+        F: Fn(C) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<T, E>> + Send + 'static,
         T: Serialize,
         E: std::fmt::Display,
     {
         let name = event.to_owned();
         let handler = move |ns: HostNamespaceHandle, incoming: Incoming| -> BoxFuture {
-            let envelope: RequestEnvelope<B> = payload(&ns, incoming);
-            let Some(request_id) = envelope.request_id else {
+            let (request_id, body) = match incoming.try_decode::<RequestEnvelope<B>>() {
+                Ok(RequestEnvelope {
+                    request_id: Some(request_id),
+                    data,
+                }) => (request_id, read(data)),
+                Ok(RequestEnvelope {
+                    request_id: None, ..
+                }) => (Value::Null, Err(String::new())),
+                Err((why, incoming)) => (unreadable_request_id(incoming), Err(why.to_string())),
+            };
+            if request_id.is_null() {
                 tracing::debug!(event = name, "request without a request_id; dropped");
                 return Box::pin(std::future::ready(()));
+            }
+            let body = match body {
+                Ok(body) => body,
+                Err(why) => {
+                    let (event, reply) = error_reply(&name, request_id, BAD_REQUEST, why);
+                    return Box::pin(async move {
+                        if let Err(e) = ns.emit(&event, reply).await {
+                            tracing::debug!("reply not sent: {e}");
+                        }
+                    });
+                }
             };
             // Known before the next delivery, so a cancel right behind the
             // request finds it.
             let answer = ns.answering.start(&request_id);
-            let work = AssertUnwindSafe(handler(envelope.data)).catch_unwind();
+            let work = AssertUnwindSafe(handler(body)).catch_unwind();
             let name = name.clone();
             Box::pin(async move {
                 let Some(outcome) = answer.unless_cancelled(&name, work).await else {

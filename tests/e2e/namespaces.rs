@@ -93,6 +93,39 @@ async fn text_handlers_get_each_body_and_payload_as_the_sandbox_wrote_it() {
 }
 
 #[tokio::test]
+async fn a_typed_request_handler_gets_its_type_and_a_body_that_is_not_one_a_bad_request() {
+    #[derive(serde::Deserialize)]
+    struct Fetch {
+        i: u64,
+    }
+    let sb = sandbox().await;
+    let ns = HostNamespace::new("/e2e-plugin")
+        .request_handler_as("fetch", |body: Fetch| async move {
+            Ok::<_, String>(json!(body.i * 3))
+        })
+        .request_handler_as("typed", |body: Fetch| async move {
+            Ok::<_, String>(json!(body.i))
+        });
+    sb.register_namespace(ns).unwrap();
+    sb.remote(agentix_e2e::open_plugin, ()).await.unwrap();
+    let replies = sb.remote(agentix_e2e::ask_host, (20,)).await.unwrap();
+    for (i, reply) in replies.iter().enumerate() {
+        assert_eq!(reply, &json!(i * 3), "request {i}");
+    }
+
+    // `{}` is no `Fetch`: answered at once, saying why, not at the timeout.
+    let err = sb
+        .remote(agentix_e2e::ask_host_event, ("typed".into(), 600_000))
+        .await
+        .unwrap_err()
+        .message;
+    assert!(err.starts_with("raised BadRequest:"), "{err}");
+    assert!(err.contains("missing field `i`"), "{err}");
+    let replies = sb.remote(agentix_e2e::ask_host, (3,)).await.unwrap();
+    assert_eq!(replies, vec![json!(0), json!(3), json!(6)]);
+}
+
+#[tokio::test]
 async fn an_emit_given_up_after_its_first_step_still_arrives() {
     // No heartbeat within the wait below: nothing else flushes the socket.
     let config = SandboxConfig::new(support::bundle_path())

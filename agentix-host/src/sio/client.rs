@@ -92,6 +92,20 @@ impl Incoming {
         decode_event(self.payload.json.as_str(), self.payload.frames)
             .map_err(|e| SioError::Malformed(format!("event `{}`: {e}", self.name)))
     }
+
+    /// Like [`decode`](Self::decode), giving the event back with the
+    /// error, to be read again as another type.
+    pub fn try_decode<T: DeserializeOwned + WithAttachments>(
+        self,
+    ) -> Result<T, (SioError, Incoming)> {
+        match decode_event(self.payload.json.as_str(), self.payload.frames.clone()) {
+            Ok(payload) => Ok(payload),
+            Err(e) => {
+                let error = SioError::Malformed(format!("event `{}`: {e}", self.name));
+                Err((error, self))
+            }
+        }
+    }
 }
 
 /// How a client connects and how much it accepts.

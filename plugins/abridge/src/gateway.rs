@@ -142,19 +142,22 @@ impl Gateway {
             .await
     }
 
-    /// Answers `request` (the sandbox's text of an [`UpstreamRequest`]),
-    /// its span under `parent`.
-    pub(crate) async fn answer_under(
+    /// Answers `request` (the text of an [`UpstreamRequest`]), its span
+    /// under `parent`.
+    async fn answer_under(&self, request: JsonText, parent: Option<SpanContext>) -> UpstreamAnswer {
+        match serde_json::from_str(request.as_str()) {
+            Ok(request) => self.answer_request(request, parent).await,
+            Err(e) => UpstreamAnswer::error(400, "invalid_request", format!("not a request: {e}")),
+        }
+    }
+
+    /// Answers an agent's `request`, its body still the agent's text, its
+    /// span under `parent`.
+    pub(crate) async fn answer_request(
         &self,
-        request: JsonText,
+        request: UpstreamRequest<Box<RawValue>>,
         parent: Option<SpanContext>,
     ) -> UpstreamAnswer {
-        let request: UpstreamRequest<Box<RawValue>> = match serde_json::from_str(request.as_str()) {
-            Ok(r) => r,
-            Err(e) => {
-                return UpstreamAnswer::error(400, "invalid_request", format!("not a request: {e}"))
-            }
-        };
         let api = request.api;
         let (mut ready, mut watch) = match self.prepare(request, parent) {
             Prepared::Ready(ready, watch) => (ready, watch),
@@ -442,6 +445,9 @@ fn for_agent(api: Api, answer: UpstreamAnswer) -> UpstreamAnswer {
 
 /// A request, whole or streamed, ready to go or refused before it went
 /// out; either way with its exchange's watch, if it began.
+// Made once per request and taken apart at once: boxing the larger
+// variant would only add an allocation.
+#[allow(clippy::large_enum_variant)]
 enum Prepared {
     /// Ready, and watched.
     Ready(Ready, Observation),

@@ -29,7 +29,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use tokio::sync::Semaphore;
 
-use crate::exchange::{Api, StreamOpen};
+use crate::exchange::{StreamOpen, UpstreamRequest};
 use crate::gateway::Gateway;
 use crate::gateway_stream::StreamPumps;
 use crate::{EVENT_STREAM, EVENT_STREAM_ABANDON, EVENT_STREAM_ACK, EVENT_UPSTREAM, NAMESPACE};
@@ -61,19 +61,12 @@ impl Gateway {
         // the upstream request.
         let whole = {
             let (gateway, parent, slots) = (self.clone(), parent.clone(), slots.clone());
-            move |body: JsonText| {
+            move |request: UpstreamRequest<Box<RawValue>>| {
                 let (gateway, parent, slots) = (gateway.clone(), parent.clone(), slots.clone());
                 async move {
                     let answer = match slots.try_acquire_owned() {
-                        Ok(_slot) => gateway.answer_under(body, parent).await,
-                        Err(_) => {
-                            #[derive(serde::Deserialize)]
-                            struct Asked {
-                                api: Api,
-                            }
-                            let asked = serde_json::from_str::<Asked>(body.as_str());
-                            gateway.busy(asked.map_or(Api::ChatCompletions, |a| a.api))
-                        }
+                        Ok(_slot) => gateway.answer_request(request, parent).await,
+                        Err(_) => gateway.busy(request.api),
                     };
                     Ok::<_, Infallible>(answer)
                 }
@@ -97,7 +90,7 @@ impl Gateway {
             }
         };
         HostNamespace::new(NAMESPACE)
-            .request_handler_text(EVENT_UPSTREAM, whole)
+            .request_handler_as(EVENT_UPSTREAM, whole)
             .on_text(EVENT_STREAM, open)
             .on_actor([EVENT_STREAM_ACK, EVENT_STREAM_ABANDON], actor.recipient())
     }
@@ -154,6 +147,7 @@ impl Handler<NamespaceEvent<HostNamespaceHandle>> for GatewayActor {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::exchange::Api;
 
     #[test]
     fn a_stream_open_keeps_the_agents_body_as_text_and_a_bad_one_keeps_its_id() {
