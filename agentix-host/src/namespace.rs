@@ -20,7 +20,9 @@
 //! {type, message}}` (also when the handler panics); a
 //! `request_handler_text` gets the body as the JSON text the sandbox sent,
 //! for a handler that passes a large body on without reading all of it
-//! (and `on_text` an event's payload so).
+//! (and `on_text` an event's payload so); a `request_handler_as` gets it
+//! read as a type of its own, and a body that is not one is answered
+//! with a `BadRequest` error.
 //! When the sandbox stops waiting for an answer it sends `<event>:cancel
 //! {request_id}`: a closure handler's future is then dropped, an actor's
 //! [`NamespaceRequest`] sees its `cancelled` token fire, and no reply is

@@ -4,6 +4,9 @@
 //! lines, which an agent waits on most. Once the head is sent, a [`Pump`]
 //! sends the rest of the body as numbered `stream:item`s, at most
 //! [`STREAM_WINDOW`] ahead of what the sandbox has written to its agent.
+//! Each item carries the whole lines that have arrived by then, up to
+//! 16 KiB, so a burst travels in a few items; a line longer than 64 MiB
+//! ends the stream with an error.
 //!
 //! A stream is registered ([`StreamPumps::register`]) as soon as the sandbox
 //! asks for it, so a `stream:abandon` (the agent went away) is heard even
