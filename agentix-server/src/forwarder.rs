@@ -17,7 +17,9 @@
 //! it: it then gets the events the worker emits once it does. A request the
 //! worker makes while no host is on its path is answered at once with a
 //! `NoHost` error, and one its hosts are too far behind to take with
-//! `HostBehind`.
+//! `HostBehind`. A host's socket holds at most 8 MiB of events it has not
+//! taken ([`crate::host_backlog`]); past that its events are dropped and
+//! counted, as for a host whose socket stays full.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -41,6 +43,7 @@ use tokio::sync::mpsc;
 
 use crate::auth::{auth_middleware, Token};
 use crate::emit::emit_within;
+use crate::host_backlog::HostBacklogs;
 use crate::raw_event::RawEvent;
 
 // ---- messages ------------------------------------------------------------
@@ -274,6 +277,7 @@ impl Actor for NamespaceForwarder {
             dropped: self.counts.to_hosts_dropped.clone(),
             // Weak: the pump must not keep its own actor alive.
             forwarder: ctx.address().downgrade(),
+            backlogs: HostBacklogs::default(),
         };
         // Spawned in the actor's context: it ends with the actor, and runs
         // beside its handlers, not instead of them.
@@ -339,49 +343,54 @@ struct ToHostsPump {
     dropped: Arc<AtomicU64>,
     /// Where replies made on the hosts' behalf go, on to the worker.
     forwarder: actix::WeakAddr<NamespaceForwarder>,
+    /// What each host's socket may still hold unwritten.
+    backlogs: HostBacklogs,
 }
 
 impl ToHostsPump {
-    async fn run(self, mut rx: BudgetedReceiver<ToHosts>) {
+    async fn run(mut self, mut rx: BudgetedReceiver<ToHosts>) {
         while let Some(msg) = rx.recv().await {
             self.emit(msg).await;
         }
     }
 
-    async fn emit(&self, msg: ToHosts) {
+    async fn emit(&mut self, msg: ToHosts) {
         let hosts = self
             .io
             .of(&self.path)
             .map(|ns| ns.sockets())
             .unwrap_or_default();
         if hosts.is_empty() {
-            match request_id_in_text(&msg.event, &msg.data) {
-                Some(request_id) => {
-                    let message = format!(
-                        "no host has joined {}: register the namespace on the host first",
-                        self.path
-                    );
-                    let (event, data) = error_reply(&msg.event, request_id, NO_HOST, message);
-                    if let Some(forwarder) = self.forwarder.upgrade() {
-                        forwarder.do_send(HostEvent {
-                            event,
-                            data: data.into(),
-                        });
-                    }
-                }
-                None => tracing::debug!(
+            let message = format!(
+                "no host has joined {}: register the namespace on the host first",
+                self.path
+            );
+            if !self.refuse_request(&msg, NO_HOST, message) {
+                tracing::debug!(
                     path = self.path,
                     event = msg.event,
                     "no host on this namespace; event dropped"
-                ),
+                );
             }
             return;
         }
+        let size = msg.data.as_str().len();
+        let mut delivered = false;
         for host in &hosts {
+            // A host whose socket already holds its share of unwritten
+            // events gets no more until it takes some.
+            if !self.backlogs.admits(host, size) {
+                self.dropped.fetch_add(1, Ordering::Relaxed);
+                continue;
+            }
             let behind = lock(&self.lagging).contains(&host.id);
             // A lagging host gets one try; it is back once it takes one.
             let patience = if behind { Duration::ZERO } else { LAG_PATIENCE };
             let sent = emit_within(host, &msg.event, msg.data.raw(), patience).await;
+            if sent {
+                delivered = true;
+                self.backlogs.handed(host, size);
+            }
             if sent && behind {
                 lock(&self.lagging).remove(&host.id);
             } else if !sent {
@@ -392,6 +401,28 @@ impl ToHostsPump {
                 self.dropped.fetch_add(1, Ordering::Relaxed);
             }
         }
+        self.backlogs.keep_only(&hosts);
+        if !delivered {
+            // A request no host got is answered now, not at its timeout.
+            let message = format!("the hosts on {} are too far behind to be asked", self.path);
+            self.refuse_request(&msg, HOST_BEHIND, message);
+        }
+    }
+
+    /// If `msg` is a request, answers it on the hosts' behalf with an error
+    /// of `type_name`, and says so.
+    fn refuse_request(&self, msg: &ToHosts, type_name: &str, message: String) -> bool {
+        let Some(request_id) = request_id_in_text(&msg.event, &msg.data) else {
+            return false;
+        };
+        let (event, data) = error_reply(&msg.event, request_id, type_name, message);
+        if let Some(forwarder) = self.forwarder.upgrade() {
+            forwarder.do_send(HostEvent {
+                event,
+                data: data.into(),
+            });
+        }
+        true
     }
 }
 

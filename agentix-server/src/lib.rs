@@ -27,7 +27,9 @@
 //! - [`side_namespaces`]: the `/log` and `/trace` namespaces hosts listen on.
 //! - [`http`]: `/health`, the token gate and the listener.
 //! - [`listener`]: a TCP port or a Unix socket to take connections on;
-//!   [`stall_limit`]: a connection that gives up on a peer taking no bytes.
+//!   [`stall_limit`]: a connection that gives up on a peer taking no bytes;
+//!   [`connection_writes`]: the bytes a connection has written, which
+//!   [`host_backlog`] reads to bound what a host's socket holds.
 //! - [`upgrade_gate`]: no Socket.IO session without the token on the request.
 //! - [`server`]: [`Server`], which ties them together inside a running actix
 //!   `System` (embeddable: nothing process-wide);
@@ -50,8 +52,10 @@ pub mod call_router;
 pub mod calls;
 pub mod channel_relay;
 pub mod config;
+pub mod connection_writes;
 pub mod emit;
 pub mod forwarder;
+pub mod host_backlog;
 pub mod http;
 pub mod listener;
 pub mod oom_kills;

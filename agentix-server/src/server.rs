@@ -278,7 +278,8 @@ async fn accept_loop(
                 continue;
             }
         };
-        let service = UpgradeGate::new(service.clone(), token.clone());
+        let writes = stream.inner().writes().clone();
+        let service = UpgradeGate::new(service.clone(), token.clone(), writes);
         tokio::spawn(async move {
             let conn = hyper::server::conn::http1::Builder::new()
                 .timer(hyper_util::rt::TokioTimer::new())

@@ -20,6 +20,8 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::{Instant, Sleep};
 
+use crate::connection_writes::ConnectionWrites;
+
 /// A connection whose writes fail once one has made no progress for the
 /// limit; after that, the whole connection counts as gone.
 pub struct StallLimit<S> {
@@ -37,6 +39,8 @@ pub struct StallLimit<S> {
     /// The reader waiting on the socket, woken when the peer counts as gone
     /// so that it ends too.
     reader: Option<Waker>,
+    /// Bytes written so far, for those who watch the peer's pace.
+    writes: ConnectionWrites,
 }
 
 impl<S> StallLimit<S> {
@@ -50,7 +54,13 @@ impl<S> StallLimit<S> {
             timer: Box::pin(tokio::time::sleep(limit)),
             gone: false,
             reader: None,
+            writes: ConnectionWrites::default(),
         }
+    }
+
+    /// The count of bytes this connection writes.
+    pub fn writes(&self) -> &ConnectionWrites {
+        &self.writes
     }
 
     fn gone_error(&self) -> io::Error {
@@ -126,6 +136,9 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for StallLimit<S> {
             return Poll::Ready(Err(this.gone_error()));
         }
         let poll = Pin::new(&mut this.inner).poll_write(cx, buf);
+        if let Poll::Ready(Ok(written)) = poll {
+            this.writes.add(written);
+        }
         this.check(poll, cx)
     }
 
@@ -139,6 +152,9 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for StallLimit<S> {
             return Poll::Ready(Err(this.gone_error()));
         }
         let poll = Pin::new(&mut this.inner).poll_write_vectored(cx, bufs);
+        if let Poll::Ready(Ok(written)) = poll {
+            this.writes.add(written);
+        }
         this.check(poll, cx)
     }
 
@@ -210,9 +226,11 @@ mod tests {
         // 8 KiB through a 1 KiB pipe read 256 bytes every 20 ms: about
         // 640 ms in all, each wait far below the limit.
         let data: Vec<u8> = (0..8192).map(|i| i as u8).collect();
+        let writes = ours.writes().clone();
         ours.write_all(&data).await.unwrap();
         ours.shutdown().await.unwrap();
         drop(ours);
         assert_eq!(drain.await.unwrap(), data);
+        assert_eq!(writes.total(), 8192, "every byte written is counted once");
     }
 }

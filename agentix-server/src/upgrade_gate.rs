@@ -19,20 +19,28 @@ use hyper::{Request, Response, StatusCode};
 use serde_json::json;
 
 use crate::auth::Token;
+use crate::connection_writes::ConnectionWrites;
 use crate::http::presented_token;
 
 /// Wraps the Socket.IO service `inner`, turning away unauthenticated
-/// requests to it.
+/// requests to it, on one connection.
 #[derive(Clone)]
 pub struct UpgradeGate<S> {
     inner: S,
     token: Token,
+    writes: ConnectionWrites,
 }
 
 impl<S> UpgradeGate<S> {
-    /// `inner` behind a check of `token`.
-    pub fn new(inner: S, token: Token) -> Self {
-        UpgradeGate { inner, token }
+    /// `inner` behind a check of `token`, for a connection whose bytes
+    /// written are counted in `writes` (given to each Socket.IO request in
+    /// its extensions, where a host's socket finds it).
+    pub fn new(inner: S, token: Token, writes: ConnectionWrites) -> Self {
+        UpgradeGate {
+            inner,
+            token,
+            writes,
+        }
     }
 }
 
@@ -46,7 +54,7 @@ where
     type Error = Infallible;
     type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Infallible>> + Send>>;
 
-    fn call(&self, req: Request<B>) -> Self::Future {
+    fn call(&self, mut req: Request<B>) -> Self::Future {
         if req.uri().path().starts_with("/socket.io") {
             if let Err(e) = self.token.check(presented_token(&req)) {
                 let body = json!({ "error": format!("{e} (send Authorization: Bearer <token>)") });
@@ -55,6 +63,7 @@ where
                 *res.status_mut() = StatusCode::UNAUTHORIZED;
                 return Box::pin(std::future::ready(Ok(res)));
             }
+            req.extensions_mut().insert(self.writes.clone());
         }
         let call = self.inner.call(req);
         Box::pin(async move {

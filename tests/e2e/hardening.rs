@@ -781,11 +781,12 @@ async fn host_floods_and_never_reads(bytes: usize) {
     tokio::time::sleep(Duration::from_secs(2)).await;
     let grown = support::rss_kib(server).saturating_sub(before);
     // Bounded in bytes: 8 MiB queued for the worker's pipe and 8 MiB
-    // waiting behind it, 8 MiB of echoes queued for the host. The host's
-    // socket holds up to 4,096 echoes, but only what the worker echoed
-    // of the events it was given; the rest is slack for the allocator.
+    // waiting behind it, 8 MiB of echoes queued for the host and 8 MiB in
+    // the host's socket (which, bounded by its count of packets alone,
+    // once held 147 MiB of 64 KiB echoes here); the rest is slack for the
+    // allocator. Measured: 9–35 MiB.
     assert!(
-        grown < 96 << 10,
+        grown < 64 << 10,
         "the server grew by {grown} KiB for a host that does not read"
     );
     let health = sb.health().await.unwrap();
