@@ -22,7 +22,8 @@
 //! for a handler that passes a large body on without reading all of it
 //! (and `on_text` an event's payload so); a `request_handler_as` gets it
 //! read as a type of its own, and a body that is not one is answered
-//! with a `BadRequest` error.
+//! with a `BadRequest` error; an `on_request_as` takes a request as an
+//! event, on the receive path, and answers it itself.
 //! When the sandbox stops waiting for an answer it sends `<event>:cancel
 //! {request_id}`: a closure handler's future is then dropped, an actor's
 //! [`NamespaceRequest`] sees its `cancelled` token fire, and no reply is
@@ -104,12 +105,11 @@ impl<B> WithAttachments for RequestEnvelope<B> {
 pub const BAD_REQUEST: &str = "BadRequest";
 
 /// The request id of a request whose body did not decode, if it has one.
-fn unreadable_request_id(incoming: Incoming) -> Value {
+fn unreadable_request_id(incoming: Incoming) -> Option<Value> {
     incoming
         .decode::<RequestEnvelope<IgnoredAny>>()
         .ok()
         .and_then(|envelope| envelope.request_id)
-        .unwrap_or(Value::Null)
 }
 
 /// An event's payload as the JSON text the sandbox sent (`None` for a
@@ -226,11 +226,7 @@ impl HostNamespace {
         T: Serialize,
         E: std::fmt::Display,
     {
-        self.answer_requests(
-            event,
-            |body: Option<Value>| Ok(body.unwrap_or_default()),
-            handler,
-        )
+        self.answer_requests(event, value_body, handler)
     }
 
     /// As [`request_handler`](Self::request_handler), each body read as
@@ -245,12 +241,7 @@ impl HostNamespace {
         T: Serialize,
         E: std::fmt::Display,
     {
-        let read = |body: Option<B>| match body {
-            Some(body) => Ok(body),
-            // `null` or left out: a `B` only if it reads from `null`.
-            None => B::deserialize(Value::Null).map_err(|e| format!("the request's body: {e}")),
-        };
-        self.answer_requests(event, read, handler)
+        self.answer_requests(event, typed_body::<B>, handler)
     }
 
     /// As [`request_handler`](Self::request_handler), the body given as the
@@ -287,20 +278,9 @@ impl HostNamespace {
     {
         let name = event.to_owned();
         let handler = move |ns: HostNamespaceHandle, incoming: Incoming| -> BoxFuture {
-            let (request_id, body) = match incoming.try_decode::<RequestEnvelope<B>>() {
-                Ok(RequestEnvelope {
-                    request_id: Some(request_id),
-                    data,
-                }) => (request_id, read(data)),
-                Ok(RequestEnvelope {
-                    request_id: None, ..
-                }) => (Value::Null, Err(String::new())),
-                Err((why, incoming)) => (unreadable_request_id(incoming), Err(why.to_string())),
-            };
-            if request_id.is_null() {
-                tracing::debug!(event = name, "request without a request_id; dropped");
+            let Some((request_id, body)) = read_request(incoming, &read) else {
                 return Box::pin(std::future::ready(()));
-            }
+            };
             let body = match body {
                 Ok(body) => body,
                 Err(why) => {
@@ -331,6 +311,70 @@ impl HostNamespace {
         };
         self.handlers.insert(event.to_owned(), Arc::new(handler));
         self
+    }
+}
+
+impl HostNamespace {
+    /// Takes the sandbox's `request(event, body)` as an event its handler
+    /// answers itself (emitting `<event>:result` or `<event>:error` with the
+    /// request id), for work that must begin before the sandbox's next
+    /// event is read: `handler` is called on the receive path with the
+    /// request id and the body read as `B`, or why it is not one, and its
+    /// future runs as a task. Requests without an id are dropped.
+    pub fn on_request_as<B, F, Fut>(mut self, event: &str, handler: F) -> Self
+    where
+        B: DeserializeOwned + Send + 'static,
+        F: Fn(HostNamespaceHandle, Value, Result<B, String>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        self.handlers.insert(
+            event.to_owned(),
+            Arc::new(
+                move |ns, incoming| match read_request(incoming, typed_body::<B>) {
+                    Some((request_id, body)) => Box::pin(handler(ns, request_id, body)),
+                    None => Box::pin(std::future::ready(())),
+                },
+            ),
+        );
+        self
+    }
+}
+
+/// A request's id and its body made a `C` by `read` (or why it could not
+/// be); `None`, logged, for a request without an id, which cannot be
+/// answered.
+fn read_request<B, C>(
+    incoming: Incoming,
+    read: impl Fn(Option<B>) -> Result<C, String>,
+) -> Option<(Value, Result<C, String>)>
+where
+    B: DeserializeOwned,
+{
+    let name = incoming.name().to_owned();
+    let (request_id, body) = match incoming.try_decode::<RequestEnvelope<B>>() {
+        Ok(RequestEnvelope { request_id, data }) => (request_id, read(data)),
+        Err((why, incoming)) => (unreadable_request_id(incoming), Err(why.to_string())),
+    };
+    match request_id.filter(|id| !id.is_null()) {
+        Some(request_id) => Some((request_id, body)),
+        None => {
+            tracing::debug!(event = name, "request without a request_id; dropped");
+            None
+        }
+    }
+}
+
+/// A body as a value (`null` if left out).
+fn value_body(body: Option<Value>) -> Result<Value, String> {
+    Ok(body.unwrap_or_default())
+}
+
+/// A body read as the handler's own `B`: `null` or left out is a `B` only
+/// if `B` reads from `null`.
+fn typed_body<B: DeserializeOwned>(body: Option<B>) -> Result<B, String> {
+    match body {
+        Some(body) => Ok(body),
+        None => B::deserialize(Value::Null).map_err(|e| format!("the request's body: {e}")),
     }
 }
 
@@ -460,9 +504,7 @@ impl HostNamespace {
         let name = event.to_owned();
         let handler = move |ns: HostNamespaceHandle, incoming: Incoming| -> BoxFuture {
             let name = name.clone();
-            let envelope: RequestEnvelope<Value> = payload(&ns, incoming);
-            let Some(request_id) = envelope.request_id else {
-                tracing::debug!(event = name, "request without a request_id; dropped");
+            let Some((request_id, body)) = read_request(incoming, value_body) else {
                 return Box::pin(std::future::ready(()));
             };
             let Ok(slot) = slots.clone().try_acquire_owned() else {
@@ -478,7 +520,8 @@ impl HostNamespace {
                     }
                 });
             };
-            let body = envelope.data.unwrap_or_default();
+            // Any JSON reads as a value.
+            let body = body.unwrap_or_default();
             let request = ns.answering.start(&request_id);
             // Sent now, in arrival order; only the answer is awaited.
             let answer = actor.send(NamespaceRequest {

@@ -126,6 +126,45 @@ async fn a_typed_request_handler_gets_its_type_and_a_body_that_is_not_one_a_bad_
 }
 
 #[tokio::test]
+async fn a_request_taken_as_an_event_gets_its_id_and_its_body_or_why_not() {
+    #[derive(serde::Deserialize)]
+    struct Fetch {
+        i: u64,
+    }
+    let sb = sandbox().await;
+    let ns = HostNamespace::new("/e2e-plugin").on_request_as(
+        "fetch",
+        |ns, request_id, body: Result<Fetch, String>| async move {
+            let (event, reply) = match body {
+                Ok(fetch) => (
+                    "fetch:result",
+                    json!({"request_id": request_id, "data": fetch.i * 5}),
+                ),
+                Err(why) => (
+                    "fetch:error",
+                    json!({"request_id": request_id, "error": {"type": "Refused", "message": why}}),
+                ),
+            };
+            ns.emit(event, reply).await.unwrap();
+        },
+    );
+    sb.register_namespace(ns).unwrap();
+    sb.remote(agentix_e2e::open_plugin, ()).await.unwrap();
+    let replies = sb.remote(agentix_e2e::ask_host, (20,)).await.unwrap();
+    for (i, reply) in replies.iter().enumerate() {
+        assert_eq!(reply, &json!(i * 5), "request {i}");
+    }
+    // `{}` is no `Fetch`: the handler is told why, under the request's id.
+    let err = sb
+        .remote(agentix_e2e::ask_host_event, ("fetch".into(), 60_000))
+        .await
+        .unwrap_err()
+        .message;
+    assert!(err.starts_with("raised Refused:"), "{err}");
+    assert!(err.contains("missing field `i`"), "{err}");
+}
+
+#[tokio::test]
 async fn an_emit_given_up_after_its_first_step_still_arrives() {
     // No heartbeat within the wait below: nothing else flushes the socket.
     let config = SandboxConfig::new(support::bundle_path())

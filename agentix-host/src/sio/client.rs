@@ -94,11 +94,13 @@ impl Incoming {
     }
 
     /// Like [`decode`](Self::decode), giving the event back with the
-    /// error, to be read again as another type.
+    /// error, to read its JSON again as another type (its attachments are
+    /// spent: a second read finds none).
     pub fn try_decode<T: DeserializeOwned + WithAttachments>(
-        self,
+        mut self,
     ) -> Result<T, (SioError, Incoming)> {
-        match decode_event(self.payload.json.as_str(), self.payload.frames.clone()) {
+        let frames = std::mem::take(&mut self.payload.frames);
+        match decode_event(self.payload.json.as_str(), frames) {
             Ok(payload) => Ok(payload),
             Err(e) => {
                 let error = SioError::Malformed(format!("event `{}`: {e}", self.name));

@@ -10,10 +10,10 @@
 //! The actor takes the sandbox's word about running streams (acks and
 //! abandons) in the order the sandbox sent it. Requests are not the
 //! actor's: a request handler on the connection's own runtime answers a
-//! whole request, and a stream's open is taken on the receive path, where
-//! it is registered with the streams before the sandbox's next event is
-//! read (so an abandon right behind the open finds it) and then runs on
-//! that runtime. Each request so saves the two thread hops to the actor's
+//! whole request, and a stream's open (an `on_request_as`) is taken on the
+//! receive path, where it is registered with the streams before the
+//! sandbox's next event is read (so an abandon right behind the open finds
+//! it) and then runs on that runtime. Each request so saves the two thread hops to the actor's
 //! arbiter and back (about a fifth of abridge's overhead, measured), and
 //! every upstream connection is read on the runtime that opened it.
 
@@ -22,10 +22,7 @@ use std::sync::Arc;
 
 use agentix::actix::{Actor, Context, Handler};
 use agentix::trace;
-use agentix::{
-    start_actor, HostNamespace, HostNamespaceHandle, JsonText, JsonValue, NamespaceEvent,
-};
-use serde::Deserialize;
+use agentix::{start_actor, HostNamespace, HostNamespaceHandle, JsonValue, NamespaceEvent};
 use serde_json::value::RawValue;
 use tokio::sync::Semaphore;
 
@@ -73,10 +70,11 @@ impl Gateway {
             }
         };
         let gateway = self.clone();
-        let open = move |ns: HostNamespaceHandle, envelope: JsonText| {
-            let (request_id, open) = read_open(&envelope);
-            // Here, not in the task: known to the pumps before the
-            // sandbox's next event is read.
+        let open = move |ns: HostNamespaceHandle,
+                         request_id: JsonValue,
+                         open: Result<StreamOpen<Box<RawValue>>, String>| {
+            // Here, on the receive path, not in the task: known to the
+            // pumps before the sandbox's next event is read.
             let open = open.map(|open| {
                 let control = pumps.register(open.stream_id.clone());
                 (open, control)
@@ -91,33 +89,8 @@ impl Gateway {
         };
         HostNamespace::new(NAMESPACE)
             .request_handler_as(EVENT_UPSTREAM, whole)
-            .on_text(EVENT_STREAM, open)
+            .on_request_as(EVENT_STREAM, open)
             .on_actor([EVENT_STREAM_ACK, EVENT_STREAM_ABANDON], actor.recipient())
-    }
-}
-
-/// A stream's open as the sandbox sent it (`{request_id, data}`): its
-/// request id (`null` if it has none) and the open, its agent's body left
-/// as text, or why it is not one.
-fn read_open(envelope: &JsonText) -> (JsonValue, Result<StreamOpen<Box<RawValue>>, String>) {
-    #[derive(Deserialize)]
-    struct Envelope {
-        request_id: Option<JsonValue>,
-        data: StreamOpen<Box<RawValue>>,
-    }
-    #[derive(Deserialize)]
-    struct IdOnly {
-        request_id: Option<JsonValue>,
-    }
-    match serde_json::from_str::<Envelope>(envelope.as_str()) {
-        Ok(Envelope { request_id, data }) => (request_id.unwrap_or_default(), Ok(data)),
-        // Read again only to answer the sandbox under its id.
-        Err(e) => {
-            let request_id = serde_json::from_str::<IdOnly>(envelope.as_str())
-                .ok()
-                .and_then(|ids| ids.request_id);
-            (request_id.unwrap_or_default(), Err(e.to_string()))
-        }
     }
 }
 
@@ -141,32 +114,5 @@ impl Handler<NamespaceEvent<HostNamespaceHandle>> for GatewayActor {
             },
             other => tracing::debug!(event = other, "abridge: unknown event dropped"),
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::exchange::Api;
-
-    #[test]
-    fn a_stream_open_keeps_the_agents_body_as_text_and_a_bad_one_keeps_its_id() {
-        let body = r#"{ "model" : "m", "stream": true, "t": 0.10 }"#;
-        let envelope = format!(
-            r#"{{"request_id": 7, "data": {{"stream_id": "1-1", "request": {{"api": "chat_completions", "body": {body}}}}}}}"#
-        );
-        let (id, open) = read_open(&JsonText::parse(envelope).unwrap());
-        assert_eq!(id, serde_json::json!(7));
-        let open = open.unwrap();
-        assert_eq!(open.stream_id, "1-1");
-        assert_eq!(open.request.api, Api::ChatCompletions);
-        assert_eq!(open.request.body.get(), body);
-
-        // No stream id: refused under the sandbox's id, not dropped.
-        let bad =
-            r#"{"request_id": "r9", "data": {"request": {"api": "chat_completions", "body": {}}}}"#;
-        let (id, open) = read_open(&JsonText::parse(bad.into()).unwrap());
-        assert_eq!(id, serde_json::json!("r9"));
-        assert!(open.unwrap_err().contains("stream_id"));
     }
 }
