@@ -278,7 +278,7 @@ impl HostNamespace {
     {
         let name = event.to_owned();
         let handler = move |ns: HostNamespaceHandle, incoming: Incoming| -> BoxFuture {
-            let Some((request_id, body)) = read_request(incoming, &read) else {
+            let Some((request_id, body)) = read_request(&name, incoming, &read) else {
                 return Box::pin(std::future::ready(()));
             };
             let body = match body {
@@ -327,10 +327,11 @@ impl HostNamespace {
         F: Fn(HostNamespaceHandle, Value, Result<B, String>) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = ()> + Send + 'static,
     {
+        let name = event.to_owned();
         self.handlers.insert(
             event.to_owned(),
             Arc::new(
-                move |ns, incoming| match read_request(incoming, typed_body::<B>) {
+                move |ns, incoming| match read_request(&name, incoming, typed_body::<B>) {
                     Some((request_id, body)) => Box::pin(handler(ns, request_id, body)),
                     None => Box::pin(std::future::ready(())),
                 },
@@ -344,13 +345,13 @@ impl HostNamespace {
 /// be); `None`, logged, for a request without an id, which cannot be
 /// answered.
 fn read_request<B, C>(
+    name: &str,
     incoming: Incoming,
     read: impl Fn(Option<B>) -> Result<C, String>,
 ) -> Option<(Value, Result<C, String>)>
 where
     B: DeserializeOwned,
 {
-    let name = incoming.name().to_owned();
     let (request_id, body) = match incoming.try_decode::<RequestEnvelope<B>>() {
         Ok(RequestEnvelope { request_id, data }) => (request_id, read(data)),
         Err((why, incoming)) => (unreadable_request_id(incoming), Err(why.to_string())),
@@ -504,7 +505,7 @@ impl HostNamespace {
         let name = event.to_owned();
         let handler = move |ns: HostNamespaceHandle, incoming: Incoming| -> BoxFuture {
             let name = name.clone();
-            let Some((request_id, body)) = read_request(incoming, value_body) else {
+            let Some((request_id, body)) = read_request(&name, incoming, value_body) else {
                 return Box::pin(std::future::ready(()));
             };
             let Ok(slot) = slots.clone().try_acquire_owned() else {
