@@ -113,9 +113,9 @@ async fn a_typed_request_handler_gets_its_type_and_a_body_that_is_not_one_a_bad_
         assert_eq!(reply, &json!(i * 3), "request {i}");
     }
 
-    // `{}` is no `Fetch`: answered at once, saying why, not at the timeout.
+    // `{}` is no `Fetch`: answered saying why, not left to its timeout.
     let err = sb
-        .remote(agentix_e2e::ask_host_event, ("typed".into(), 600_000))
+        .remote(agentix_e2e::ask_host_event, ("typed".into(), 60_000))
         .await
         .unwrap_err()
         .message;
