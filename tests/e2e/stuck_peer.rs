@@ -3,6 +3,7 @@
 
 mod support;
 
+use std::future::IntoFuture;
 use std::time::{Duration, Instant};
 
 use agentix::{Blob, ErrorKind, Sandbox, SandboxConfig};
@@ -59,4 +60,71 @@ async fn a_server_that_stops_reading_costs_a_timeout_not_memory() {
         grown < 200 << 10,
         "the host grew by {grown} KiB while a server did not read"
     );
+}
+
+/// A Socket.IO server that accepts the namespaces the host joins, then
+/// sends Engine.IO pings as fast as it can for `flood`, never reading.
+async fn pinging_server(flood: Duration) -> String {
+    use futures_util::SinkExt;
+    fake_server::start(move |mut ws| async move {
+        let deadline = tokio::time::Instant::now() + Duration::from_millis(300);
+        while let Ok(Some(Ok(Message::Text(t)))) =
+            tokio::time::timeout_at(deadline, ws.next()).await
+        {
+            fake_server::accept_join(&mut ws, t.as_str()).await;
+        }
+        let until = Instant::now() + flood;
+        while Instant::now() < until {
+            for _ in 0..256 {
+                if ws.feed(Message::text("2")).await.is_err() {
+                    return;
+                }
+            }
+            if ws.flush().await.is_err() {
+                return;
+            }
+        }
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        drop(ws);
+    })
+    .await
+}
+
+// Hardening, second round: every ping spawned a task to send its pong, so
+// a server that pinged without reading grew the host to 1.96 GB in 28 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_pings_without_reading_costs_the_host_one_task() {
+    let addr = pinging_server(Duration::from_secs(4)).await;
+    let config = SandboxConfig::new(bundle_path())
+        .heartbeat(Duration::from_millis(200), Duration::from_secs(30));
+    let sb = std::sync::Arc::new(Sandbox::attach_with(addr, "token", config));
+    let me = std::process::id();
+    let before = rss_kib(me);
+    let runtime = tokio::runtime::Handle::current();
+    let idle_tasks = runtime.metrics().num_alive_tasks();
+    // The call connects; its reply never comes.
+    let caller = sb.clone();
+    let call = tokio::spawn(async move {
+        caller
+            .remote(agentix_e2e::add, (1, 2))
+            .timeout(Duration::from_secs(8))
+            .into_future()
+            .await
+    });
+    let mut most_tasks = 0;
+    for _ in 0..40 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        most_tasks = most_tasks.max(runtime.metrics().num_alive_tasks());
+    }
+    let grown = rss_kib(me).saturating_sub(before);
+    assert!(
+        most_tasks < idle_tasks + 100,
+        "{most_tasks} tasks alive during a ping flood ({idle_tasks} before it)"
+    );
+    assert!(
+        grown < 200 << 10,
+        "the host grew by {grown} KiB while a server flooded it with pings"
+    );
+    let err = call.await.unwrap().unwrap_err();
+    assert_eq!(err.kind, ErrorKind::Timeout, "{err}");
 }

@@ -131,6 +131,9 @@ struct Shared {
     written: AtomicU64,
     /// How many of those a flush has pushed to the socket.
     flushed: AtomicU64,
+    /// Wakes the task that answers pings.
+    pings: Arc<tokio::sync::Notify>,
+    pong_task: tokio::task::AbortHandle,
     namespaces: Mutex<HashMap<String, Slot>>,
     /// `Some(reason)` once the connection is gone.
     closed: watch::Sender<Option<SioError>>,
@@ -146,6 +149,24 @@ enum Slot {
 impl Drop for Shared {
     fn drop(&mut self) {
         self.reader.abort();
+        self.pong_task.abort();
+    }
+}
+
+/// Sends a pong each time `pings` is notified, until the connection goes.
+async fn answer_pings(shared: Weak<Shared>, pings: Arc<tokio::sync::Notify>) {
+    loop {
+        pings.notified().await;
+        let Some(shared) = shared.upgrade() else {
+            return;
+        };
+        if (SioClient { shared })
+            .send(vec![packet::pong()])
+            .await
+            .is_err()
+        {
+            return;
+        }
     }
 }
 
@@ -238,10 +259,14 @@ impl SioClient {
         let (closed, _) = watch::channel(None);
         let shared = Arc::new_cyclic(|weak: &Weak<Shared>| {
             let reader = tokio::spawn(read_loop(weak.clone(), reader, decoder, silence_limit));
+            let pings = Arc::new(tokio::sync::Notify::new());
+            let pong_task = tokio::spawn(answer_pings(weak.clone(), pings.clone()));
             Shared {
                 writer: Arc::new(tokio::sync::Mutex::new(writer)),
                 written: AtomicU64::new(0),
                 flushed: AtomicU64::new(0),
+                pings,
+                pong_task: pong_task.abort_handle(),
                 namespaces: Mutex::new(HashMap::new()),
                 closed,
                 reader: reader.abort_handle(),
@@ -429,6 +454,7 @@ fn shut(shared: &Shared, reason: SioError) {
         return;
     }
     shared.reader.abort();
+    shared.pong_task.abort();
     let slots: Vec<Slot> = shared
         .namespaces
         .lock()
@@ -669,10 +695,10 @@ impl SioClient {
     fn dispatch(&self, inbound: Inbound) -> Option<SioError> {
         match inbound {
             Inbound::Ping => {
-                let client = self.clone();
-                tokio::spawn(async move {
-                    let _ = client.send(vec![packet::pong()]).await;
-                });
+                // One task answers every ping, and pings that arrive while
+                // it sends are answered by one more pong: a server that
+                // pings faster than it reads costs nothing more.
+                self.shared.pings.notify_one();
             }
             Inbound::Close => {
                 return Some(SioError::Lost("the server closed the connection".into()))
