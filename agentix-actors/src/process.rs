@@ -50,6 +50,20 @@ pub fn child_setup(parent_pid: libc::pid_t, signal: libc::c_int) -> io::Result<(
     Ok(())
 }
 
+/// Makes this process's memory unreadable to others of its user: no
+/// `/proc/<pid>/mem`, `environ` or ptrace for a process without
+/// `CAP_SYS_PTRACE`, and no core dump. A server and a worker call it before
+/// they read a secret (the token), since sandbox code runs as their user.
+/// A program they start is readable again (`execve` resets the flag), which
+/// is what a user's tools expect.
+pub fn hide_memory() -> io::Result<()> {
+    // SAFETY: prctl with integer arguments only.
+    if unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0 as libc::c_ulong, 0, 0, 0) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// Duplicates `fd` to a number of at least 100 in a forked child.
 ///
 /// Async-signal-safe. Done before [`install_fd`] so that installing several

@@ -41,6 +41,11 @@ pub fn run() -> i32 {
 /// its plugin namespaces again).
 pub fn run_with(setup: impl FnOnce()) -> i32 {
     crate::process::tune_allocator();
+    // Sandbox code runs as this user: it must not read the worker's memory.
+    if let Err(e) = crate::process::hide_memory() {
+        eprintln!("agentix worker: cannot keep its memory private: {e}");
+        return 1;
+    }
     // Claim fds 3 and 4 before the runtime opens descriptors of its own,
     // which would take those numbers when the server did not provide them.
     let fds = match frame_fds() {

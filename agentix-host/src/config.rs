@@ -7,6 +7,7 @@ use agentix_actors::log_record::LogRecord;
 
 use crate::container_settings::ContainerSettings;
 use crate::log_replay::LogTap;
+use crate::sandbox_user::RunAs;
 
 /// The host variables a local sandbox starts with, if the host has them
 /// (and every `LC_*`): a clean environment, not the host's.
@@ -54,6 +55,9 @@ pub struct SandboxConfig {
     /// default: calls wait as long as they take). A frozen sandbox then
     /// costs a caller this long, not forever.
     pub call_timeout: Option<Duration>,
+    /// Which user the sandbox's processes run as: by default the host's,
+    /// or an unprivileged uid of the sandbox's own when the host is root.
+    pub run_as: RunAs,
 }
 
 impl std::fmt::Debug for SandboxConfig {
@@ -85,8 +89,15 @@ impl SandboxConfig {
             pass_env: Vec::new(),
             call_timeout: None,
             files_root: None,
+            run_as: RunAs::Default,
             container: ContainerSettings::default(),
         }
+    }
+
+    /// Runs the sandbox's processes as `run_as` says (see [`RunAs`]).
+    pub fn run_as(mut self, run_as: RunAs) -> Self {
+        self.run_as = run_as;
+        self
     }
 
     /// Runs the sandbox in a container of `image` (for container providers).

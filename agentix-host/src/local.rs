@@ -12,6 +12,7 @@
 //! itself (see [`crate::keeper`]).
 
 use std::io::Read;
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -92,6 +93,12 @@ impl LocalProvider {
             .mode(0o700)
             .create(&dir)
             .map_err(|e| io_error(format!("cannot create {}", dir.display()), e))?;
+        let uid = config.run_as.uid_for(&id);
+        if let Some(uid) = uid {
+            // The sandbox's user owns its directory, and only it (and root).
+            std::os::unix::fs::chown(&dir, Some(uid), Some(uid))
+                .map_err(|e| io_error(format!("cannot give {} to uid {uid}", dir.display()), e))?;
+        }
         let log_path = dir.join("server.log");
         let log = std::fs::File::create(&log_path)
             .map_err(|e| io_error(format!("cannot create {}", log_path.display()), e))?;
@@ -103,7 +110,29 @@ impl LocalProvider {
         let local_socket =
             (local_socket.as_os_str().len() < MAX_SOCKET_PATH).then_some(local_socket);
 
-        let mut cmd = tokio::process::Command::new(bundle);
+        // Run by descriptor: the sandbox's user may not reach the bundle's
+        // path (a checkout under /root), only read and run the file.
+        let program = match uid {
+            Some(_) => match BundleFile::open(bundle) {
+                Ok(file) => Some(file),
+                Err(e) => {
+                    let _ = std::fs::remove_dir_all(&dir);
+                    return Err(bad_bundle(bundle, &format!("cannot open it: {e}")));
+                }
+            },
+            None => None,
+        };
+        let mut cmd = match &program {
+            Some(file) => {
+                let mut cmd = tokio::process::Command::new(file.path());
+                cmd.arg0(bundle);
+                cmd
+            }
+            None => tokio::process::Command::new(bundle),
+        };
+        if let Some(uid) = uid {
+            cmd.uid(uid).gid(uid);
+        }
         cmd.arg("serve")
             .args(["--host", "127.0.0.1", "--port", "0"])
             .arg("--max-message-bytes")
@@ -132,11 +161,20 @@ impl LocalProvider {
             .envs(config.env.iter().map(|(k, v)| (k, v)))
             .current_dir(&dir)
             .stderr(log);
-        let (server, ready) = match keeper::start(cmd, format!("{token}\n").into_bytes()).await {
+        let started = keeper::start(cmd, format!("{token}\n").into_bytes()).await;
+        drop(program);
+        let (server, ready) = match started {
             Ok(started) => started,
             Err(e) => {
                 let _ = std::fs::remove_dir_all(&dir);
-                return Err(bad_bundle(bundle, &format!("cannot run it: {e}")));
+                let who = match uid {
+                    Some(uid) => format!(
+                        " as uid {uid}, the sandbox's own (the host is root; \
+                         SandboxConfig::run_as says otherwise)"
+                    ),
+                    None => String::new(),
+                };
+                return Err(bad_bundle(bundle, &format!("cannot run it{who}: {e}")));
             }
         };
         let resources = LocalResources { server, dir };
@@ -194,6 +232,22 @@ impl LocalProvider {
             (Some(local), Some(pid)) => sandbox.with_local_addr(local, pid),
             _ => sandbox,
         })
+    }
+}
+
+/// The bundle opened by the host, run through `/proc/self/fd/N`: a
+/// program started so needs to read and run the file, not to reach its
+/// path. Close-on-exec: the kernel opens the program before it closes the
+/// descriptor, so the server keeps no copy.
+struct BundleFile(std::fs::File);
+
+impl BundleFile {
+    fn open(path: &Path) -> std::io::Result<BundleFile> {
+        std::fs::File::open(path).map(BundleFile)
+    }
+
+    fn path(&self) -> PathBuf {
+        PathBuf::from(format!("/proc/self/fd/{}", self.0.as_raw_fd()))
     }
 }
 

@@ -4,6 +4,11 @@
 //! `<bundle> serve`; this binary is for workers built some other way.
 
 fn main() {
+    // Before the token is read: sandbox code runs as this user.
+    if let Err(e) = agentix_actors::process::hide_memory() {
+        eprintln!("agentix-server: cannot keep its memory private: {e}");
+        std::process::exit(1);
+    }
     let config = match agentix_server::ServerConfig::from_args(std::env::args_os().skip(1)) {
         Ok(config) => config,
         Err(e) => {

@@ -36,7 +36,15 @@ pub fn dispatch() {
 pub fn dispatch_with(worker_setup: fn()) {
     let mut args = std::env::args_os().skip(1);
     let role = args.next();
-    match role.as_ref().and_then(|r| r.to_str()) {
+    let role = role.as_ref().and_then(|r| r.to_str());
+    if matches!(role, Some("serve" | "worker")) {
+        // Before the token is read: sandbox code runs as this user.
+        if let Err(e) = agentix_actors::process::hide_memory() {
+            eprintln!("agentix bundle: cannot keep its memory private: {e}");
+            std::process::exit(1);
+        }
+    }
+    match role {
         Some("serve") => {
             let rest: Vec<OsString> = args.collect();
             std::process::exit(serve(rest))
@@ -46,14 +54,18 @@ pub fn dispatch_with(worker_setup: fn()) {
     }
 }
 
+/// The running program's own binary, as the kernel names it.
+const SELF_EXE: &str = "/proc/self/exe";
+
 fn serve(args: Vec<OsString>) -> i32 {
-    let exe = match std::env::current_exe() {
-        Ok(exe) => exe,
-        Err(e) => {
-            eprintln!("agentix bundle: cannot locate its own binary: {e}");
-            return 1;
-        }
-    };
+    // The running binary itself, not its path: a sandbox of a root host
+    // runs as a uid that may not reach the path, and a rebuilt binary may
+    // have replaced the file since.
+    let exe = std::path::PathBuf::from(SELF_EXE);
+    if let Err(e) = std::fs::metadata(&exe) {
+        eprintln!("agentix bundle: cannot locate its own binary ({SELF_EXE}): {e}");
+        return 1;
+    }
     let mut config = match agentix_server::ServerConfig::from_args(args) {
         Ok(config) => config,
         Err(e) => {

@@ -53,10 +53,11 @@ pub use agentix_host::sandbox_actor::{
     CallJson, RemoteCall, SandboxActor, SandboxHealth, StreamItem, StreamTo,
 };
 pub use agentix_host::sandbox_supervisor::{SandboxRestarts, SandboxSupervisor, StopSupervising};
+pub use agentix_host::sandbox_user::SANDBOX_UID_BASE;
 pub use agentix_host::{
     configure_logging, last_lines, provider, provider_names, secret::random_hex, Call, CallStream,
     ContainerMount, ContainerNetwork, ContainerSettings, HostNamespace, HostNamespaceHandle,
-    LocalProvider, LogTap, Provider, ProviderError, Sandbox, SandboxConfig, SandboxInfo,
+    LocalProvider, LogTap, Provider, ProviderError, RunAs, Sandbox, SandboxConfig, SandboxInfo,
     SandboxLog, SandboxRegistry, SandboxResources, StreamCall, BASE_ENV,
 };
 pub use agentix_macros::remote;

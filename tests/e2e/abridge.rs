@@ -348,7 +348,7 @@ async fn the_official_openai_and_anthropic_sdks_in_the_sandbox_work_through_abri
 ) {
     let seen: Seen = Arc::default();
     let base = sdk_upstream(seen.clone()).await;
-    let sb = support::sandbox().await;
+    let sb = support::python_sandbox().await;
     let ended = Arc::new(Mutex::new(Vec::new()));
     agentix::trace::add_processor(EndedSpans(ended.clone()));
     let transcript = support::scratch_dir("abridge-transcript").join("exchanges.jsonl");
@@ -775,7 +775,10 @@ async fn an_upstream_that_breaks_mid_stream_or_answers_late_is_told_to_the_agent
 async fn the_openai_sdk_gets_the_first_piece_before_the_upstream_finishes_and_leaving_closes_it() {
     let script = Arc::new(StreamScript::default());
     let base = streaming_upstream(script.clone()).await;
-    let (sb, url) = serving(Gateway::openai(&base)).await;
+    let sb = support::python_sandbox().await;
+    sb.register_namespace(Gateway::openai(&base).namespace())
+        .unwrap();
+    let url = sb.remote(agentix_abridge::serve, 0u16).await.unwrap();
     let marker = support::scratch_dir("abridge-sdk-stream").join("first-piece");
     let python = support::python();
     let agent_script =

@@ -18,7 +18,11 @@ use support::{bundle_path, rss_kib, sandbox_with, scratch_dir, worker_pid_from_h
 /// A sandbox whose files root is the temp dir, where the tests' scratch
 /// directories are.
 async fn sandbox() -> Sandbox {
-    let config = SandboxConfig::new(bundle_path()).files_root(std::env::temp_dir());
+    // The tests hand the sandbox files the host made, and read back what
+    // it wrote, as a host's own user shares its files.
+    let config = SandboxConfig::new(bundle_path())
+        .files_root(std::env::temp_dir())
+        .run_as(agentix::RunAs::HostUser);
     sandbox_with(config).await
 }
 

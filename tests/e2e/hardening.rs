@@ -230,6 +230,61 @@ async fn sandbox_code_cannot_read_the_servers_token() {
     );
 }
 
+// Hardening, second round: sandbox code ran as the host's user and its
+// server and worker were dumpable, so it read its server's token from
+// /proc/<server>/mem, another sandbox's the same way, killed another
+// sandbox's worker and read the host's environment (its API keys).
+#[tokio::test]
+async fn sandbox_code_reads_no_other_memory_and_a_root_hosts_sandboxes_are_unprivileged() {
+    let a = sandbox().await;
+    let b = sandbox().await;
+    let host = std::process::id();
+    let a_server = a.server_pid().unwrap();
+    let b_server = b.server_pid().unwrap();
+    let a_worker = a.remote(agentix_e2e::worker_pid, ()).await.unwrap();
+    let b_worker = b.remote(agentix_e2e::worker_pid, ()).await.unwrap();
+    let script = format!(
+        "id -u; \
+         for p in server:{a_server} worker:{a_worker} other_server:{b_server} host:{host}; do \
+           n=${{p%%:*}}; pid=${{p#*:}}; \
+           for f in mem environ; do \
+             if (exec 3< /proc/$pid/$f) 2>/dev/null; then echo \"$n $f open\"; \
+             else echo \"$n $f denied\"; fi; \
+           done; \
+         done; \
+         if kill -0 {b_worker} 2>/dev/null; then echo 'other_worker signalled'; \
+         else echo 'other_worker refused'; fi"
+    );
+    let out = a
+        .remote(
+            agentix_bash::run,
+            (script, agentix_bash::BashOptions::new()),
+        )
+        .await
+        .unwrap();
+    let seen = out.stdout_lossy();
+    let mut lines = seen.lines();
+    let uid: u32 = lines.next().unwrap().trim().parse().unwrap();
+    let seen: Vec<&str> = lines.collect();
+    for own in ["server", "worker", "other_server"] {
+        for file in ["mem", "environ"] {
+            let line = format!("{own} {file} denied");
+            assert!(seen.contains(&line.as_str()), "{own}'s {file}: {seen:?}");
+        }
+    }
+    if agentix::RunAs::Default.uid_for("any").is_some() {
+        // A root host: the sandbox has a uid of its own, and reaches neither
+        // the host nor another sandbox.
+        assert!(uid >= agentix::SANDBOX_UID_BASE, "uid {uid}");
+        assert!(seen.contains(&"host mem denied"), "{seen:?}");
+        assert!(seen.contains(&"host environ denied"), "{seen:?}");
+        assert!(seen.contains(&"other_worker refused"), "{seen:?}");
+    }
+    // The probes did nothing: both sandboxes answer.
+    assert_eq!(a.remote(agentix_e2e::add, (1, 1)).await.unwrap(), 2);
+    assert_eq!(b.remote(agentix_e2e::add, (2, 2)).await.unwrap(), 4);
+}
+
 #[tokio::test]
 async fn a_server_without_a_token_refuses_to_start_unless_told() {
     let refused = tokio::process::Command::new(support::bundle_path())

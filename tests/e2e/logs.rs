@@ -16,7 +16,12 @@ type Seen = Arc<Mutex<Vec<LogRecord>>>;
 fn collecting(dir: &std::path::Path) -> (SandboxConfig, Seen) {
     let seen: Seen = Arc::default();
     let tap = seen.clone();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+    // The log directory is one the test made: the sandbox runs as the
+    // host's user, who owns it (a log directory must be the writer's own).
     let config = SandboxConfig::new(bundle_path())
+        .run_as(agentix::RunAs::HostUser)
         .env("AGENTIX_LOG_DIR", dir.to_str().unwrap())
         .env("RUST_BACKTRACE", "0")
         .on_log(move |_, r| tap.lock().unwrap().push(r.clone()));

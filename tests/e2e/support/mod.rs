@@ -41,6 +41,13 @@ pub(crate) async fn sandbox_with(config: SandboxConfig) -> Sandbox {
         .expect("the e2e sandbox starts")
 }
 
+/// A fresh local sandbox that runs the interop venv's python: as the host's
+/// user, since that python lives under the host user's home (pyenv), which
+/// a sandbox of a uid of its own (a root host's default) cannot reach.
+pub(crate) async fn python_sandbox() -> Sandbox {
+    sandbox_with(SandboxConfig::new(bundle_path()).run_as(agentix::RunAs::HostUser)).await
+}
+
 /// The next value on `rx` within 10 s; panics naming `what` if none comes.
 pub(crate) async fn next_event<T>(
     rx: &mut tokio::sync::mpsc::UnboundedReceiver<T>,
@@ -104,6 +111,11 @@ pub(crate) fn scratch_dir(name: &str) -> std::path::PathBuf {
         agentix_e2e::now_nanos()
     ));
     std::fs::create_dir_all(&dir).expect("scratch dir");
+    // Sandboxes of a root host run as uids of their own: they share the
+    // directory as /tmp is shared.
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o1777))
+        .expect("scratch dir mode");
     dir
 }
 
