@@ -96,8 +96,11 @@ impl LocalProvider {
         let uid = config.run_as.uid_for(&id);
         if let Some(uid) = uid {
             // The sandbox's user owns its directory, and only it (and root).
-            std::os::unix::fs::chown(&dir, Some(uid), Some(uid))
-                .map_err(|e| io_error(format!("cannot give {} to uid {uid}", dir.display()), e))?;
+            if let Err(e) = std::os::unix::fs::chown(&dir, Some(uid), Some(uid)) {
+                let _ = std::fs::remove_dir_all(&dir);
+                let what = format!("cannot give {} to uid {uid}", dir.display());
+                return Err(io_error(what, e));
+            }
         }
         let log_path = dir.join("server.log");
         let log = std::fs::File::create(&log_path)
