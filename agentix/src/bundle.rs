@@ -36,16 +36,14 @@ pub fn dispatch() {
 pub fn dispatch_with(worker_setup: fn()) {
     let mut args = std::env::args_os().skip(1);
     let role = args.next();
-    let role = role.as_ref().and_then(|r| r.to_str());
-    if matches!(role, Some("serve" | "worker")) {
-        // Before the token is read: sandbox code runs as this user.
-        if let Err(e) = agentix_actors::process::hide_memory() {
-            eprintln!("agentix bundle: cannot keep its memory private: {e}");
-            std::process::exit(1);
-        }
-    }
-    match role {
+    match role.as_ref().and_then(|r| r.to_str()) {
         Some("serve") => {
+            // Before the token is read: sandbox code runs as this user. (A
+            // worker's run does the same for itself.)
+            if let Err(e) = agentix_actors::process::hide_memory() {
+                eprintln!("agentix bundle: cannot keep its memory private: {e}");
+                std::process::exit(1);
+            }
             let rest: Vec<OsString> = args.collect();
             std::process::exit(serve(rest))
         }

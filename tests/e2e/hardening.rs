@@ -178,26 +178,27 @@ async fn a_reply_that_cannot_be_read_ends_its_call_with_protocol() {
     assert!(err.message.contains("could not be read"), "{err}");
 }
 
+/// What `script` prints when bash runs it in `sb`.
+async fn stdout_of(sb: &agentix::Sandbox, script: String) -> String {
+    sb.remote(
+        agentix_bash::run,
+        (script, agentix_bash::BashOptions::new()),
+    )
+    .await
+    .unwrap()
+    .stdout_lossy()
+}
+
 #[tokio::test]
 async fn the_hosts_environment_stays_out_of_the_sandbox_unless_passed() {
     // Cargo sets this for the test process; it stands for any host secret.
     let secret = std::env::var("CARGO_PKG_NAME").expect("cargo sets CARGO_PKG_NAME");
-    let env_of = |sb: agentix::Sandbox| async move {
-        let out = sb
-            .remote(
-                agentix_bash::run,
-                ("env".to_owned(), agentix_bash::BashOptions::new()),
-            )
-            .await
-            .unwrap();
-        out.stdout_lossy()
-    };
-    let clean = env_of(sandbox().await).await;
+    let clean = stdout_of(&sandbox().await, "env".to_owned()).await;
     assert!(!clean.contains("CARGO_PKG_NAME="), "{clean}");
     assert!(!clean.contains("AGENTIX_TOKEN"), "{clean}");
     assert!(clean.contains("PATH="), "{clean}");
     let config = agentix::SandboxConfig::new(support::bundle_path()).pass_env("CARGO_PKG_NAME");
-    let passed = env_of(support::sandbox_with(config).await).await;
+    let passed = stdout_of(&support::sandbox_with(config).await, "env".to_owned()).await;
     assert!(
         passed.contains(&format!("CARGO_PKG_NAME={secret}")),
         "{passed}"
@@ -212,14 +213,7 @@ async fn sandbox_code_cannot_read_the_servers_token() {
         "cat /proc/{server}/environ /proc/{server}/cmdline | tr '\\0' '\\n'; \
          for p in /proc/[0-9]*; do cat $p/environ $p/cmdline 2>/dev/null | tr '\\0' '\\n'; done"
     );
-    let out = sb
-        .remote(
-            agentix_bash::run,
-            (script, agentix_bash::BashOptions::new()),
-        )
-        .await
-        .unwrap();
-    let seen = out.stdout_lossy();
+    let seen = stdout_of(&sb, script).await;
     assert!(
         seen.contains("--token-stdin"),
         "the server's command line was read: {seen}"
@@ -255,14 +249,7 @@ async fn sandbox_code_reads_no_other_memory_and_a_root_hosts_sandboxes_are_unpri
          if kill -0 {b_worker} 2>/dev/null; then echo 'other_worker signalled'; \
          else echo 'other_worker refused'; fi"
     );
-    let out = a
-        .remote(
-            agentix_bash::run,
-            (script, agentix_bash::BashOptions::new()),
-        )
-        .await
-        .unwrap();
-    let seen = out.stdout_lossy();
+    let seen = stdout_of(&a, script).await;
     let mut lines = seen.lines();
     let uid: u32 = lines.next().unwrap().trim().parse().unwrap();
     let seen: Vec<&str> = lines.collect();
