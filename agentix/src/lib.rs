@@ -53,7 +53,7 @@ pub use agentix_host::sandbox_actor::{
     CallJson, RemoteCall, SandboxActor, SandboxHealth, StreamItem, StreamTo,
 };
 pub use agentix_host::sandbox_supervisor::{SandboxRestarts, SandboxSupervisor, StopSupervising};
-pub use agentix_host::sandbox_user::SANDBOX_UID_BASE;
+pub use agentix_host::sandbox_user::{host_is_root, SANDBOX_UID_BASE};
 pub use agentix_host::{
     configure_logging, last_lines, provider, provider_names, secret::random_hex, Call, CallStream,
     ContainerMount, ContainerNetwork, ContainerSettings, HostNamespace, HostNamespaceHandle,

@@ -389,7 +389,7 @@ async fn busybox_image(provider: &DockerProvider) {
     rootfs
         .append_data(&mut header, "bin/busybox", &busybox[..])
         .unwrap();
-    for applet in ["sh", "ls", "cat", "ip", "nc"] {
+    for applet in ["sh", "ls", "cat", "ip", "nc", "dd", "chmod"] {
         let mut link = tar::Header::new_gnu();
         link.set_entry_type(tar::EntryType::Symlink);
         link.set_size(0);
@@ -403,6 +403,92 @@ async fn busybox_image(provider: &DockerProvider) {
         .import_image(BUSYBOX_IMAGE, rootfs)
         .await
         .expect("the busybox image imports");
+}
+
+/// Whether sandbox `id`'s socket volume exists.
+async fn volume_exists(docker: &bollard::Docker, id: &str) -> bool {
+    docker
+        .inspect_volume(&format!("agentix-run-{id}"))
+        .await
+        .is_ok()
+}
+
+/// Guards: container root became host root through the socket directory
+/// (a host directory at 0777, mounted read-write, where code running as
+/// root left a setuid-root program and 256 MiB of the host's disk), and
+/// the directories outlived their sandboxes.
+#[tokio::test]
+async fn container_code_runs_unprivileged_and_its_socket_volume_is_small_private_and_removed() {
+    use std::os::unix::fs::MetadataExt;
+    let provider = DockerProvider::connect().expect("a Docker engine");
+    busybox_image(&provider).await;
+    let bundle = bundle_dir("socket-volume");
+    let config = SandboxConfig::new(&bundle).image(BUSYBOX_IMAGE);
+    let sb = provider.session(config).await.expect("a sandbox");
+    let id = sb.id().to_owned();
+    let socket = sb
+        .addr()
+        .strip_prefix("unix:")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| panic!("a root host reaches it through its socket: {}", sb.addr()));
+    let run = |script: &str| {
+        let call = sb.remote(agentix_bash::run, (script.to_owned(), BashOptions::new()));
+        async move { call.await.unwrap() }
+    };
+
+    // Code in the container is no root, so nothing it leaves is root's.
+    let uid: u32 = run("echo $EUID")
+        .await
+        .stdout_lossy()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(
+        uid >= agentix::SANDBOX_UID_BASE,
+        "the container runs as uid {uid}"
+    );
+    let planted = run("echo 'id -u' > /agentix-run/sh && chmod 4755 /agentix-run/sh").await;
+    assert_eq!(planted.exit_code, Some(0), "{planted:?}");
+    let program = socket.with_file_name("sh");
+    let meta = std::fs::metadata(&program).expect("the planted program, seen from the host");
+    assert_eq!(meta.uid(), uid, "the planted program is the sandbox uid's");
+    // The volume is mounted nosuid, so not even the bit counts.
+    let dir = socket.parent().unwrap().to_str().unwrap().to_owned();
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let mount = mounts
+        .lines()
+        .find(|l| l.split(' ').nth(4) == Some(dir.as_str()))
+        .unwrap_or_else(|| panic!("{dir} is a mount of its own"));
+    for flag in ["nosuid", "nodev", "noexec"] {
+        assert!(mount.contains(flag), "{dir} is not {flag}: {mount}");
+    }
+    // Other users of the host cannot reach the socket or the program.
+    let other = std::process::Command::new("runuser")
+        .args(["-u", "nobody", "--", "/bin/busybox", "ls"])
+        .arg(&dir)
+        .output()
+        .expect("runuser");
+    assert!(!other.status.success(), "nobody lists {dir}");
+
+    // The volume is small: the host's disk and memory are not the sandbox's.
+    let big = run("dd if=/dev/zero of=/agentix-run/big bs=1M count=256 2>&1").await;
+    assert_ne!(big.exit_code, Some(0), "256 MiB fit: {big:?}");
+    assert!(
+        big.stdout_lossy().contains("No space left"),
+        "{}",
+        big.stdout_lossy()
+    );
+    assert_eq!(sb.remote(agentix_e2e::add, (2, 2)).await.unwrap(), 4);
+
+    // Deleting the sandbox deletes its volume.
+    assert!(volume_exists(provider.docker(), &id).await);
+    sb.delete().await;
+    assert!(
+        !volume_exists(provider.docker(), &id).await,
+        "the socket volume outlived its sandbox"
+    );
+    assert!(!program.exists(), "{} is left", program.display());
+    let _ = std::fs::remove_dir_all(bundle);
 }
 
 /// The gateway of `sandbox`'s container network: the host, as the
@@ -516,7 +602,7 @@ async fn one_bundle_runs_in_a_busybox_image_and_on_network_none_with_no_route_ou
         .unwrap_err()
         .to_string();
     assert!(
-        err.contains("network none needs the engine on this machine"),
+        err.contains("network none is reached only through its socket"),
         "{err}"
     );
     let private = socket.parent().and_then(|run| run.parent()).unwrap();
@@ -612,6 +698,10 @@ async fn a_host_killed_mid_call_leaves_a_container_that_stops_and_is_reaped() {
     );
     assert!(provider.reap().await.unwrap() >= 1);
     assert_eq!(containers_of(provider.docker(), &id).await, 0, "reaped");
+    assert!(
+        !volume_exists(provider.docker(), &id).await,
+        "the reaped sandbox's socket volume is left"
+    );
     let _ = std::fs::remove_dir_all(bundle);
 }
 

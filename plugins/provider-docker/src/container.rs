@@ -18,8 +18,10 @@ use tokio::sync::watch;
 
 use crate::bundle_volume::bundle_volume;
 use crate::container_spec::{bundle_entry, create_body, BundleSource, SERVER_PORT, SOCKET_NAME};
+use crate::container_user::ContainerUser;
 use crate::engine_error;
 use crate::platform::{check_platform, missing_image};
+use crate::run_volume::{remove_volume, RunVolume};
 use crate::ServerReach;
 
 /// A sandbox's running container.
@@ -28,9 +30,9 @@ pub struct Container {
     name: String,
     /// How the container ended, once it has.
     ended: watch::Receiver<Option<String>>,
-    /// The host directory holding the server's socket, removed with the
-    /// container (none when the port is published).
-    socket_dir: Option<tempfile::TempDir>,
+    /// The volume holding the server's socket, removed with the container
+    /// (none when the port is published).
+    run_volume: Option<String>,
 }
 
 impl Container {
@@ -52,20 +54,78 @@ impl Container {
             ),
         };
         check_platform(docker, &entry.target, config).await?;
-        let socket_dir = match (reach, &config.container.network) {
-            (ServerReach::Socket, _) => Some(socket_dir()?),
+        let user = ContainerUser::for_sandbox(config, id);
+        let run_volume = match (reach, &config.container.network) {
+            (ServerReach::Socket, _) if !agentix::host_is_root() => {
+                return Err(ProviderError::Backend {
+                    what: "a container's server is reached through its socket only by a root \
+                           host"
+                        .into(),
+                    reason: "the socket lives on an engine volume, under the engine's root-only \
+                             directory; use ServerReach::PublishedPort"
+                        .into(),
+                })
+            }
+            (ServerReach::Socket, _) => Some(RunVolume::create(docker, id, user.owner).await?),
             (ServerReach::PublishedPort, ContainerNetwork::None) => {
                 return Err(ProviderError::Backend {
-                    what: "a sandbox on network none needs the engine on this machine".into(),
-                    reason: "the host reaches it only through a socket on a directory it \
-                             mounts, and this provider publishes ports (DOCKER_HOST is remote)"
+                    what: "a sandbox on network none is reached only through its socket".into(),
+                    reason: "that needs the engine on this machine and a root host; this \
+                             provider publishes ports (DOCKER_HOST is remote, or the host is \
+                             not root)"
                         .into(),
                 })
             }
             (ServerReach::PublishedPort, _) => None,
         };
-        let socket_path = socket_dir.as_ref().map(|d| d.path().join("run"));
-        let body = create_body(id, &entry.entry, &source, config, socket_path.as_deref())?;
+        let created = Container::create(
+            docker,
+            id,
+            &entry.entry,
+            &source,
+            config,
+            &user,
+            &run_volume,
+        )
+        .await;
+        let (container, tx) = match created {
+            Ok(created) => created,
+            Err(e) => {
+                if let Some(volume) = &run_volume {
+                    remove_volume(docker, &volume.name).await;
+                }
+                return Err(e);
+            }
+        };
+        match container.boot(token, config.ready_timeout, tx).await {
+            Ok(port) => {
+                let addr = match &run_volume {
+                    Some(volume) => {
+                        format!("unix:{}", volume.mountpoint.join(SOCKET_NAME).display())
+                    }
+                    None => format!("127.0.0.1:{port}"),
+                };
+                Ok((container, addr))
+            }
+            Err(e) => {
+                container.remove().await;
+                Err(e)
+            }
+        }
+    }
+
+    /// Creates sandbox `id`'s container (not started yet).
+    async fn create(
+        docker: &Docker,
+        id: &str,
+        entry: &str,
+        source: &BundleSource,
+        config: &SandboxConfig,
+        user: &ContainerUser,
+        run_volume: &Option<RunVolume>,
+    ) -> Result<(Container, watch::Sender<Option<String>>), ProviderError> {
+        let volume = run_volume.as_ref().map(|v| v.name.clone());
+        let body = create_body(id, entry, source, config, user, volume.as_deref())?;
         let image = body.image.clone().unwrap_or_default();
         let options = CreateContainerOptions {
             name: Some(format!("agentix-{id}")),
@@ -80,27 +140,14 @@ impl Container {
                 } => missing_image(&image, &e),
                 _ => engine_error(&e),
             })?;
-        let name = created.id;
         let (tx, ended) = watch::channel(None);
         let container = Container {
             docker: docker.clone(),
-            name: name.clone(),
+            name: created.id,
             ended,
-            socket_dir,
+            run_volume: volume,
         };
-        match container.boot(token, config.ready_timeout, tx).await {
-            Ok(port) => {
-                let addr = match &socket_path {
-                    Some(dir) => format!("unix:{}", dir.join(SOCKET_NAME).display()),
-                    None => format!("127.0.0.1:{port}"),
-                };
-                Ok((container, addr))
-            }
-            Err(e) => {
-                container.remove().await;
-                Err(e)
-            }
-        }
+        Ok((container, tx))
     }
 
     /// Attaches, starts, writes the token, reads the ready line, and finds
@@ -195,7 +242,7 @@ impl Container {
                 ))
             }
         }
-        if self.socket_dir.is_some() {
+        if self.run_volume.is_some() {
             return Ok(0);
         }
         let inspect = self
@@ -236,15 +283,19 @@ impl Container {
 
     /// Deletes the container after `lifetime`, unless it is gone by then.
     pub fn delete_after(&self, lifetime: Duration) {
-        let (docker, name) = (self.docker.clone(), self.name.clone());
+        let (docker, name, volume) = (
+            self.docker.clone(),
+            self.name.clone(),
+            self.run_volume.clone(),
+        );
         tokio::spawn(async move {
             tokio::time::sleep(lifetime).await;
-            remove(&docker, &name).await;
+            remove(&docker, &name, volume.as_deref()).await;
         });
     }
 
     async fn remove(&self) {
-        remove(&self.docker, &self.name).await;
+        remove(&self.docker, &self.name, self.run_volume.as_deref()).await;
     }
 
     fn ended_error(status: &str) -> RemoteError {
@@ -256,26 +307,9 @@ impl Container {
     }
 }
 
-/// A private host directory (0700) with a `run/` inside that the
-/// container's user, whoever it is, may create the server's socket in.
-fn socket_dir() -> Result<tempfile::TempDir, ProviderError> {
-    use std::os::unix::fs::PermissionsExt;
-    let io = |what: &str, e| ProviderError::Io {
-        what: what.to_owned(),
-        source: e,
-    };
-    let dir = tempfile::Builder::new()
-        .prefix("agentix-docker-")
-        .tempdir()
-        .map_err(|e| io("cannot make the socket directory", e))?;
-    let run = dir.path().join("run");
-    std::fs::create_dir(&run)
-        .and_then(|()| std::fs::set_permissions(&run, std::fs::Permissions::from_mode(0o777)))
-        .map_err(|e| io("cannot make the socket directory", e))?;
-    Ok(dir)
-}
-
-async fn remove(docker: &Docker, name: &str) {
+/// Removes container `name`, then its socket volume (which the engine keeps
+/// while the container exists).
+async fn remove(docker: &Docker, name: &str, run_volume: Option<&str>) {
     let options = RemoveContainerOptions {
         force: true,
         v: true,
@@ -284,14 +318,16 @@ async fn remove(docker: &Docker, name: &str) {
     if let Err(e) = docker.remove_container(name, Some(options)).await {
         tracing::debug!(container = name, "not removed: {e}");
     }
+    if let Some(volume) = run_volume {
+        remove_volume(docker, volume).await;
+    }
 }
 
 impl SandboxResources for Container {
     fn shutdown(&self) -> BoxFuture<'static, ()> {
         // On a thread and a client of its own: a handle dropped while the
         // caller's runtime shuts down must still remove its container.
-        let name = self.name.clone();
-        let socket_dir = self.socket_dir.as_ref().map(|d| d.path().to_owned());
+        let (name, volume) = (self.name.clone(), self.run_volume.clone());
         let (done_tx, done_rx) = tokio::sync::oneshot::channel();
         let spawned = std::thread::Builder::new()
             .name("agentix-docker-rm".into())
@@ -300,10 +336,7 @@ impl SandboxResources for Container {
                     .enable_all()
                     .build();
                 if let (Ok(runtime), Ok(docker)) = (runtime, Docker::connect_with_defaults()) {
-                    runtime.block_on(remove(&docker, &name));
-                }
-                if let Some(dir) = socket_dir {
-                    let _ = std::fs::remove_dir_all(dir);
+                    runtime.block_on(remove(&docker, &name, volume.as_deref()));
                 }
                 let _ = done_tx.send(());
             });

@@ -1,7 +1,7 @@
 //! The engine's create request for a sandbox: image, the bundle mounted
-//! read-only, the server's command line, limits, labels, and how the host
-//! reaches the server: a Unix socket on a directory mounted from the host,
-//! or its port published on 127.0.0.1 only.
+//! read-only, the server's command line, user, limits, labels, and how the
+//! host reaches the server: a Unix socket on the sandbox's
+//! [`crate::run_volume`], or its port published on 127.0.0.1 only.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -10,11 +10,12 @@ use agentix::{ContainerNetwork, ProviderError, SandboxConfig};
 use agentix_bundle_format::{Manifest, MOUNT};
 use bollard::models::{ContainerCreateBody, HostConfig, PortBinding};
 
+use crate::container_user::ContainerUser;
 use crate::{owner_label, LABEL_OWNER, LABEL_SANDBOX};
 
 /// The port the server listens on inside the container.
 pub const SERVER_PORT: u16 = 7000;
-/// Where the host's socket directory appears in the container.
+/// Where the socket volume appears in the container.
 pub const SOCKET_MOUNT: &str = "/agentix-run";
 /// The server's socket in that directory.
 pub const SOCKET_NAME: &str = "server.sock";
@@ -51,15 +52,16 @@ pub enum BundleSource {
     Volume(String),
 }
 
-/// The create request for sandbox `id` from `config`; with `socket_dir`
-/// (a host directory) the server listens on a socket there, else on a port
-/// published on 127.0.0.1.
+/// The create request for sandbox `id` from `config`, run as `user`; with
+/// `run_volume` (a volume's name) the server listens on a socket there,
+/// else on a port published on 127.0.0.1.
 pub fn create_body(
     id: &str,
     entry: &str,
     bundle: &BundleSource,
     config: &SandboxConfig,
-    socket_dir: Option<&Path>,
+    user: &ContainerUser,
+    run_volume: Option<&str>,
 ) -> Result<ContainerCreateBody, ProviderError> {
     let settings = &config.container;
     let image = settings
@@ -79,7 +81,7 @@ pub fn create_body(
             .to_string(),
         BundleSource::Volume(name) => name.clone(),
     };
-    let listen = match socket_dir {
+    let listen = match run_volume {
         Some(_) => vec!["--unix".into(), format!("{SOCKET_MOUNT}/{SOCKET_NAME}")],
         None => vec![
             "--host".into(),
@@ -116,9 +118,13 @@ pub fn create_body(
             mount.container
         ));
     }
-    if let Some(dir) = socket_dir {
-        binds.push(format!("{}:{SOCKET_MOUNT}:rw", dir.display()));
+    if let Some(volume) = run_volume {
+        binds.push(format!("{volume}:{SOCKET_MOUNT}:rw"));
     }
+    // Counted against the container's memory limit, like any tmpfs.
+    let tmpfs = user
+        .own_tmp
+        .then(|| HashMap::from([("/tmp".to_owned(), "rw,nosuid,nodev,mode=1777".to_owned())]));
     let port = format!("{SERVER_PORT}/tcp");
     let published = PortBinding {
         host_ip: Some("127.0.0.1".into()),
@@ -129,7 +135,7 @@ pub fn create_body(
         ContainerNetwork::Named(name) => Some(name.clone()),
         ContainerNetwork::Bridge => None,
     };
-    let (port_bindings, exposed_ports) = match socket_dir {
+    let (port_bindings, exposed_ports) = match run_volume {
         Some(_) => (None, None),
         None => (
             Some(HashMap::from([(port.clone(), Some(vec![published]))])),
@@ -138,6 +144,7 @@ pub fn create_body(
     };
     let host_config = HostConfig {
         binds: Some(binds),
+        tmpfs,
         network_mode,
         port_bindings,
         nano_cpus: settings.cpus.map(|c| (c * 1e9) as i64),
@@ -151,7 +158,7 @@ pub fn create_body(
         image: Some(image),
         cmd: Some(cmd),
         env: Some(env),
-        user: settings.user.clone(),
+        user: user.user.clone(),
         working_dir: settings.workdir.clone(),
         exposed_ports,
         open_stdin: Some(true),
