@@ -58,6 +58,7 @@ pub fn run_with(setup: impl FnOnce()) -> i32 {
     forward_logs();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .thread_name("agentix-worker")
+        .thread_keep_alive(BLOCKING_THREAD_KEEP_ALIVE)
         .enable_all()
         .build()
     {
@@ -67,6 +68,11 @@ pub fn run_with(setup: impl FnOnce()) -> i32 {
             return 1;
         }
     };
+    // One blocking thread from the start, while threads can be had.
+    if let Err(e) = runtime.block_on(runtime.spawn_blocking(|| ())) {
+        eprintln!("agentix worker: cannot start a blocking thread: {e}");
+        return 1;
+    }
     let code = runtime.block_on(async {
         match frame_pipes(fds) {
             Ok((input, output)) => serve(input, output, setup).await,
@@ -80,6 +86,15 @@ pub fn run_with(setup: impl FnOnce()) -> i32 {
     runtime.shutdown_background();
     code
 }
+
+/// How long an idle blocking thread of the worker's runtime stays: for
+/// good. Tokio panics when it needs a new blocking thread, cannot start one
+/// and has none (sandbox code that exhausted its user's process limit
+/// makes that so), and such a panic in a destructor aborts the worker. A
+/// thread that exists takes the work later instead. The cost is the
+/// threads of the busiest moment, idle (a few KiB each).
+const BLOCKING_THREAD_KEEP_ALIVE: std::time::Duration =
+    std::time::Duration::from_secs(100 * 365 * 24 * 3600);
 
 /// Whether this worker reads its own output (the ready frame says so).
 static CAPTURES_OUTPUT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);

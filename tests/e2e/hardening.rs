@@ -949,3 +949,97 @@ async fn assert_answers_within(sb: &agentix::Sandbox, limit: Duration) {
         .unwrap();
     assert_eq!(sum, 3);
 }
+
+/// Sets process `pid`'s soft limit on its user's processes and threads
+/// (`hard` for its hard limit, or a number), as that user (root without CAP_SYS_RESOURCE
+/// may not change another user's limits).
+fn limit_processes(pid: u32, soft: &str) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let uid = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))
+        .and_then(|l| l.split_whitespace().next())
+        .unwrap()
+        .to_owned();
+    let soft = match soft {
+        "hard" => {
+            let limits = std::fs::read_to_string(format!("/proc/{pid}/limits")).unwrap();
+            let line = limits
+                .lines()
+                .find(|l| l.starts_with("Max processes"))
+                .unwrap();
+            line.split_whitespace().nth(3).unwrap().to_owned()
+        }
+        n => n.to_owned(),
+    };
+    let out = std::process::Command::new("setpriv")
+        .args([
+            &format!("--reuid={uid}"),
+            &format!("--regid={uid}"),
+            "--clear-groups",
+            "prlimit",
+            &format!("--pid={pid}"),
+            &format!("--nproc={soft}:"),
+        ])
+        .output()
+        .expect("setpriv and prlimit (util-linux)");
+    assert!(out.status.success(), "{out:?}");
+}
+
+// Hardening, second round: a fork bomb under a pids limit left the worker
+// unable to start a thread; calls that needed one panicked, and one such
+// panic in a destructor aborted the worker ("panic in a destructor during
+// cleanup"), ending every call with WorkerExited.
+#[tokio::test]
+async fn a_worker_that_cannot_start_threads_fails_those_calls_clearly_and_lives() {
+    let sb = sandbox().await;
+    let worker = sb.remote(agentix_e2e::worker_pid, ()).await.unwrap();
+    // A fork bomb under a process limit: it fails, the worker does not.
+    let uid_tasks = std::fs::read_dir("/proc").unwrap().count();
+    limit_processes(worker, &(uid_tasks + 60).to_string());
+    let options = agentix_bash::BashOptions::new().timeout(Duration::from_secs(3));
+    let bomb = sb
+        .remote(
+            agentix_bash::run,
+            (":(){ :|:& };:; sleep 30".to_owned(), options),
+        )
+        .await
+        .expect("the bomb's command ends with a result");
+    assert!(bomb.timed_out, "{bomb:?}");
+    let stderr = String::from_utf8_lossy(&bomb.stderr);
+    assert!(
+        stderr.contains("Resource temporarily unavailable"),
+        "{stderr}"
+    );
+    // Let the runtime's idle blocking threads time out, as in a long call,
+    // then let the worker's user start no process and no thread at all.
+    tokio::time::sleep(Duration::from_secs(11)).await;
+    limit_processes(worker, "1");
+    // A shell started before may still run it; a new one cannot start.
+    let bash = sb
+        .remote(
+            agentix_bash::run,
+            ("/bin/true".to_owned(), Default::default()),
+        )
+        .await;
+    if let Err(e) = &bash {
+        assert_eq!(e.kind, ErrorKind::Raised, "{e}");
+        assert!(
+            e.message.contains("Resource temporarily unavailable"),
+            "{e}"
+        );
+    }
+    // What runs on the worker's blocking threads and a flood of logs (whose
+    // queue, when full, hands the thread's tasks to another) still work.
+    let stat = sb.remote(agentix_files::stat, ".".to_owned()).await;
+    assert!(stat.is_ok(), "{stat:?}");
+    let flood = sb.remote(agentix_e2e::chatter, (100_000, 100_000, 0)).await;
+    assert_eq!(flood.ok(), Some(200_000));
+    limit_processes(worker, "hard");
+    assert_eq!(
+        sb.remote(agentix_e2e::worker_pid, ()).await.unwrap(),
+        worker,
+        "the worker was replaced"
+    );
+    assert_eq!(stdout_of(&sb, "echo back".to_owned()).await, "back\n");
+}

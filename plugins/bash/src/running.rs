@@ -196,6 +196,9 @@ fn kill_tagged_in_background(tag: &str) {
         agentix::process::kill_tagged(&tag);
     };
     match tokio::runtime::Handle::try_current() {
+        // Unwinding already: a runtime that cannot start a thread panics,
+        // and a second panic aborts the worker.
+        Ok(_) if std::thread::panicking() => kill(),
         Ok(rt) => {
             rt.spawn_blocking(kill);
         }
