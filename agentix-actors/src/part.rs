@@ -23,6 +23,13 @@ use bytes::Bytes;
 /// binary frame).
 pub const PART_BYTES: usize = 1 << 20;
 
+/// Largest websocket message either end accepts, text or binary. Binary
+/// messages stay under [`SPLIT_ABOVE`] (larger payloads go in parts), so
+/// this bounds text: a peer's JSON event is refused on its frame header,
+/// before its bytes are buffered, however large the whole-message limit
+/// (`max_message_bytes`) is.
+pub const MAX_SOCKET_MESSAGE_BYTES: usize = 16 << 20;
+
 /// Payloads up to this size travel whole: a file chunk of exactly 1 MiB
 /// plus its CBOR envelope is one message, not a part and a crumb.
 pub const SPLIT_ABOVE: usize = PART_BYTES + PART_BYTES / 4;

@@ -14,6 +14,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use actix::Addr;
+use agentix_actors::part::MAX_SOCKET_MESSAGE_BYTES;
 use agentix_actors::supervision::ChildAddr;
 use socketioxide::SocketIo;
 
@@ -105,19 +106,24 @@ impl Server {
         let (root, tree) = ServerSupervisor::start_tree(config.clone(), credits.clone(), server_id);
         let worker_supervisor = tree.worker_supervisor;
         // A message's bytes travel as one binary frame beside a small JSON
-        // header; the slack is for that header.
-        let max_frame = config.max_message_bytes.saturating_add(HEADER_SLACK);
+        // header; the slack is for that header. Larger payloads travel in
+        // parts, so one websocket message past MAX_SOCKET_MESSAGE_BYTES is
+        // a peer's oversized JSON, refused on its header before it is read.
+        let max_ws_message = config
+            .max_message_bytes
+            .min(MAX_SOCKET_MESSAGE_BYTES)
+            .saturating_add(HEADER_SLACK);
         let (service, io) = SocketIo::builder()
             .with_parser(
                 socketioxide::ParserConfig::common()
                     .max_incoming_binary_buf_size(config.max_message_bytes),
             )
-            .max_payload(max_frame as u64)
+            .max_payload(max_ws_message as u64)
             // Socketioxide reads a websocket 4 KiB at a time by default: 256
             // reads per MiB received.
             .ws_read_buffer_size(WS_READ_BUFFER)
-            .ws_max_message_size(max_frame)
-            .ws_max_frame_size(max_frame)
+            .ws_max_message_size(max_ws_message)
+            .ws_max_frame_size(max_ws_message)
             .max_buffer_size(4096)
             .ping_interval(config.ping_interval)
             .ping_timeout(config.ping_timeout)

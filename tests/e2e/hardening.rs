@@ -1043,3 +1043,40 @@ async fn a_worker_that_cannot_start_threads_fails_those_calls_clearly_and_lives(
     );
     assert_eq!(stdout_of(&sb, "echo back".to_owned()).await, "back\n");
 }
+
+/// A line of `/proc/<pid>/status` (`VmRSS`, `VmHWM`) in KiB.
+fn status_kib(pid: u32, field: &str) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no {field} in {status}"))
+}
+
+// Hardening, second round: one 200 MiB text event with the token (under the
+// 256 MiB message limit) took the server to 648 MB and left the host
+// without a successful call for 21-40 s.
+#[tokio::test]
+async fn a_huge_text_event_is_refused_on_its_header_and_the_host_calls_on() {
+    let sb = sandbox().await;
+    let server = sb.server_pid().unwrap();
+    assert_eq!(sb.remote(agentix_e2e::add, (1, 1)).await.unwrap(), 2);
+    let before = status_kib(server, "VmRSS");
+    let mut raw = RawSocket::connect(sb.addr(), sb.token()).await;
+    let huge = format!(
+        "42/rpc,[\"call\",{{\"id\":1,\"target\":\"agentix_e2e::echo\",\"args\":\"{}\"}}]",
+        "A".repeat(200 << 20)
+    );
+    let refused = async { raw.try_send(&huge).await.is_err() || raw.recv().await.is_none() };
+    let call = sb.remote(agentix_e2e::add, (1, 2)).into_future();
+    let (refused, answer) = tokio::join!(refused, call);
+    assert!(refused, "the server read a 200 MiB text event");
+    assert_eq!(answer.unwrap(), 3);
+    let peak = status_kib(server, "VmHWM");
+    assert!(
+        peak < before + (64 << 10),
+        "the server grew from {before} KiB to a peak of {peak} KiB"
+    );
+    assert_eq!(sb.remote(agentix_e2e::add, (2, 2)).await.unwrap(), 4);
+}

@@ -37,6 +37,7 @@ use tokio_tungstenite::tungstenite::Error as WsError;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::WebSocketStream;
 
+use agentix_actors::part::MAX_SOCKET_MESSAGE_BYTES;
 use agentix_actors::wire::{decode_event, WithAttachments};
 
 use super::error::SioError;
@@ -74,6 +75,12 @@ impl Incoming {
     /// The event's name.
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// The bytes the event holds: its JSON and its attachments.
+    pub fn payload_len(&self) -> usize {
+        let frames: usize = self.payload.frames.iter().map(|f| f.len()).sum();
+        self.payload.json.len() + frames
     }
 
     /// The packet's JSON (`[name, payload, ..]`), attachments as placeholders.
@@ -207,7 +214,12 @@ impl SioClient {
             .await
             .map_err(within("connecting"))?
             .map_err(|e| SioError::Unreachable(e.to_string()))?;
-        let max_frame = settings.max_message_bytes.saturating_add(HEADER_SLACK);
+        // The server sends payloads past SPLIT_ABOVE in parts, so a larger
+        // message is JSON, refused on its header before it is buffered.
+        let max_frame = settings
+            .max_message_bytes
+            .min(MAX_SOCKET_MESSAGE_BYTES)
+            .saturating_add(HEADER_SLACK);
         let config = WebSocketConfig::default()
             .max_message_size(Some(max_frame))
             .max_frame_size(Some(max_frame));
@@ -387,6 +399,14 @@ impl SioClient {
     }
 
     async fn send(&self, messages: Vec<Message>) -> Result<(), SioError> {
+        if let Some(big) = messages.iter().find(|m| m.len() > MAX_SOCKET_MESSAGE_BYTES) {
+            return Err(SioError::Encode(format!(
+                "an event of {} bytes of JSON is over the {} MiB a websocket message may \
+                 carry; send large data as bytes (serde_bytes, Blob), which travel in parts",
+                big.len(),
+                MAX_SOCKET_MESSAGE_BYTES >> 20
+            )));
+        }
         if self.is_closed() {
             return Err(self.closed_reason());
         }
