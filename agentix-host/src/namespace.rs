@@ -14,7 +14,9 @@
 //! reply. The closure builders and the actor ones mix freely.
 //!
 //! Each handler runs as a task of its own, off the Socket.IO receive loop, so
-//! a slow handler delays neither other namespaces nor call results. A
+//! a slow handler delays neither other namespaces nor call results; a
+//! namespace holds a bounded number of them ([`crate::namespace_budget`]),
+//! and past that drops events and answers requests `Overloaded`. A
 //! `request_handler` unwraps `{request_id, data}`, and replies with
 //! `<event>:result {request_id, data}` or `<event>:error {request_id, error:
 //! {type, message}}` (also when the handler panics); a
@@ -29,7 +31,7 @@
 //! [`NamespaceRequest`] sees its `cancelled` token fire, and no reply is
 //! sent.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
@@ -54,6 +56,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::connection::connect_error;
 use crate::endpoint::Endpoint;
+pub use crate::namespace_budget::OVERLOADED;
+use crate::namespace_budget::{NamespaceBudget, NamespaceLoad};
 use crate::sio::{Delivery, Incoming, SioClient};
 
 type BoxFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
@@ -135,6 +139,9 @@ fn null_text() -> JsonText {
 pub struct HostNamespace {
     pub(crate) path: String,
     handlers: HashMap<String, Handler>,
+    /// The events answered as requests: turned away with a reply.
+    requests: HashSet<String>,
+    budget: Arc<NamespaceBudget>,
 }
 
 /// The live host side of a namespace: emit to the sandbox.
@@ -179,7 +186,15 @@ impl HostNamespace {
         HostNamespace {
             path: path.into(),
             handlers: HashMap::new(),
+            requests: HashSet::new(),
+            budget: Arc::default(),
         }
+    }
+
+    /// What this namespace turned away so far because it was full, over
+    /// every connection of its sandbox.
+    pub fn load(&self) -> NamespaceLoad {
+        self.budget.load()
     }
 
     /// Runs `handler` for every `event` the sandbox emits.
@@ -310,6 +325,7 @@ impl HostNamespace {
             })
         };
         self.handlers.insert(event.to_owned(), Arc::new(handler));
+        self.requests.insert(event.to_owned());
         self
     }
 }
@@ -328,6 +344,7 @@ impl HostNamespace {
         Fut: Future<Output = ()> + Send + 'static,
     {
         let name = event.to_owned();
+        self.requests.insert(event.to_owned());
         self.handlers.insert(
             event.to_owned(),
             Arc::new(
@@ -467,10 +484,6 @@ impl Drop for Answer {
 /// Requests one actor may have in flight before new ones are refused.
 pub const ACTOR_REQUESTS_IN_FLIGHT: usize = 256;
 
-/// The error type of a request refused because its actor has
-/// [`ACTOR_REQUESTS_IN_FLIGHT`] requests already.
-pub const OVERLOADED: &str = "Overloaded";
-
 impl HostNamespace {
     /// Hands `events` to the actor behind `actor`, in the order they
     /// arrive, as [`NamespaceEvent`]s (one queue for all of them).
@@ -557,6 +570,7 @@ impl HostNamespace {
             })
         };
         self.handlers.insert(event.to_owned(), Arc::new(handler));
+        self.requests.insert(event.to_owned());
         self
     }
 }
@@ -589,15 +603,25 @@ fn short_type_name<E>() -> String {
     full.rsplit("::").next().unwrap_or(full).to_owned()
 }
 
-/// Joins `namespace` on `client`; its handlers run as tasks.
+/// Replies the receive path queues for one task to send: to unknown
+/// requests and to requests a full namespace turns away (a few hundred
+/// bytes each). Past this many unsent, a sandbox that does not read them
+/// gets none, and its own request timeout ends those requests.
+const QUICK_REPLIES: usize = 4096;
+
+/// Joins `namespace` on `client`; its handlers run as tasks, as many as
+/// its budget admits.
 pub(crate) async fn join(
     client: &SioClient,
     endpoint: &Endpoint,
     namespace: HostNamespace,
 ) -> Result<HostNamespaceHandle, RemoteError> {
     let handlers = Arc::new(namespace.handlers);
+    let requests = namespace.requests;
+    let budget = namespace.budget;
     let path: Arc<str> = Arc::from(namespace.path.as_str());
     let answering = Answering::default();
+    let quick = quick_replies(path.clone());
     let on_delivery = {
         let path = path.clone();
         let answering = answering.clone();
@@ -619,18 +643,34 @@ pub(crate) async fn join(
                 match data.and_then(|data| request_id(&name, &data)) {
                     Some(request_id) => {
                         let (event, reply) = no_handler_reply(&path, &name, request_id);
-                        let ns = HostNamespaceHandle::new(client, path.clone(), answering.clone());
-                        tokio::spawn(async move {
-                            if let Err(e) = ns.emit(&event, reply).await {
-                                tracing::debug!("reply not sent: {e}");
-                            }
-                        });
+                        if quick.try_send((client, event, reply)).is_err() {
+                            tracing::debug!(path = &*path, event = name, "reply not sent: full");
+                        }
                     }
                     None => tracing::debug!(
                         path = &*path,
                         event = name,
                         "no handler for this event; dropped"
                     ),
+                }
+                return;
+            };
+            let Some(admission) = budget.admit(incoming.payload_len()) else {
+                if !requests.contains(&name) {
+                    budget.event_dropped(&path, &name);
+                    return;
+                }
+                budget.request_overloaded(&path, &name);
+                let client = incoming.client().clone();
+                if let Some(request_id) = unreadable_request_id(incoming) {
+                    let message = format!(
+                        "{path} is handling {} requests and events already",
+                        crate::namespace_budget::HANDLER_TASKS
+                    );
+                    let (event, reply) = error_reply(&name, request_id, OVERLOADED, message);
+                    if quick.try_send((client, event, reply)).is_err() {
+                        tracing::debug!(path = &*path, event = name, "reply not sent: full");
+                    }
                 }
                 return;
             };
@@ -645,6 +685,7 @@ pub(crate) async fn join(
                 if AssertUnwindSafe(fut).catch_unwind().await.is_err() {
                     tracing::error!(path = &*path, event = name, "namespace handler panicked");
                 }
+                drop(admission);
             });
         }
     };
@@ -653,6 +694,24 @@ pub(crate) async fn join(
         .await
         .map_err(|e| connect_error(endpoint, &format!("cannot join {path}"), e))?;
     Ok(HostNamespaceHandle::new(client.clone(), path, answering))
+}
+
+/// A reply to emit: on which connection, which event, what.
+type QuickReply = (SioClient, String, Value);
+
+/// A queue of replies that one task emits on namespace `path`, in order.
+/// The task holds no connection while it waits, so it ends with the
+/// namespace's receive path, which holds the queue.
+fn quick_replies(path: Arc<str>) -> tokio::sync::mpsc::Sender<QuickReply> {
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<QuickReply>(QUICK_REPLIES);
+    tokio::spawn(async move {
+        while let Some((client, event, reply)) = rx.recv().await {
+            if let Err(e) = client.emit(&path, &event, &reply).await {
+                tracing::debug!("reply not sent: {e}");
+            }
+        }
+    });
+    tx
 }
 
 #[cfg(test)]

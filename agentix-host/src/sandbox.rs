@@ -252,9 +252,26 @@ impl Sandbox {
         cbor::to_json(&self.call_cbor(target, &args).await?)
     }
 
-    /// The server's `/health` report.
+    /// The server's `/health` report, with this host's own under `host`:
+    /// what each plugin namespace turned away because it was full
+    /// (`host.namespaces["/path"]`, a [`crate::NamespaceLoad`]).
     pub async fn health(&self) -> Result<serde_json::Value, RemoteError> {
-        crate::health::fetch(&self.endpoint, self.settings.connect_timeout).await
+        let mut report =
+            crate::health::fetch(&self.endpoint, self.settings.connect_timeout).await?;
+        let namespaces: serde_json::Map<String, serde_json::Value> = self
+            .namespaces
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .map(|ns| (ns.path.clone(), serde_json::json!(ns.load())))
+            .collect();
+        if let Some(fields) = report.as_object_mut() {
+            fields.insert(
+                "host".into(),
+                serde_json::json!({ "namespaces": namespaces }),
+            );
+        }
+        Ok(report)
     }
 
     pub(crate) async fn connection(&self) -> Result<Arc<RpcConnection>, RemoteError> {

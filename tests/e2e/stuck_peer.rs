@@ -128,3 +128,80 @@ async fn a_server_that_pings_without_reading_costs_the_host_one_task() {
     let err = call.await.unwrap().unwrap_err();
     assert_eq!(err.kind, ErrorKind::Timeout, "{err}");
 }
+
+// Hardening, second round: a worker emitting plugin events at full speed to
+// a slow handler drove the host from 14 to 189 MB in 30 s with 345,094
+// tasks alive, and a closure request handler took 96,000 requests at once
+// (172 MB): each event and request got a task, without bound.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugin_flood_to_slow_handlers_is_dropped_and_refused_not_queued() {
+    use agentix::HostNamespace;
+    let sb = support::sandbox().await;
+    let slow = Duration::from_secs(2);
+    let ns = HostNamespace::new("/e2e-plugin")
+        .on("number", move |_, _| tokio::time::sleep(slow))
+        .request_handler("fetch", move |_| async move {
+            tokio::time::sleep(slow).await;
+            Ok::<_, String>(serde_json::json!("slow"))
+        });
+    sb.register_namespace(ns).unwrap();
+    assert_eq!(
+        sb.remote(agentix_e2e::open_plugin, ()).await.unwrap(),
+        "open"
+    );
+    let me = std::process::id();
+    let before = rss_kib(me);
+    let runtime = tokio::runtime::Handle::current();
+    let idle_tasks = runtime.metrics().num_alive_tasks();
+    let watch = {
+        let runtime = runtime.clone();
+        tokio::spawn(async move {
+            let mut most = 0;
+            for _ in 0..100 {
+                most = most.max(runtime.metrics().num_alive_tasks());
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            most
+        })
+    };
+    let events = 200_000u64;
+    let requests = 2_000u64;
+    let (sent, replies) = tokio::join!(
+        sb.remote(agentix_e2e::emit_numbers, events).into_future(),
+        sb.remote(agentix_e2e::ask_host, requests).into_future(),
+    );
+    assert_eq!(sent.unwrap(), events);
+    let replies = replies.unwrap();
+    // Every request was answered: by the handler, or at once as refused.
+    assert_eq!(replies.len() as u64, requests);
+    let refused = replies
+        .iter()
+        .filter(|r| {
+            r["error"]
+                .as_str()
+                .is_some_and(|e| e.contains("Overloaded"))
+        })
+        .count();
+    let answered = replies.iter().filter(|r| **r == "slow").count();
+    assert_eq!(refused + answered, requests as usize, "{replies:?}");
+    assert!(refused > 0, "no request was refused");
+    let most_tasks = watch.await.unwrap();
+    let grown = rss_kib(me).saturating_sub(before);
+    assert!(
+        most_tasks < idle_tasks + agentix::namespace_budget::HANDLER_TASKS + 300,
+        "{most_tasks} tasks alive during a plugin flood ({idle_tasks} before it)"
+    );
+    assert!(
+        grown < 200 << 10,
+        "the host grew by {grown} KiB in a plugin flood"
+    );
+    // The calls go on, and the host says what it turned away.
+    assert_eq!(sb.remote(agentix_e2e::add, (2, 2)).await.unwrap(), 4);
+    let health = sb.health().await.unwrap();
+    let load = &health["host"]["namespaces"]["/e2e-plugin"];
+    assert!(load["dropped_events"].as_u64().unwrap() > 0, "{health}");
+    assert_eq!(
+        load["overloaded_requests"].as_u64().unwrap(),
+        refused as u64
+    );
+}
