@@ -5,12 +5,15 @@
 //! small bounded queue, and the task acknowledges a batch once it has
 //! handled it. The server sends a host at most a few unacknowledged batches,
 //! so the queue never fills and a slow log sink holds back neither calls
-//! nor the other channel, only its own sandbox's logging.
+//! nor the other channel, only its own sandbox's logging. The queue holds
+//! at most [`QUEUE_BYTES`] as well: a batch past that (a peer that sends
+//! huge ones) is dropped, warned of, and acknowledged all the same, so the
+//! server's window is not left short.
 
+use agentix_actors::budgeted_channel::{budgeted_channel, PayloadLen};
 use agentix_actors::errors::RemoteError;
 use agentix_actors::wire::EVENT_SIDE_ACK;
 use serde_json::json;
-use tokio::sync::mpsc;
 
 use crate::connection::connect_error;
 use crate::endpoint::Endpoint;
@@ -19,6 +22,25 @@ use crate::sio::{Delivery, Incoming, SioClient};
 /// Batches queued for a channel's task; more than the server may send
 /// unacknowledged.
 const QUEUE: usize = 16;
+/// Most bytes of batches queued for a channel's task (the server's are a
+/// few hundred KiB each).
+const QUEUE_BYTES: usize = 32 << 20;
+
+/// What a channel's task gets: a batch to handle and acknowledge, or the
+/// acknowledgement of one that did not fit.
+enum Queued {
+    Batch(Incoming),
+    Dropped(SioClient),
+}
+
+impl PayloadLen for Queued {
+    fn payload_len(&self) -> usize {
+        match self {
+            Queued::Batch(incoming) => incoming.payload_len(),
+            Queued::Dropped(_) => 0,
+        }
+    }
+}
 
 /// Joins `namespace` on `client`; each `event` goes to `on_batch` on a
 /// task of its own, in order, then is acknowledged.
@@ -29,15 +51,20 @@ pub(crate) async fn listen(
     event: &'static str,
     mut on_batch: impl FnMut(Incoming) + Send + 'static,
 ) -> Result<(), RemoteError> {
-    let (tx, mut rx) = mpsc::channel::<Incoming>(QUEUE);
+    let (tx, mut rx) = budgeted_channel::<Queued>(QUEUE, QUEUE_BYTES);
     let handler = move |delivery: Delivery| match delivery {
         Delivery::Event(incoming) if incoming.name() == event => {
-            if tx.try_send(incoming).is_err() {
-                tracing::warn!(
-                    namespace,
-                    "the server sent more unacknowledged batches than it may; one was dropped"
-                );
+            let (client, bytes) = (incoming.client().clone(), incoming.payload_len());
+            if tx.try_send(Queued::Batch(incoming)).is_ok() {
+                return;
             }
+            tracing::warn!(
+                namespace,
+                bytes,
+                "a batch did not fit the queue (the server sent more or larger unacknowledged \
+                 batches than it may); it was dropped"
+            );
+            let _ = tx.try_send(Queued::Dropped(client));
         }
         Delivery::Event(incoming) => {
             tracing::debug!(namespace, event = incoming.name(), "unknown event; dropped")
@@ -45,9 +72,15 @@ pub(crate) async fn listen(
         Delivery::Closed(_) => {}
     };
     tokio::spawn(async move {
-        while let Some(incoming) = rx.recv().await {
-            let client = incoming.client().clone();
-            on_batch(incoming);
+        while let Some(queued) = rx.recv().await {
+            let client = match queued {
+                Queued::Batch(incoming) => {
+                    let client = incoming.client().clone();
+                    on_batch(incoming);
+                    client
+                }
+                Queued::Dropped(client) => client,
+            };
             // Handled: the server may send one more batch.
             if let Err(e) = client.emit(namespace, EVENT_SIDE_ACK, &json!({})).await {
                 tracing::debug!(namespace, "side-channel ack not sent: {e}");

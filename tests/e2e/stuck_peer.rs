@@ -205,3 +205,128 @@ async fn a_plugin_flood_to_slow_handlers_is_dropped_and_refused_not_queued() {
         refused as u64
     );
 }
+
+// Hardening, second round: sixteen 41 MiB log records took the host to
+// 884 MB: a record travelled whole, each in a batch of its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn huge_log_records_reach_the_host_cut_and_cost_it_no_memory() {
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let tap = seen.clone();
+    let config = SandboxConfig::new(bundle_path())
+        .on_log(move |_, r| tap.lock().unwrap().push(r.message.clone()));
+    let sb = support::sandbox_with(config).await;
+    let me = std::process::id();
+    let before = rss_kib(me);
+    let records = 16u64;
+    let (logged, sum) = tokio::join!(
+        sb.remote(agentix_e2e::chatter_wide, (records, 41usize << 20))
+            .into_future(),
+        sb.remote(agentix_e2e::add, (2, 3)).into_future(),
+    );
+    assert_eq!(logged.unwrap(), records);
+    assert_eq!(sum.unwrap(), 5);
+    support::wait_until("the cut records", Duration::from_secs(30), || {
+        seen.lock()
+            .unwrap()
+            .iter()
+            .filter(|m| m.starts_with("wide "))
+            .count()
+            == records as usize
+    })
+    .await;
+    let grown = rss_kib(me).saturating_sub(before);
+    assert!(grown < 200 << 10, "the host grew by {grown} KiB");
+    for message in seen
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|m| m.starts_with("wide "))
+    {
+        assert!(message.len() <= (64 << 10) + 64, "{} bytes", message.len());
+        assert!(
+            message.ends_with("bytes cut]"),
+            "{}",
+            &message[message.len() - 40..]
+        );
+    }
+    assert_eq!(sb.remote(agentix_e2e::add, (1, 1)).await.unwrap(), 2);
+}
+
+/// A server that sends `batches` `/log` batches of one `record_bytes`
+/// record each at once, without waiting for acks, and counts the acks.
+async fn log_flooding_server(
+    batches: usize,
+    record_bytes: usize,
+    acks: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+) -> String {
+    use futures_util::SinkExt;
+    let record =
+        agentix_actors::log_record::LogRecord::now("INFO", "flood", "y".repeat(record_bytes));
+    let mut cbor = Vec::new();
+    ciborium::into_writer(&[record], &mut cbor).unwrap();
+    let cbor = bytes::Bytes::from(cbor);
+    fake_server::start(move |mut ws| {
+        let (cbor, acks) = (cbor.clone(), acks.clone());
+        async move {
+            let mut sent = false;
+            while let Some(Ok(message)) = ws.next().await {
+                let Message::Text(text) = message else {
+                    continue;
+                };
+                if fake_server::accept_join(&mut ws, text.as_str()).await {
+                    if text.as_str().starts_with("40/log,") && !sent {
+                        sent = true;
+                        for _ in 0..batches {
+                            let header =
+                                r#"451-/log,["records",{"cbor":{"_placeholder":true,"num":0}}]"#;
+                            ws.send(Message::text(header)).await.unwrap();
+                            ws.send(Message::Binary(cbor.clone())).await.unwrap();
+                        }
+                    }
+                } else if text.as_str().starts_with("42/log,[\"ack\"") {
+                    acks.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
+            }
+        }
+    })
+    .await
+}
+
+// Hardening, second round: sixteen unacknowledged 41 MiB /log batches took
+// the host to 884 MB: its queue of batches was bounded in number only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn log_batches_past_the_hosts_byte_budget_are_dropped_and_still_acknowledged() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    let acks = Arc::new(AtomicUsize::new(0));
+    let batches = 16;
+    let addr = log_flooding_server(batches, 15 << 20, acks.clone()).await;
+    let delivered = Arc::new(AtomicUsize::new(0));
+    let tap = delivered.clone();
+    let config = SandboxConfig::new(bundle_path()).on_log(move |_, _| {
+        // A slow log sink: batches queue behind it.
+        std::thread::sleep(Duration::from_millis(300));
+        tap.fetch_add(1, Ordering::Relaxed);
+    });
+    let sb = Sandbox::attach_with(addr, "token", config);
+    let me = std::process::id();
+    let before = rss_kib(me);
+    // The call connects (joining /log); its reply never comes.
+    let call = sb
+        .remote(agentix_e2e::add, (1, 2))
+        .timeout(Duration::from_secs(3))
+        .into_future()
+        .await;
+    assert_eq!(call.unwrap_err().kind, ErrorKind::Timeout);
+    support::wait_until("every batch acknowledged", Duration::from_secs(30), || {
+        acks.load(Ordering::Relaxed) == batches
+    })
+    .await;
+    let grown = rss_kib(me).saturating_sub(before);
+    let delivered = delivered.load(Ordering::Relaxed);
+    assert!(
+        (1..batches).contains(&delivered),
+        "{delivered} of {batches} huge batches were handled"
+    );
+    assert!(grown < 200 << 10, "the host grew by {grown} KiB");
+}
