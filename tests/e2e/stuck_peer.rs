@@ -330,3 +330,38 @@ async fn log_batches_past_the_hosts_byte_budget_are_dropped_and_still_acknowledg
     );
     assert!(grown < 200 << 10, "the host grew by {grown} KiB");
 }
+
+// Hardening, second round: a 200 MiB text reply took the host to 814 MB,
+// and it stalled 19 s before it counted the connection as lost.
+#[tokio::test]
+async fn a_huge_text_message_from_the_server_is_refused_on_its_header() {
+    let addr = fake_server::start(|mut ws| async move {
+        use tokio::io::AsyncWriteExt;
+        while let Some(Ok(Message::Text(text))) = ws.next().await {
+            if fake_server::accept_join(&mut ws, text.as_str()).await {
+                continue;
+            }
+            // A call came: the header of a 200 MiB text message, then a
+            // trickle of its bytes that never ends.
+            let mut header = vec![0x81u8, 127];
+            header.extend_from_slice(&(200u64 << 20).to_be_bytes());
+            let tcp = ws.get_mut();
+            let _ = tcp.write_all(&header).await;
+            for _ in 0..300 {
+                if tcp.write_all(b"42/rpc,").await.is_err() {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    })
+    .await;
+    let sb = Sandbox::attach_with(addr, "token", SandboxConfig::new(bundle_path()));
+    let err = sb
+        .remote(agentix_e2e::add, (1, 2))
+        .timeout(Duration::from_secs(20))
+        .into_future()
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind, ErrorKind::ConnectionLost, "{err}");
+}
