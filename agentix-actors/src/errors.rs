@@ -10,6 +10,15 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
+use crate::text_cut::cut_text;
+
+/// Longest `message` or `details` an error carries to a host; more is cut,
+/// saying so.
+pub const MAX_ERROR_TEXT: usize = 64 << 10;
+/// Largest `data` (as JSON) an error carries to a host; larger is left out,
+/// saying so.
+pub const MAX_ERROR_DATA: usize = 1 << 20;
+
 /// Which rule a failed call broke; match on this, not on messages.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[non_exhaustive]
@@ -106,6 +115,32 @@ pub struct RemoteError {
 }
 
 impl RemoteError {
+    /// This error as one socket message carries it: message and details
+    /// cut to [`MAX_ERROR_TEXT`], data past [`MAX_ERROR_DATA`] left out
+    /// (the details say so). A sandbox's error of any size then reaches
+    /// its host, and costs it little.
+    pub fn bounded(mut self) -> Self {
+        cut_text(&mut self.message, MAX_ERROR_TEXT);
+        if let Some(details) = &mut self.details {
+            cut_text(details, MAX_ERROR_TEXT);
+        }
+        let too_large = |data: &serde_json::Value| {
+            serde_json::to_string(data).map_or(true, |json| json.len() > MAX_ERROR_DATA)
+        };
+        if self.data.as_ref().is_some_and(too_large) {
+            self.data = None;
+            let note = format!(
+                "its data (over {} MiB of JSON) was left out",
+                MAX_ERROR_DATA >> 20
+            );
+            self.details = Some(match self.details.take() {
+                Some(details) => format!("{details}; {note}"),
+                None => note,
+            });
+        }
+        self
+    }
+
     /// The `Panic` error for a panic (with its payload) while running `target`.
     pub fn from_panic(target: &str, panic: Box<dyn std::any::Any + Send>) -> Self {
         let what = panic

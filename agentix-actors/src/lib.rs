@@ -65,6 +65,7 @@ pub mod side_channel;
 pub mod span_bridge;
 mod stream_call;
 pub mod supervision;
+pub mod text_cut;
 pub mod trace;
 pub mod wire;
 pub mod worker;

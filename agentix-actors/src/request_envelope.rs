@@ -18,6 +18,9 @@ pub const NO_HOST: &str = "NoHost";
 /// The error type of a sandbox request whose hosts are too far behind to
 /// take it (they do not read their connection).
 pub const HOST_BEHIND: &str = "HostBehind";
+/// The error type of a request whose JSON is too large for one websocket
+/// message ([`crate::part::MAX_SOCKET_MESSAGE_BYTES`]).
+pub const TOO_LARGE: &str = "TooLarge";
 
 /// The request id of `event` if it is a request (not a reply) that
 /// expects an answer.

@@ -26,6 +26,7 @@ use crate::codec;
 use crate::log_file::SandboxLogFile;
 use crate::log_record::{now_us, LogRecord, TARGET_STDERR, TARGET_STDOUT};
 use crate::output_capture::{OutputCapture, OutputLine, OutputPipes, MAX_LINE};
+use crate::text_cut::cut_text;
 use crate::trace::{Processor, SpanData, TraceData, TraceEvent};
 use crate::wire::{Frame, SideBatch};
 
@@ -209,7 +210,9 @@ impl Visit for FieldText {
 
 impl FieldText {
     fn put(&mut self, field: &Field, mut text: String) {
-        cut_to_line(&mut text);
+        // A record travels whole in one batch: one of tens of MiB would hold
+        // the batches behind it, and the host's memory.
+        cut_text(&mut text, MAX_LINE);
         match field.name() {
             "message" => self.message = text,
             name if name.starts_with("log.") => {}
@@ -218,22 +221,6 @@ impl FieldText {
             }
         }
     }
-}
-
-/// Cuts `text` to [`MAX_LINE`] bytes (at a character boundary), saying how
-/// much was cut: a record travels whole in one batch, and one of tens of
-/// MiB would hold the batches behind it and the host's memory.
-fn cut_to_line(text: &mut String) {
-    if text.len() <= MAX_LINE {
-        return;
-    }
-    let mut end = MAX_LINE;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    let cut = text.len() - end;
-    text.truncate(end);
-    let _ = write!(text, "… [{cut} bytes cut]");
 }
 
 /// Output lines quoted per batch for the server (see [`Frame::Logs`]).

@@ -391,6 +391,17 @@ pub struct ErrorEvent {
     pub error: RemoteError,
 }
 
+impl ErrorEvent {
+    /// Call `id`'s error, [bounded](RemoteError::bounded) to what one
+    /// socket message carries.
+    pub fn new(id: u64, error: RemoteError) -> Self {
+        ErrorEvent {
+            id,
+            error: error.bounded(),
+        }
+    }
+}
+
 /// Payload of the server's `records` event on `/log`: a CBOR array of
 /// [`LogRecord`]s, in the order the sandbox produced them.
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -32,7 +32,10 @@ use agentix_actors::budgeted_channel::{
 };
 use agentix_actors::json_text::JsonText;
 use agentix_actors::outbox::Outbox;
-use agentix_actors::request_envelope::{error_reply, request_id_in_text, HOST_BEHIND, NO_HOST};
+use agentix_actors::part::MAX_SOCKET_MESSAGE_BYTES;
+use agentix_actors::request_envelope::{
+    error_reply, request_id_in_text, HOST_BEHIND, NO_HOST, TOO_LARGE,
+};
 use agentix_actors::supervision::ChildGuard;
 use agentix_actors::wire::{check_plugin_path, Frame};
 use socketioxide::extract::{Event, SocketRef};
@@ -355,6 +358,22 @@ impl ToHostsPump {
     }
 
     async fn emit(&mut self, msg: ToHosts) {
+        let size = msg.data.as_str().len();
+        // Room for the packet's framing: namespace, event name, brackets.
+        if size + self.path.len() + msg.event.len() + 64 > MAX_SOCKET_MESSAGE_BYTES {
+            self.dropped.fetch_add(1, Ordering::Relaxed);
+            let message = format!(
+                "`{}` on {} is {size} bytes of JSON, over the {} MiB one websocket message \
+                 may carry: send large data as bytes (serde_bytes, Blob), which travel in parts",
+                msg.event,
+                self.path,
+                MAX_SOCKET_MESSAGE_BYTES >> 20
+            );
+            if !self.refuse_request(&msg, TOO_LARGE, message.clone()) {
+                tracing::warn!(path = self.path, "{message}; dropped");
+            }
+            return;
+        }
         let hosts = self
             .io
             .of(&self.path)
@@ -374,7 +393,6 @@ impl ToHostsPump {
             }
             return;
         }
-        let size = msg.data.as_str().len();
         let mut delivered = false;
         for host in &hosts {
             // A host whose socket already holds its share of unwritten

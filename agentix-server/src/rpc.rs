@@ -223,7 +223,7 @@ async fn on_call(
                 ErrorKind::PayloadTooLarge,
                 format!("the arguments of `{target}` did not arrive whole: {why}"),
             );
-            return emit(&s, EVENT_ERROR, &ErrorEvent { id, error }).await;
+            return emit(&s, EVENT_ERROR, &ErrorEvent::new(id, error)).await;
         }
     };
     match stream {
@@ -289,7 +289,7 @@ async fn unary_call(
         Ok(mut pieces) => {
             let total: usize = pieces.iter().map(Bytes::len).sum();
             if let Some(error) = too_large("the result", &target, total, max) {
-                return emit(s, EVENT_ERROR, &ErrorEvent { id, error }).await;
+                return emit(s, EVENT_ERROR, &ErrorEvent::new(id, error)).await;
             }
             let Some(window) = window else {
                 // One event; Socket.IO attachments carry it in 1 MiB frames.
@@ -313,7 +313,7 @@ async fn unary_call(
             }
             emit(s, EVENT_RESULT, &ResultEvent { id, value }).await
         }
-        Err(error) => emit(s, EVENT_ERROR, &ErrorEvent { id, error }).await,
+        Err(error) => emit(s, EVENT_ERROR, &ErrorEvent::new(id, error)).await,
     }
 }
 
@@ -358,7 +358,7 @@ async fn relay_stream(
                     Err(error) => {
                         // The worker would go on producing for nobody.
                         router.do_send(CancelCall(origin));
-                        emit(s, EVENT_ERROR, &ErrorEvent { id, error }).await;
+                        emit(s, EVENT_ERROR, &ErrorEvent::new(id, error)).await;
                         return;
                     }
                 };
@@ -369,12 +369,12 @@ async fn relay_stream(
                 return;
             }
             Some(StreamEvent::Error(error)) => {
-                emit(s, EVENT_ERROR, &ErrorEvent { id, error }).await;
+                emit(s, EVENT_ERROR, &ErrorEvent::new(id, error)).await;
                 return;
             }
             None => {
                 let error = shutting_down();
-                emit(s, EVENT_ERROR, &ErrorEvent { id, error }).await;
+                emit(s, EVENT_ERROR, &ErrorEvent::new(id, error)).await;
                 return;
             }
         }

@@ -1080,3 +1080,55 @@ async fn a_huge_text_event_is_refused_on_its_header_and_the_host_calls_on() {
     );
     assert_eq!(sb.remote(agentix_e2e::add, (2, 2)).await.unwrap(), 4);
 }
+
+// Hardening, second round: a reply of any size reached the host whole (a
+// 200 MiB text reply took it to 814 MB). Now no websocket message is over
+// 16 MiB, so a sandbox's error of any size must be cut to fit, not cost
+// the host its connection.
+#[tokio::test]
+async fn an_error_of_any_size_reaches_the_host_cut_to_fit() {
+    let sb = sandbox().await;
+    let huge = "x".repeat(20 << 20);
+    let err = sb.remote(agentix_e2e::explode, huge).await.unwrap_err();
+    let start: String = err.message.chars().take(200).collect();
+    assert_eq!(err.kind, ErrorKind::Panic, "{start}");
+    assert!(
+        err.message.len() <= agentix_actors::errors::MAX_ERROR_TEXT + 64,
+        "{} bytes",
+        err.message.len()
+    );
+    assert!(
+        err.message.ends_with("bytes cut]"),
+        "{}",
+        &err.message[..200]
+    );
+    assert_eq!(sb.remote(agentix_e2e::add, (1, 1)).await.unwrap(), 2);
+}
+
+// Hardening, second round: one 200 MiB plugin event took the host to
+// 425 MB. Now a sandbox's event or request too large for one websocket
+// message is refused by its server, with an error, not sent.
+#[tokio::test]
+async fn a_plugin_request_too_large_for_a_message_is_refused_with_an_error() {
+    let sb = sandbox().await;
+    let ns = agentix::HostNamespace::new("/e2e-plugin")
+        .request_handler("fetch", |_| async { Ok::<_, String>(json!("small")) });
+    sb.register_namespace(ns).unwrap();
+    assert_eq!(
+        sb.remote(agentix_e2e::open_plugin, ()).await.unwrap(),
+        "open"
+    );
+    let small = sb
+        .remote(agentix_e2e::ask_host_padded, 1024usize)
+        .await
+        .unwrap();
+    assert_eq!(small, json!("small"));
+    let huge = sb
+        .remote(agentix_e2e::ask_host_padded, 20usize << 20)
+        .await
+        .unwrap_err()
+        .message;
+    assert!(huge.starts_with("raised TooLarge:"), "{huge}");
+    assert!(huge.contains("send large data as bytes"), "{huge}");
+    assert_eq!(sb.remote(agentix_e2e::add, (1, 1)).await.unwrap(), 2);
+}

@@ -446,6 +446,22 @@ pub async fn ask_host_event(event: String, ms: u64) -> Result<agentix::JsonValue
         })
 }
 
+/// Requests `fetch` with a body padded to `bytes`; returns the reply or the
+/// error text.
+#[agentix::remote]
+pub async fn ask_host_padded(bytes: usize) -> Result<agentix::JsonValue, String> {
+    let body = serde_json::json!({ "pad": "x".repeat(bytes) });
+    plugin()
+        .request_with_timeout("fetch", body, Duration::from_secs(30))
+        .await
+        .map_err(|e| match e {
+            agentix::RemoteSioError::Raised { type_name, message } => {
+                format!("raised {type_name}: {message}")
+            }
+            other => other.to_string(),
+        })
+}
+
 /// Emits `number {i}` on `/e2e-plugin` for `i` in `0..n`, in order; returns `n`.
 #[agentix::remote]
 pub async fn emit_numbers(n: u64) -> u64 {
