@@ -3,7 +3,7 @@
 //!
 //! The reader hands each batch to a task of the channel's own through a
 //! small bounded queue, and the task acknowledges a batch once it has
-//! handled it. The server sends a host at most a few unacknowledged batches,
+//! handled it (on a blocking thread: log sinks are plain callbacks). The server sends a host at most a few unacknowledged batches,
 //! so the queue never fills and a slow log sink holds back neither calls
 //! nor the other channel, only its own sandbox's logging. The queue holds
 //! at most [`QUEUE_BYTES`] as well: a batch past that (a peer that sends
@@ -76,7 +76,20 @@ pub(crate) async fn listen(
             let client = match queued {
                 Queued::Batch(incoming) => {
                     let client = incoming.client().clone();
-                    on_batch(incoming);
+                    // On a blocking thread: a log sink that blocks (writes a
+                    // file, waits on a lock) must not hold a runtime thread
+                    // and the tasks queued behind it on that thread.
+                    let handled = tokio::task::spawn_blocking(move || {
+                        on_batch(incoming);
+                        on_batch
+                    });
+                    match handled.await {
+                        Ok(handler) => on_batch = handler,
+                        Err(e) => {
+                            tracing::error!(namespace, "the sandbox's {namespace} handler panicked: {e}; no more of it is handled");
+                            return;
+                        }
+                    }
                     client
                 }
                 Queued::Dropped(client) => client,

@@ -972,17 +972,30 @@ fn limit_processes(pid: u32, soft: &str) {
         }
         n => n.to_owned(),
     };
-    let out = std::process::Command::new("setpriv")
-        .args([
-            &format!("--reuid={uid}"),
-            &format!("--regid={uid}"),
-            "--clear-groups",
-            "prlimit",
-            &format!("--pid={pid}"),
-            &format!("--nproc={soft}:"),
-        ])
-        .output()
-        .expect("setpriv and prlimit (util-linux)");
+    let prlimit = [
+        "prlimit".to_owned(),
+        format!("--pid={pid}"),
+        format!("--nproc={soft}:"),
+    ];
+    let mut command = match agentix::host_is_root() {
+        true => {
+            let mut setpriv = std::process::Command::new("setpriv");
+            setpriv.args([
+                format!("--reuid={uid}"),
+                format!("--regid={uid}"),
+                "--clear-groups".to_owned(),
+            ]);
+            setpriv.args(prlimit);
+            setpriv
+        }
+        // The sandbox runs as this user: its limits are this user's to set.
+        false => {
+            let mut own = std::process::Command::new(&prlimit[0]);
+            own.args(&prlimit[1..]);
+            own
+        }
+    };
+    let out = command.output().expect("setpriv and prlimit (util-linux)");
     assert!(out.status.success(), "{out:?}");
 }
 

@@ -253,11 +253,13 @@ async fn huge_log_records_reach_the_host_cut_and_cost_it_no_memory() {
 }
 
 /// A server that sends `batches` `/log` batches of one `record_bytes`
-/// record each at once, without waiting for acks, and counts the acks.
+/// record each at once, without waiting for acks, sets `all_sent` once the
+/// socket took them, and counts the acks.
 async fn log_flooding_server(
     batches: usize,
     record_bytes: usize,
     acks: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    all_sent: std::sync::Arc<std::sync::atomic::AtomicBool>,
 ) -> String {
     use futures_util::SinkExt;
     let record =
@@ -266,7 +268,7 @@ async fn log_flooding_server(
     ciborium::into_writer(&[record], &mut cbor).unwrap();
     let cbor = bytes::Bytes::from(cbor);
     fake_server::start(move |mut ws| {
-        let (cbor, acks) = (cbor.clone(), acks.clone());
+        let (cbor, acks, all_sent) = (cbor.clone(), acks.clone(), all_sent.clone());
         async move {
             let mut sent = false;
             while let Some(Ok(message)) = ws.next().await {
@@ -279,9 +281,14 @@ async fn log_flooding_server(
                         for _ in 0..batches {
                             let header =
                                 r#"451-/log,["records",{"cbor":{"_placeholder":true,"num":0}}]"#;
-                            ws.send(Message::text(header)).await.unwrap();
-                            ws.send(Message::Binary(cbor.clone())).await.unwrap();
+                            let sent = ws.send(Message::text(header)).await;
+                            if sent.is_err()
+                                || ws.send(Message::Binary(cbor.clone())).await.is_err()
+                            {
+                                return;
+                            }
                         }
+                        all_sent.store(true, std::sync::atomic::Ordering::Release);
                     }
                 } else if text.as_str().starts_with("42/log,[\"ack\"") {
                     acks.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -294,31 +301,40 @@ async fn log_flooding_server(
 
 // Hardening, second round: sixteen unacknowledged 41 MiB /log batches took
 // the host to 884 MB: its queue of batches was bounded in number only.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn log_batches_past_the_hosts_byte_budget_are_dropped_and_still_acknowledged() {
-    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
     use std::sync::Arc;
     let acks = Arc::new(AtomicUsize::new(0));
+    let all_sent = Arc::new(AtomicBool::new(false));
     let batches = 16;
-    let addr = log_flooding_server(batches, 15 << 20, acks.clone()).await;
+    let addr = log_flooding_server(batches, 8 << 20, acks.clone(), all_sent.clone()).await;
     let delivered = Arc::new(AtomicUsize::new(0));
     let tap = delivered.clone();
     let config = SandboxConfig::new(bundle_path()).on_log(move |_, _| {
-        // A slow log sink: batches queue behind it.
-        std::thread::sleep(Duration::from_millis(300));
-        tap.fetch_add(1, Ordering::Relaxed);
+        // A log sink stuck on the first batch until the host has read
+        // (nearly) every batch off its socket: the rest queue behind it.
+        // (Bounded: the sink blocks a runtime thread.)
+        if tap.fetch_add(1, Ordering::Relaxed) == 0 {
+            let given_up = std::time::Instant::now() + Duration::from_secs(60);
+            while !all_sent.load(Ordering::Acquire) && std::time::Instant::now() < given_up {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            std::thread::sleep(Duration::from_millis(500));
+        }
     });
     let sb = Sandbox::attach_with(addr, "token", config);
     let me = std::process::id();
     let before = rss_kib(me);
-    // The call connects (joining /log); its reply never comes.
-    let call = sb
-        .remote(agentix_e2e::add, (1, 2))
-        .timeout(Duration::from_secs(3))
-        .into_future()
-        .await;
-    assert_eq!(call.unwrap_err().kind, ErrorKind::Timeout);
-    support::wait_until("every batch acknowledged", Duration::from_secs(30), || {
+    // The call connects (joining /log); its reply never comes, and it keeps
+    // the connection open while the batches flow.
+    let sb = std::sync::Arc::new(sb);
+    let caller = sb.clone();
+    let call = tokio::spawn(async move {
+        let call = caller.remote(agentix_e2e::add, (1, 2));
+        call.timeout(Duration::from_secs(60)).into_future().await
+    });
+    support::wait_until("every batch acknowledged", Duration::from_secs(90), || {
         acks.load(Ordering::Relaxed) == batches
     })
     .await;
@@ -329,6 +345,7 @@ async fn log_batches_past_the_hosts_byte_budget_are_dropped_and_still_acknowledg
         "{delivered} of {batches} huge batches were handled"
     );
     assert!(grown < 200 << 10, "the host grew by {grown} KiB");
+    call.abort();
 }
 
 // Hardening, second round: a 200 MiB text reply took the host to 814 MB,
