@@ -5,7 +5,7 @@ use std::path::PathBuf;
 /// Why building or verifying a bundle failed.
 #[derive(Debug, thiserror::Error)]
 pub enum BuildError {
-    /// A program the build runs (cargo, ldd, patchelf) could not be run or failed.
+    /// A program the build runs (cargo, ldd) could not be run or failed.
     #[error("`{command}` failed: {why}")]
     Command {
         /// The command line.
@@ -32,6 +32,16 @@ pub enum BuildError {
     /// The assembled bundle refers to something it does not contain.
     #[error("the bundle is incomplete: {0}")]
     Incomplete(String),
+    /// An ELF file could not be read or rewritten.
+    #[error("cannot {what} the ELF file {}: {why}", path.display())]
+    Elf {
+        /// What was being done (`read`, `rewrite`).
+        what: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// Why not.
+        why: String,
+    },
     /// Reading or writing a file failed.
     #[error("{what} {}: {source}", path.display())]
     Io {

@@ -1,60 +1,105 @@
 //! Rewriting where a program finds its loader and libraries, and reading
-//! back what an ELF file needs, with `patchelf` (the tool Nix and Guix use
-//! for exactly this; editing ELF dynamic sections by hand is how binaries
-//! get corrupted).
+//! back what an ELF file needs, with the `elb` crate: it rewrites the
+//! `INTERP` segment and the dynamic table as `patchelf` does (moving what
+//! no longer fits to a new segment), so a build needs no tool installed
+//! besides cargo and `ldd`. Editing ELF dynamic sections by hand is how
+//! binaries get corrupted.
 
+use std::ffi::{CStr, CString};
+use std::fs::{File, OpenOptions};
+use std::io::Read;
 use std::path::Path;
-use std::process::Command;
+
+use elb::{DynamicTag, Elf, ElfPatcher};
 
 use crate::build_error::BuildError;
 
 /// Points `program` at `loader` and makes it look for libraries in
-/// `library_dir` only. `DT_RPATH` (not `RUNPATH`): it applies to the whole
-/// dependency tree and comes before `LD_LIBRARY_PATH`, so no library is
-/// taken from the base image.
+/// `library_dir` only. `DT_RPATH` (not `RUNPATH`, which is removed): it
+/// applies to the whole dependency tree and comes before
+/// `LD_LIBRARY_PATH`, so no library is taken from the base image.
 pub fn point_at(program: &Path, loader: &str, library_dir: &str) -> Result<(), BuildError> {
-    run(&[
-        "--set-interpreter",
-        loader,
-        "--force-rpath",
-        "--set-rpath",
-        library_dir,
-        &program.to_string_lossy(),
-    ])
-    .map(drop)
+    let failed = |why: String| BuildError::Elf {
+        what: "rewrite",
+        path: program.to_owned(),
+        why,
+    };
+    let c_string = |s: &str| CString::new(s).map_err(|e| failed(e.to_string()));
+    let (loader, library_dir) = (c_string(loader)?, c_string(library_dir)?);
+    let mut file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(program)
+        .map_err(|e| BuildError::io("cannot open", program, e))?;
+    let elf = read(program, &mut file)?;
+    let mut patcher = ElfPatcher::new(elf, file);
+    let elf_error = |e: elb::Error| failed(e.to_string());
+    patcher.set_interpreter(&loader).map_err(elf_error)?;
+    patcher
+        .remove_dynamic_tag(DynamicTag::Runpath)
+        .map_err(elf_error)?;
+    patcher
+        .set_dynamic_tag(DynamicTag::Rpath, library_dir.as_c_str())
+        .map_err(elf_error)?;
+    patcher.finish().map_err(elf_error)?;
+    Ok(())
 }
 
 /// The sonames `elf` names as `DT_NEEDED`.
 pub fn needed(elf: &Path) -> Result<Vec<String>, BuildError> {
-    let out = run(&["--print-needed", &elf.to_string_lossy()])?;
-    Ok(out
-        .lines()
-        .map(str::to_owned)
-        .filter(|l| !l.is_empty())
+    let failed = |e: elb::Error| BuildError::Elf {
+        what: "read",
+        path: elf.to_owned(),
+        why: e.to_string(),
+    };
+    let mut file = File::open(elf).map_err(|e| BuildError::io("cannot open", elf, e))?;
+    let parsed = read(elf, &mut file)?;
+    let Some(table) = parsed.read_dynamic_table(&mut file).map_err(failed)? else {
+        return Ok(Vec::new());
+    };
+    let Some(strings) = parsed
+        .read_dynamic_string_table(&mut file)
+        .map_err(failed)?
+    else {
+        return Ok(Vec::new());
+    };
+    Ok(table
+        .into_inner()
+        .into_iter()
+        .filter(|(tag, _)| *tag == DynamicTag::Needed)
+        .filter_map(|(_, offset)| strings.get_string(usize::try_from(offset).ok()?))
+        .map(|name| name.to_string_lossy().into_owned())
         .collect())
 }
 
 /// The interpreter of `program`, or `None` for a library or static program.
 pub fn interpreter(program: &Path) -> Option<String> {
-    run(&["--print-interpreter", &program.to_string_lossy()])
-        .ok()
-        .map(|s| s.trim().to_owned())
+    let mut file = File::open(program).ok()?;
+    let elf = read(program, &mut file).ok()?;
+    let interpreter = elf.read_interpreter(&mut file).ok()??;
+    Some(CStr::to_string_lossy(&interpreter).into_owned())
 }
 
-fn run(args: &[&str]) -> Result<String, BuildError> {
-    let command = || format!("patchelf {}", args.join(" "));
-    let output = Command::new("patchelf")
-        .args(args)
-        .output()
-        .map_err(|e| BuildError::Command {
-            command: command(),
-            why: format!("{e} (install patchelf: `apt-get install patchelf`)"),
-        })?;
-    if !output.status.success() {
-        return Err(BuildError::Command {
-            command: command(),
-            why: String::from_utf8_lossy(&output.stderr).trim().to_owned(),
-        });
-    }
-    Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+/// `file` (at `path`) read as ELF, with its architecture's page size.
+fn read(path: &Path, file: &mut File) -> Result<Elf, BuildError> {
+    let page_size = page_size(path)?;
+    Elf::read(file, page_size).map_err(|e| BuildError::Elf {
+        what: "read",
+        path: path.to_owned(),
+        why: e.to_string(),
+    })
+}
+
+/// The largest page size of the machine `path` is built for: where a new
+/// segment must be aligned so that the loader can map it.
+fn page_size(path: &Path) -> Result<u64, BuildError> {
+    const EM_AARCH64: u16 = 183;
+    let mut header = [0u8; 20];
+    File::open(path)
+        .and_then(|mut f| f.read_exact(&mut header))
+        .map_err(|e| BuildError::io("cannot read", path, e))?;
+    // e_machine, after the 16-byte e_ident and e_type; little-endian on
+    // every target a bundle is built for.
+    let machine = u16::from_le_bytes([header[18], header[19]]);
+    Ok(if machine == EM_AARCH64 { 65536 } else { 4096 })
 }

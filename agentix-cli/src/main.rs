@@ -29,7 +29,7 @@ enum Commands {
     /// entry, tools, SHA-256 of every file). Programs are rewritten to load
     /// from /agentix/lib, where providers mount the bundle, so the bundle
     /// runs in any base image of this architecture, an empty one included.
-    /// Needs `ldd` and `patchelf` on this machine.
+    /// Needs `ldd` (glibc's) on this machine.
     Build(BuildArgs),
 }
 

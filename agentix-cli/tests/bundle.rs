@@ -68,13 +68,35 @@ fn a_bundle_holds_its_loader_and_every_library_and_says_so() {
 fn a_dependency_that_does_not_resolve_is_refused_by_name() {
     let dir = scratch("unresolved");
     let program = dir.join("needy");
-    std::fs::copy("/bin/true", &program).unwrap();
-    let added = Command::new("patchelf")
-        .args(["--add-needed", "libagentix-nowhere.so.7"])
-        .arg(&program)
-        .status()
-        .expect("patchelf runs");
-    assert!(added.success());
+    // A program linked against a library that is then taken away.
+    let library = dir.join("libagentix-nowhere.so.7");
+    let empty = dir.join("empty.c");
+    std::fs::write(&empty, "int agentix_nowhere(void) { return 7; }\n").unwrap();
+    let main = dir.join("main.c");
+    std::fs::write(&main, "int main(void) { return 0; }\n").unwrap();
+    let gcc = |args: &[&std::ffi::OsStr]| {
+        let status = Command::new("gcc")
+            .args(args)
+            .status()
+            .expect("gcc (the C compiler crates that build C need)");
+        assert!(status.success(), "gcc {args:?}");
+    };
+    gcc(&[
+        "-shared".as_ref(),
+        "-o".as_ref(),
+        library.as_os_str(),
+        empty.as_os_str(),
+    ]);
+    gcc(&[
+        main.as_os_str(),
+        "-o".as_ref(),
+        program.as_os_str(),
+        "-Wl,--no-as-needed".as_ref(),
+        "-L".as_ref(),
+        dir.as_os_str(),
+        "-l:libagentix-nowhere.so.7".as_ref(),
+    ]);
+    std::fs::remove_file(&library).unwrap();
     let spec = BundleSpec {
         binary: program,
         name: "needy".into(),

@@ -374,35 +374,47 @@ async fn twenty_sessions_at_once_all_answer_and_all_go() {
     let _ = std::fs::remove_dir_all(bundle);
 }
 
-const BUSYBOX_IMAGE: &str = "agentix-test-busybox";
+const TOOLS_IMAGE: &str = "agentix-test-tools";
 
-/// An image of Debian's static busybox and its applets: a base image with
-/// a shell and the usual tools, built without a registry.
-async fn busybox_image(provider: &DockerProvider) {
-    let busybox = std::fs::read("/bin/busybox")
-        .expect("/bin/busybox (Debian's busybox-static, which .ci/run installs)");
+/// The image's own tools: a base image with tools of its own beside the
+/// bundle's, built without a registry from this machine's programs.
+const IMAGE_TOOLS: [&str; 4] = ["ls", "cat", "dd", "chmod"];
+
+/// An image of this machine's `ls`, `cat`, `dd` and `chmod` with the
+/// libraries and loader `ldd` names for them, each at its own path.
+async fn tools_image(provider: &DockerProvider) {
+    let mut files = std::collections::BTreeMap::new();
+    for tool in IMAGE_TOOLS {
+        let program = std::fs::canonicalize(format!("/bin/{tool}")).expect("a coreutils program");
+        files.insert(format!("bin/{tool}"), program.clone());
+        let ldd = std::process::Command::new("ldd")
+            .arg(&program)
+            .output()
+            .expect("ldd (libc's)");
+        for line in String::from_utf8_lossy(&ldd.stdout).lines() {
+            // `name => /path (addr)` or `/path (addr)`.
+            let path = line.split("=>").last().unwrap().trim();
+            let path = path.split(" (").next().unwrap().trim();
+            if path.starts_with('/') {
+                let real = std::fs::canonicalize(path).unwrap();
+                files.insert(path.trim_start_matches('/').to_owned(), real);
+            }
+        }
+    }
     let mut rootfs = tar::Builder::new(Vec::new());
-    let mut header = tar::Header::new_gnu();
-    header.set_size(busybox.len() as u64);
-    header.set_mode(0o755);
-    header.set_cksum();
-    rootfs
-        .append_data(&mut header, "bin/busybox", &busybox[..])
-        .unwrap();
-    for applet in ["sh", "ls", "cat", "ip", "nc", "dd", "chmod"] {
-        let mut link = tar::Header::new_gnu();
-        link.set_entry_type(tar::EntryType::Symlink);
-        link.set_size(0);
-        link.set_mode(0o777);
-        rootfs
-            .append_link(&mut link, format!("bin/{applet}"), "busybox")
-            .unwrap();
+    for (at, from) in files {
+        let bytes = std::fs::read(&from).unwrap();
+        let mut header = tar::Header::new_gnu();
+        header.set_size(bytes.len() as u64);
+        header.set_mode(0o755);
+        header.set_cksum();
+        rootfs.append_data(&mut header, at, &bytes[..]).unwrap();
     }
     let rootfs = rootfs.into_inner().unwrap();
     provider
-        .import_image(BUSYBOX_IMAGE, rootfs)
+        .import_image(TOOLS_IMAGE, rootfs)
         .await
-        .expect("the busybox image imports");
+        .expect("the tools image imports");
 }
 
 /// Whether sandbox `id`'s socket volume exists.
@@ -421,9 +433,9 @@ async fn volume_exists(docker: &bollard::Docker, id: &str) -> bool {
 async fn container_code_runs_unprivileged_and_its_socket_volume_is_small_private_and_removed() {
     use std::os::unix::fs::MetadataExt;
     let provider = DockerProvider::connect().expect("a Docker engine");
-    busybox_image(&provider).await;
+    tools_image(&provider).await;
     let bundle = bundle_dir("socket-volume");
-    let config = SandboxConfig::new(&bundle).image(BUSYBOX_IMAGE);
+    let config = SandboxConfig::new(&bundle).image(TOOLS_IMAGE);
     let sb = provider.session(config).await.expect("a sandbox");
     let id = sb.id().to_owned();
     let socket = sb
@@ -464,7 +476,7 @@ async fn container_code_runs_unprivileged_and_its_socket_volume_is_small_private
     }
     // Other users of the host cannot reach the socket or the program.
     let other = std::process::Command::new("runuser")
-        .args(["-u", "nobody", "--", "/bin/busybox", "ls"])
+        .args(["-u", "nobody", "--", "ls"])
         .arg(&dir)
         .output()
         .expect("runuser");
@@ -521,10 +533,10 @@ async fn reaches(sb: &agentix::Sandbox, addr: &str) -> bool {
 }
 
 #[tokio::test]
-async fn one_bundle_runs_in_a_busybox_image_and_on_network_none_with_no_route_out() {
+async fn one_bundle_runs_in_an_image_of_its_own_tools_and_on_network_none_with_no_route_out() {
     let provider = DockerProvider::connect().expect("a Docker engine");
-    busybox_image(&provider).await;
-    let bundle = bundle_dir("busybox");
+    tools_image(&provider).await;
+    let bundle = bundle_dir("tools");
     // Something on the host that a sandbox with a network can reach.
     let listener = std::net::TcpListener::bind("0.0.0.0:0").unwrap();
     let port = listener.local_addr().unwrap().port();
@@ -532,7 +544,7 @@ async fn one_bundle_runs_in_a_busybox_image_and_on_network_none_with_no_route_ou
     // On the bridge (reached through its socket, the engine being local):
     // the image's own tools beside the bundle's bash, and a route to the
     // host (so the probe below can tell).
-    let mut config = SandboxConfig::new(&bundle).image(BUSYBOX_IMAGE);
+    let mut config = SandboxConfig::new(&bundle).image(TOOLS_IMAGE);
     config.container.platform = Some("linux/amd64".into());
     let bridged = provider.session(config).await.expect("a bridged sandbox");
     assert!(bridged.addr().starts_with("unix:"), "{}", bridged.addr());
@@ -546,7 +558,9 @@ async fn one_bundle_runs_in_a_busybox_image_and_on_network_none_with_no_route_ou
         .unwrap();
     let text = out.stdout_lossy();
     assert!(text.starts_with("/agentix/bin/bash\n"), "{text}");
-    assert!(text.contains("busybox"), "the image's own ls: {text}");
+    for tool in IMAGE_TOOLS {
+        assert!(text.contains(tool), "the image's own ls: {text}");
+    }
     assert!(
         reaches(&bridged, &target).await,
         "a bridged sandbox reaches the host at {target}"
@@ -554,7 +568,7 @@ async fn one_bundle_runs_in_a_busybox_image_and_on_network_none_with_no_route_ou
     bridged.delete().await;
 
     // On network none: reached through its socket, and no route anywhere.
-    let mut config = SandboxConfig::new(&bundle).image(BUSYBOX_IMAGE);
+    let mut config = SandboxConfig::new(&bundle).image(TOOLS_IMAGE);
     config.container.network = agentix::ContainerNetwork::None;
     let isolated = provider.session(config).await.expect("an isolated sandbox");
     let id = isolated.id().to_owned();
@@ -592,7 +606,7 @@ async fn one_bundle_runs_in_a_busybox_image_and_on_network_none_with_no_route_ou
     isolated.delete().await;
     assert_eq!(containers_of(provider.docker(), &id).await, 0);
     // A provider that publishes ports cannot reach a sandbox with no network.
-    let mut config = SandboxConfig::new(&bundle).image(BUSYBOX_IMAGE);
+    let mut config = SandboxConfig::new(&bundle).image(TOOLS_IMAGE);
     config.container.network = agentix::ContainerNetwork::None;
     let err = provider
         .clone()

@@ -3,8 +3,7 @@
 //! example), and runs the hello flow and a bash command in a container
 //! whose image holds nothing but what the bundle brings.
 //!
-//! `cargo run -p docker-example` (needs a running Docker engine, and
-//! `patchelf` for the bundle).
+//! `cargo run -p docker-example` (needs a running Docker engine).
 
 use agentix::prelude::*;
 use agentix_bash::BashOptions;

@@ -2,8 +2,7 @@
 //! Agentix. It starts eight sandboxes at once, gives each a file, runs an
 //! agent step in each, streams a command's output, and prints a summary.
 //!
-//! `cargo build -p harness-bundle && cargo run -p harness` (add `local` or
-//! another provider name as the first argument once more providers exist).
+//! `cargo run -p harness`: it builds its bundle first.
 
 use std::time::Instant;
 
@@ -17,8 +16,8 @@ const SANDBOXES: usize = 8;
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     agentix::configure_logging("harness")?;
-    // The bundle binary is built into the same target directory as this one.
-    let config = SandboxConfig::beside_current_exe("harness-bundle")?;
+    // Built first when run by `cargo run`, beside this program.
+    let config = harness::bundle_config()?;
     // Chosen at run time: a harness can take the provider from its own config.
     let provider: Box<dyn Provider> = Box::new(LocalProvider::new());
     let started = Instant::now();
