@@ -27,6 +27,7 @@ use crate::log_file::SandboxLogFile;
 use crate::log_record::{now_us, LogRecord, TARGET_STDERR, TARGET_STDOUT};
 use crate::output_capture::{OutputCapture, OutputLine, OutputPipes, MAX_LINE};
 use crate::text_cut::cut_text;
+use crate::trace::span_bound::{self, bound_span};
 use crate::trace::{Processor, SpanData, TraceData, TraceEvent};
 use crate::wire::{Frame, SideBatch};
 
@@ -151,10 +152,14 @@ impl Processor for ForwardProcessor {
         self.send(TraceEvent::TraceEnd(t.clone()));
     }
     fn on_span_start(&mut self, s: &SpanData) {
-        self.send(TraceEvent::SpanStart(s.clone()));
+        let mut s = s.clone();
+        bound_span(&mut s);
+        self.send(TraceEvent::SpanStart(s));
     }
     fn on_span_end(&mut self, s: &SpanData) {
-        self.send(TraceEvent::SpanEnd(s.clone()));
+        let mut s = s.clone();
+        bound_span(&mut s);
+        self.send(TraceEvent::SpanEnd(s));
     }
 }
 
@@ -261,7 +266,7 @@ fn approx_bytes(records: &[LogRecord], events: &[TraceEvent]) -> usize {
         .iter()
         .map(|r| 64 + r.message.len() + r.target.len() + r.fields.len() * 32)
         .sum();
-    logs + events.len() * 256
+    logs + events.iter().map(span_bound::approx_len).sum::<usize>()
 }
 
 /// Batches items into frames on `pipe`, in order, until every sender is gone

@@ -259,3 +259,33 @@ async fn tracing_spans_in_sandbox_code_join_the_trace_when_selected() {
         .unwrap();
     assert_eq!(record.span_id.as_deref(), Some(parts[2].span_id.as_str()));
 }
+
+// Hardening, second round: no websocket message is over 16 MiB, so a span
+// whose attribute is larger must be cut to fit, not cost the sandbox its
+// host's connection.
+#[tokio::test]
+async fn a_span_with_a_huge_attribute_arrives_cut_and_the_calls_go_on() {
+    let capture = Capture::default();
+    trace::add_processor(capture.clone());
+    let sb = sandbox().await;
+    let bytes = 20usize << 20;
+    assert_eq!(
+        sb.remote(agentix_e2e::huge_span, bytes).await.unwrap(),
+        bytes
+    );
+    let huge = || {
+        capture.0.lock().unwrap().iter().find_map(|e| match e {
+            TraceEvent::SpanEnd(s) if s.name == "huge.span" => Some(s.clone()),
+            _ => None,
+        })
+    };
+    wait_until("the huge span", Duration::from_secs(10), || {
+        huge().is_some()
+    })
+    .await;
+    let span = huge().unwrap();
+    let big = span.attributes["big"].as_str().unwrap();
+    assert!(big.len() <= (64 << 10) + 32, "{} bytes", big.len());
+    assert!(big.ends_with("bytes cut]"));
+    assert_eq!(sb.remote(agentix_e2e::add, (2, 2)).await.unwrap(), 4);
+}

@@ -283,6 +283,13 @@ pub async fn chatter(logs: u64, lines: u64, spans: u64) -> u64 {
 
 // ---- traces -----------------------------------------------------------------
 
+/// Ends a `huge.span` whose `big` attribute is `bytes` long; returns `bytes`.
+#[agentix::remote]
+pub async fn huge_span(bytes: usize) -> usize {
+    drop(agentix::trace::span("huge.span").attr("big", "x".repeat(bytes)));
+    bytes
+}
+
 /// Creates a `sandbox.step` span (attribute `children`) with `children`
 /// `sandbox.child` spans inside, each with a `tick` event; returns the step
 /// span's id.

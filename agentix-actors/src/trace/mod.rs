@@ -33,6 +33,7 @@ mod model;
 mod processor;
 mod processors;
 mod span;
+pub mod span_bound;
 
 pub use actor_processor::add_actor_processor;
 pub(crate) use context::swap;
