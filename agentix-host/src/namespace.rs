@@ -197,6 +197,14 @@ impl HostNamespace {
         self.budget.load()
     }
 
+    /// The same namespace with a budget of its own: one namespace value
+    /// registered on many sandboxes (a clone each) is limited and counted
+    /// per sandbox.
+    pub(crate) fn with_own_budget(mut self) -> Self {
+        self.budget = Arc::default();
+        self
+    }
+
     /// Runs `handler` for every `event` the sandbox emits.
     pub fn on<F, Fut>(mut self, event: impl Into<String>, handler: F) -> Self
     where
@@ -735,6 +743,19 @@ mod tests {
         assert!(answering.table().contains_key("r2"));
         drop(other);
         assert!(answering.table().is_empty());
+    }
+
+    #[test]
+    fn one_namespace_registered_on_two_sandboxes_has_a_budget_on_each() {
+        let shared = HostNamespace::new("/p");
+        let first = shared.clone().with_own_budget();
+        let second = shared.clone().with_own_budget();
+        let held: Vec<_> = (0..crate::namespace_budget::HANDLER_TASKS)
+            .map(|_| first.budget.admit(1).unwrap())
+            .collect();
+        assert!(first.budget.admit(1).is_none(), "the first is full");
+        assert!(second.budget.admit(1).is_some(), "the second is not");
+        drop(held);
     }
 
     #[test]

@@ -363,7 +363,7 @@ impl Sandbox {
         if list.iter().any(|n| n.path == namespace.path) {
             return Err(RegisterError::Duplicate(namespace.path));
         }
-        list.push(namespace);
+        list.push(namespace.with_own_budget());
         Ok(())
     }
 
