@@ -3,9 +3,10 @@
 //!
 //! The reader hands each batch to a task of the channel's own through a
 //! small bounded queue, and the task acknowledges a batch once it has
-//! handled it (on a blocking thread: log sinks are plain callbacks). The server sends a host at most a few unacknowledged batches,
-//! so the queue never fills and a slow log sink holds back neither calls
-//! nor the other channel, only its own sandbox's logging. The queue holds
+//! handled it (on a blocking thread: log sinks are plain callbacks). The
+//! server sends a host at most a few unacknowledged batches, so the queue
+//! never fills and a slow log sink holds back neither calls nor the other
+//! channel, only its own sandbox's logging. The queue holds
 //! at most [`QUEUE_BYTES`] as well: a batch past that (a peer that sends
 //! huge ones) is dropped, warned of, and acknowledged all the same, so the
 //! server's window is not left short.
@@ -86,7 +87,10 @@ pub(crate) async fn listen(
                     match handled.await {
                         Ok(handler) => on_batch = handler,
                         Err(e) => {
-                            tracing::error!(namespace, "the sandbox's {namespace} handler panicked: {e}; no more of it is handled");
+                            tracing::error!(
+                                namespace,
+                                "the {namespace} handler panicked: {e}; no more is handled"
+                            );
                             return;
                         }
                     }

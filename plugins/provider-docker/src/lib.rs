@@ -7,10 +7,10 @@
 //! engine on this machine), or on the container's interface with its port
 //! published on the host's 127.0.0.1 only ([`ServerReach::PublishedPort`]).
 //! A root host runs each container as an unprivileged uid of its own
-//! ([`container_user`]). The
-//! token reaches it on stdin, so it shows in no command line and no
-//! environment (`docker inspect` included); readiness is the server's own
-//! ready line, read from the attached output. Every container carries the
+//! ([`container_user`]). The token reaches the server on stdin, so it
+//! shows in no command line and no environment (`docker inspect`
+//! included); readiness is the server's own ready line, read from the
+//! attached output. Every container carries the
 //! labels [`LABEL_SANDBOX`] and [`LABEL_OWNER`], and so does its socket
 //! volume, so [`DockerProvider::reap`] can remove what a host that died
 //! left behind.
