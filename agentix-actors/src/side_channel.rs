@@ -260,13 +260,9 @@ fn flush_traces(events: &mut Vec<TraceEvent>, buf: &mut Vec<u8>) {
     codec::encode_into(Frame::Traces { batch }, buf);
 }
 
-/// A cheap estimate of the encoded size of what is batched.
-fn approx_bytes(records: &[LogRecord], events: &[TraceEvent]) -> usize {
-    let logs: usize = records
-        .iter()
-        .map(|r| 64 + r.message.len() + r.target.len() + r.fields.len() * 32)
-        .sum();
-    logs + events.iter().map(span_bound::approx_len).sum::<usize>()
+/// A cheap estimate of a record's encoded size.
+fn record_len(r: &LogRecord) -> usize {
+    64 + r.message.len() + r.target.len() + r.fields.len() * 32
 }
 
 /// Batches items into frames on `pipe`, in order, until every sender is gone
@@ -284,6 +280,9 @@ fn forward(rx: Receiver<SideItem>, mut pipe: std::fs::File, output: Option<Arc<O
         let mut covered = [0usize; 2];
         let mut next = Some(first);
         let mut taken = 0;
+        // Estimated bytes of the records and events not yet encoded, kept
+        // as they come: summed again per item, they cost a batch O(n²).
+        let (mut records_len, mut events_len) = (0, 0);
         buf.clear();
         while let Some(item) = next.take() {
             // A change of kind closes the batch of the other kind, which
@@ -291,29 +290,35 @@ fn forward(rx: Receiver<SideItem>, mut pipe: std::fs::File, output: Option<Arc<O
             match item {
                 SideItem::Log(mut r) => {
                     flush_traces(&mut events, &mut buf);
+                    events_len = 0;
+                    records_len += record_len(&r);
                     seq += 1;
                     r.seq = Some(seq);
                     records.push(*r);
                 }
                 SideItem::Output(line) => {
                     flush_traces(&mut events, &mut buf);
+                    events_len = 0;
                     let OutputLine {
                         mut record,
                         stream,
                         bytes,
                     } = *line;
                     covered[stream.min(1)] += bytes;
+                    records_len += record_len(&record);
                     seq += 1;
                     record.seq = Some(seq);
                     records.push(record);
                 }
                 SideItem::Trace(e) => {
                     flush_logs(&mut records, &mut file, &mut buf);
+                    records_len = 0;
+                    events_len += span_bound::approx_len(&e);
                     events.push(*e);
                 }
             }
             taken += 1;
-            if taken < MAX_BATCH && buf.len() + approx_bytes(&records, &events) < MAX_BATCH_BYTES {
+            if taken < MAX_BATCH && buf.len() + records_len + events_len < MAX_BATCH_BYTES {
                 next = rx.try_recv().ok();
             }
         }
