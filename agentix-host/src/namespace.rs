@@ -141,6 +141,9 @@ pub struct HostNamespace {
     handlers: HashMap<String, Handler>,
     /// The events answered as requests: turned away with a reply.
     requests: HashSet<String>,
+    /// The events handed on the receive path to an actor's own bounded
+    /// queue: no task, so no budget.
+    inline: HashSet<String>,
     budget: Arc<NamespaceBudget>,
 }
 
@@ -187,8 +190,17 @@ impl HostNamespace {
             path: path.into(),
             handlers: HashMap::new(),
             requests: HashSet::new(),
+            inline: HashSet::new(),
             budget: Arc::default(),
         }
+    }
+
+    /// Makes `handler` the one for `event`, of no kind yet (a request or
+    /// an actor's event says so after).
+    fn set_handler(&mut self, event: String, handler: Handler) {
+        self.requests.remove(&event);
+        self.inline.remove(&event);
+        self.handlers.insert(event, handler);
     }
 
     /// What this namespace turned away so far because it was full, over
@@ -211,7 +223,7 @@ impl HostNamespace {
         F: Fn(HostNamespaceHandle, Value) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = ()> + Send + 'static,
     {
-        self.handlers.insert(
+        self.set_handler(
             event.into(),
             Arc::new(move |ns, incoming| {
                 let data = payload(&ns, incoming);
@@ -229,7 +241,7 @@ impl HostNamespace {
         F: Fn(HostNamespaceHandle, JsonText) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = ()> + Send + 'static,
     {
-        self.handlers.insert(
+        self.set_handler(
             event.into(),
             Arc::new(move |ns, incoming| {
                 let TextPayload(text) = payload(&ns, incoming);
@@ -332,7 +344,7 @@ impl HostNamespace {
                 }
             })
         };
-        self.handlers.insert(event.to_owned(), Arc::new(handler));
+        self.set_handler(event.to_owned(), Arc::new(handler));
         self.requests.insert(event.to_owned());
         self
     }
@@ -352,8 +364,7 @@ impl HostNamespace {
         Fut: Future<Output = ()> + Send + 'static,
     {
         let name = event.to_owned();
-        self.requests.insert(event.to_owned());
-        self.handlers.insert(
+        self.set_handler(
             event.to_owned(),
             Arc::new(
                 move |ns, incoming| match read_request(&name, incoming, typed_body::<B>) {
@@ -362,6 +373,7 @@ impl HostNamespace {
                 },
             ),
         );
+        self.requests.insert(event.to_owned());
         self
     }
 }
@@ -501,14 +513,15 @@ impl HostNamespace {
         actor: Recipient<NamespaceEvent<HostNamespaceHandle>>,
     ) -> Self {
         for (event, handler) in actor_event_handlers(events, actor, HostNamespaceHandle::path) {
-            self.handlers.insert(
-                event,
+            self.set_handler(
+                event.clone(),
                 Arc::new(move |ns, incoming| {
                     let data = payload(&ns, incoming);
                     handler(ns, data);
                     Box::pin(std::future::ready(()))
                 }),
             );
+            self.inline.insert(event);
         }
         self
     }
@@ -577,7 +590,7 @@ impl HostNamespace {
                 }
             })
         };
-        self.handlers.insert(event.to_owned(), Arc::new(handler));
+        self.set_handler(event.to_owned(), Arc::new(handler));
         self.requests.insert(event.to_owned());
         self
     }
@@ -626,6 +639,7 @@ pub(crate) async fn join(
 ) -> Result<HostNamespaceHandle, RemoteError> {
     let handlers = Arc::new(namespace.handlers);
     let requests = namespace.requests;
+    let inline = namespace.inline;
     let budget = namespace.budget;
     let path: Arc<str> = Arc::from(namespace.path.as_str());
     let answering = Answering::default();
@@ -663,6 +677,16 @@ pub(crate) async fn join(
                 }
                 return;
             };
+            if inline.contains(&name) {
+                // Handed on as the handler is called; its future is done.
+                let ns = HostNamespaceHandle::new(
+                    incoming.client().clone(),
+                    path.clone(),
+                    answering.clone(),
+                );
+                drop(handler(ns, incoming));
+                return;
+            }
             let Some(admission) = budget.admit(incoming.payload_len()) else {
                 if !requests.contains(&name) {
                     budget.event_dropped(&path, &name);
