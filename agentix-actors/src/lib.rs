@@ -27,7 +27,9 @@
 //! - [`worker`]: the worker runtime that serves calls over the frame pipes;
 //!   `stream_call` drives one streaming call under its window.
 //! - [`worker_start`]: plugin code every worker runs before its first call.
-//! - [`process`]: small Unix process helpers shared by every spawner.
+//! - [`process`]: small Unix process helpers shared by every spawner;
+//!   [`isolation_spec`]: an isolated sandbox's namespaces, as the command
+//!   line between the host and the bundle's launcher.
 //! - [`send_buffer`]: a host <-> server socket's send buffer, sized for a part.
 //! - [`restart_policy`]: when a supervisor restarts a child, as a pure value;
 //!   [`supervision`]: how a parent hears that a child ended, and the address
@@ -45,6 +47,7 @@ pub mod errors;
 pub mod event_route;
 pub mod frame_bytes;
 pub mod invoke;
+pub mod isolation_spec;
 pub mod json_text;
 pub mod log_file;
 pub mod log_record;

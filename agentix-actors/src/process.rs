@@ -224,6 +224,13 @@ pub fn is_alive(pid: u32) -> bool {
     }
 }
 
+/// The first child of `pid` (for a process known to have one: an isolated
+/// sandbox's keeper and its server), from `/proc/<pid>/task/<pid>/children`.
+pub fn first_child(pid: u32) -> Option<u32> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).ok()?;
+    text.split_whitespace().next()?.parse().ok()
+}
+
 /// Environment variable that marks every process a sandbox started: the
 /// worker gets `w<worker id>`, each command it runs `<that>.<n>`, and what
 /// a command forks, backgrounds, pipes or `setsid`s into inherits it. A

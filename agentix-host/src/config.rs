@@ -6,7 +6,9 @@ use std::time::Duration;
 use agentix_actors::log_record::LogRecord;
 
 use crate::container_settings::ContainerSettings;
+use crate::isolation::Isolation;
 use crate::log_replay::LogTap;
+use crate::sandbox_limits::SandboxLimits;
 use crate::sandbox_user::RunAs;
 
 /// The host variables a local sandbox starts with, if the host has them
@@ -58,6 +60,12 @@ pub struct SandboxConfig {
     /// Which user the sandbox's processes run as: by default the host's,
     /// or an unprivileged uid of the sandbox's own when the host is root.
     pub run_as: RunAs,
+    /// How a local sandbox is kept apart from the host: namespaces of its
+    /// own by default (see [`Isolation`]).
+    pub isolation: Isolation,
+    /// How much memory, how many processes and how much CPU the sandbox
+    /// may use (see [`SandboxLimits`] for the defaults).
+    pub limits: SandboxLimits,
 }
 
 impl std::fmt::Debug for SandboxConfig {
@@ -90,6 +98,8 @@ impl SandboxConfig {
             call_timeout: None,
             files_root: None,
             run_as: RunAs::Default,
+            isolation: Isolation::default(),
+            limits: SandboxLimits::default(),
             container: ContainerSettings::default(),
         }
     }
@@ -97,6 +107,18 @@ impl SandboxConfig {
     /// Runs the sandbox's processes as `run_as` says (see [`RunAs`]).
     pub fn run_as(mut self, run_as: RunAs) -> Self {
         self.run_as = run_as;
+        self
+    }
+
+    /// Keeps the sandbox apart from the host as `isolation` says.
+    pub fn isolation(mut self, isolation: Isolation) -> Self {
+        self.isolation = isolation;
+        self
+    }
+
+    /// Limits what the sandbox may use (see [`SandboxLimits`]).
+    pub fn limits(mut self, limits: SandboxLimits) -> Self {
+        self.limits = limits;
         self
     }
 

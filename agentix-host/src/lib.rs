@@ -9,7 +9,11 @@
 //! - [`sandbox_registry`]: [`SandboxRegistry`], a provider's live sandboxes.
 //! - [`secret`]: random sandbox ids and tokens.
 //! - [`container_settings`]: what a container provider makes of a sandbox.
-//! - [`local`]: [`LocalProvider`], the embedded default (local child processes).
+//! - [`local`]: [`LocalProvider`], the embedded default (local child processes);
+//!   [`isolation`]: [`Isolation`], how a local sandbox is kept apart from the
+//!   host; [`sandbox_limits`]: [`SandboxLimits`], what a sandbox may use;
+//!   `cgroup_limits`: a root host's cgroup per sandbox; `port_forward`: an
+//!   isolated sandbox's TCP address on the host.
 //! - [`keeper`]: the thread that starts, watches and reaps local server processes.
 //! - [`sandbox`]: [`Sandbox`], the handle user code calls through;
 //!   [`sandbox_actor`]: [`SandboxActor`], the same sandbox behind a mailbox;
@@ -31,12 +35,14 @@
 //! (its actors run on a background arbiter then).
 
 pub mod call;
+pub(crate) mod cgroup_limits;
 pub mod config;
 pub mod connect;
 pub mod connection;
 pub mod container_settings;
 pub mod endpoint;
 mod health;
+pub mod isolation;
 pub mod keeper;
 pub mod local;
 pub mod log_replay;
@@ -45,6 +51,7 @@ pub mod logging;
 pub mod namespace;
 pub mod namespace_budget;
 mod pending_calls;
+pub(crate) mod port_forward;
 pub mod provider;
 pub mod provider_error;
 pub mod provider_registry;
@@ -52,6 +59,7 @@ mod rpc_routes;
 pub mod sandbox;
 pub mod sandbox_actor;
 pub mod sandbox_info;
+pub mod sandbox_limits;
 pub mod sandbox_registry;
 pub mod sandbox_resources;
 pub mod sandbox_supervisor;
@@ -65,6 +73,7 @@ pub mod trace_replay;
 pub use call::Call;
 pub use config::{SandboxConfig, BASE_ENV};
 pub use container_settings::{ContainerMount, ContainerNetwork, ContainerSettings};
+pub use isolation::{Isolation, NamespaceIsolation};
 pub use local::LocalProvider;
 pub use log_replay::LogTap;
 pub use log_sink::SandboxLog;
@@ -77,6 +86,7 @@ pub use provider_registry::{provider, provider_names, ProviderFactory};
 pub use sandbox::Sandbox;
 pub use sandbox_actor::SandboxActor;
 pub use sandbox_info::SandboxInfo;
+pub use sandbox_limits::SandboxLimits;
 pub use sandbox_registry::SandboxRegistry;
 pub use sandbox_resources::SandboxResources;
 pub use sandbox_supervisor::SandboxSupervisor;

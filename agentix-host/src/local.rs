@@ -1,5 +1,12 @@
 //! [`LocalProvider`]: the embedded default provider.
 //!
+//! By default each sandbox is isolated (see [`crate::isolation`]): the
+//! bundle starts as `isolate`, which builds the sandbox's namespaces and
+//! runs `serve` inside them, joined to a cgroup of its own on a root host;
+//! the host then reaches the server only by its Unix socket, and gives
+//! third-party clients a host port leading to it. `Isolation::None` runs
+//! `serve` directly, as below.
+//!
 //! Each sandbox is the bundle run as `serve` (which starts itself again as
 //! `worker`) in a private directory under the system temp dir, bound to
 //! 127.0.0.1 on a free port, with a fresh random token. The server also
@@ -24,8 +31,13 @@ use std::sync::Arc;
 use agentix_actors::errors::{ErrorKind, RemoteError};
 use futures_util::future::BoxFuture;
 
+use agentix_actors::isolation_spec::{IsolationSpec, ISOLATE_ROLE, ISOLATION_REFUSED_EXIT};
+use agentix_actors::process;
+
+use crate::cgroup_limits::{self, SandboxCgroup};
 use crate::config::SandboxConfig;
 use crate::keeper::{self, KeptProcess};
+use crate::port_forward::PortForward;
 use crate::provider::Provider;
 use crate::provider_error::ProviderError;
 use crate::sandbox::Sandbox;
@@ -94,6 +106,16 @@ impl LocalProvider {
             .create(&dir)
             .map_err(|e| io_error(format!("cannot create {}", dir.display()), e))?;
         let uid = config.run_as.uid_for(&id);
+        let isolation = config.isolation.namespaces().cloned();
+        if isolation.is_some() && uid.is_none() && crate::sandbox_user::host_is_root() {
+            let _ = std::fs::remove_dir_all(&dir);
+            return Err(ProviderError::IsolationRefused {
+                reason: "RunAs::HostUser on a root host would run the sandbox as root, \
+                         which namespaces do not contain; use RunAs::Default (an \
+                         unprivileged uid of the sandbox's own) or Isolation::None"
+                    .into(),
+            });
+        }
         if let Some(uid) = uid {
             // The sandbox's user owns its directory, and only it (and root).
             if let Err(e) = std::os::unix::fs::chown(&dir, Some(uid), Some(uid)) {
@@ -112,6 +134,35 @@ impl LocalProvider {
         // host on the TCP port.
         let local_socket =
             (local_socket.as_os_str().len() < MAX_SOCKET_PATH).then_some(local_socket);
+        if isolation.is_some() && local_socket.is_none() {
+            let _ = std::fs::remove_dir_all(&dir);
+            return Err(ProviderError::IsolationRefused {
+                reason: format!(
+                    "the host reaches an isolated sandbox by a Unix socket in its \
+                     directory, and {} is too long a path for one; choose a shorter \
+                     base directory (LocalProvider::with_base_dir)",
+                    dir.display()
+                ),
+            });
+        }
+        // A root host limits the isolated sandbox as a whole by a cgroup;
+        // otherwise rlimits in its own user namespace do what they can.
+        let cgroup = match isolation {
+            Some(_) => SandboxCgroup::create(&format!("agentix-{id}"), &config.limits),
+            None => None,
+        };
+        let cgroup_files = match cgroup.as_ref().map(SandboxCgroup::join_files) {
+            Some(Err(e)) => {
+                cgroup.as_ref().map(SandboxCgroup::remove);
+                let _ = std::fs::remove_dir_all(&dir);
+                return Err(io_error(
+                    format!("cannot open the cgroup of sandbox {id}"),
+                    e,
+                ));
+            }
+            Some(Ok(files)) => files,
+            None => Vec::new(),
+        };
 
         // Run by descriptor: the sandbox's user may not reach the bundle's
         // path (a checkout under /root), only read and run the file.
@@ -136,12 +187,41 @@ impl LocalProvider {
         if let Some(uid) = uid {
             cmd.uid(uid).gid(uid);
         }
+        if !cgroup_files.is_empty() {
+            // SAFETY: one write(2) per file, nothing else.
+            unsafe {
+                cmd.pre_exec(move || cgroup_limits::join(&cgroup_files));
+            }
+        }
+        if let Some(settings) = &isolation {
+            let limits = &config.limits;
+            let spec = IsolationSpec {
+                writable: std::iter::once(dir.clone())
+                    .chain(settings.writable.iter().cloned())
+                    .collect(),
+                read_only: settings.read_only.clone(),
+                hostname: format!("agentix-{id}"),
+                host_network: settings.host_network,
+                tmp_bytes: settings.tmp_bytes,
+                processes: limits.processes.filter(|_| cgroup.is_none()),
+                memory_bytes: limits.memory_bytes.filter(|_| cgroup.is_none()),
+                remove_after: vec![dir.clone()],
+            };
+            cmd.arg(ISOLATE_ROLE).args(spec.to_args()).arg("--");
+        }
         cmd.arg("serve")
             .args(["--host", "127.0.0.1", "--port", "0"])
             .arg("--max-message-bytes")
             .arg(wire_limit.to_string())
-            .arg("--cleanup-dir")
-            .arg(&dir)
+            // An isolated server cannot remove the directory it is mounted
+            // on; its launcher does, once the sandbox has exited.
+            .args(
+                isolation
+                    .is_none()
+                    .then_some([std::ffi::OsStr::new("--cleanup-dir"), dir.as_os_str()])
+                    .into_iter()
+                    .flatten(),
+            )
             .args(
                 local_socket
                     .iter()
@@ -161,6 +241,14 @@ impl LocalProvider {
                 agentix_actors::wire::ENV_FILES_ROOT,
                 config.files_root.as_deref().unwrap_or(&dir),
             )
+            // Inside, the host's home and temp dir are not there: the
+            // sandbox's own directory and /tmp are.
+            .envs(isolation.as_ref().map_or(Vec::new(), |_| {
+                vec![
+                    ("HOME", dir.as_os_str()),
+                    ("TMPDIR", std::ffi::OsStr::new("/tmp")),
+                ]
+            }))
             .envs(config.env.iter().map(|(k, v)| (k, v)))
             .current_dir(&dir)
             .stderr(log);
@@ -169,6 +257,7 @@ impl LocalProvider {
         let (server, ready) = match started {
             Ok(started) => started,
             Err(e) => {
+                cgroup.as_ref().map(SandboxCgroup::remove);
                 let _ = std::fs::remove_dir_all(&dir);
                 let who = match uid {
                     Some(uid) => format!(
@@ -180,7 +269,12 @@ impl LocalProvider {
                 return Err(bad_bundle(bundle, &format!("cannot run it{who}: {e}")));
             }
         };
-        let resources = LocalResources { server, dir };
+        let resources = LocalResources {
+            server,
+            dir,
+            cgroup,
+            forward: None,
+        };
         let failed =
             |reason: String, resources: &LocalResources| ProviderError::ServerStartFailed {
                 reason,
@@ -189,7 +283,11 @@ impl LocalProvider {
         let line = tokio::select! {
             line = ready => line.ok(),
             status = resources.server.wait() => {
-                let err = failed(format!("it exited before listening ({status})"), &resources);
+                let err = if isolation.is_some() && status == format!("exit status {ISOLATION_REFUSED_EXIT}") {
+                    ProviderError::IsolationRefused { reason: tail_of(&resources.log_path()) }
+                } else {
+                    failed(format!("it exited before listening ({status})"), &resources)
+                };
                 resources.stop().await;
                 return Err(err);
             }
@@ -224,6 +322,40 @@ impl LocalProvider {
             resources.stop().await;
             return Err(err);
         };
+        let mut resources = resources;
+        let mut addr = addr;
+        let mut server_pid = resources.server.pid;
+        if isolation.is_some() {
+            // The server's port is in its own network namespace: clients
+            // reach it through a port of the host's that leads to its
+            // socket, and the host's own connections check that the socket
+            // is the server's, PID 1 inside, under the launcher's keeper.
+            let Some(socket) = local_socket.clone() else {
+                unreachable!("an isolated sandbox always has its socket")
+            };
+            match PortForward::start(socket).await {
+                Ok(forward) => {
+                    addr = forward.addr().to_string();
+                    resources.forward = Some(forward);
+                }
+                Err(e) => {
+                    resources.stop().await;
+                    return Err(io_error("cannot open the sandbox's host port".into(), e));
+                }
+            }
+            let server = process::first_child(server_pid).and_then(process::first_child);
+            match server {
+                Some(pid) => server_pid = pid,
+                None => {
+                    let err = failed(
+                        "its server is not where its launcher put it".into(),
+                        &resources,
+                    );
+                    resources.stop().await;
+                    return Err(err);
+                }
+            }
+        }
         let sandbox = Sandbox::from_parts(
             format!("local-{id}"),
             addr,
@@ -231,9 +363,9 @@ impl LocalProvider {
             config,
             Arc::new(resources),
         );
-        Ok(match (local_addr, sandbox.server_pid()) {
-            (Some(local), Some(pid)) => sandbox.with_local_addr(local, pid),
-            _ => sandbox,
+        Ok(match local_addr {
+            Some(local) => sandbox.with_local_addr(local, server_pid),
+            None => sandbox,
         })
     }
 }
@@ -254,10 +386,13 @@ impl BundleFile {
     }
 }
 
-/// What a local sandbox owns: its server process and private directory.
+/// What a local sandbox owns: its server process and private directory,
+/// and when isolated, its cgroup and host port.
 struct LocalResources {
     server: KeptProcess,
     dir: PathBuf,
+    cgroup: Option<SandboxCgroup>,
+    forward: Option<PortForward>,
 }
 
 impl LocalResources {
@@ -284,10 +419,12 @@ impl SandboxResources for LocalResources {
     fn shutdown(&self) -> BoxFuture<'static, ()> {
         let (done_tx, done_rx) = tokio::sync::oneshot::channel();
         let dir = self.dir.clone();
+        let cgroup = self.cgroup.clone();
         // Started now; a second call signals a process that is already
         // stopping and waits for the same exit.
         self.server.terminate(STOP_GRACE, move || {
             let _ = std::fs::remove_dir_all(&dir);
+            cgroup.as_ref().map(SandboxCgroup::remove);
             let _ = done_tx.send(());
         });
         Box::pin(async move {

@@ -20,6 +20,13 @@ pub enum ProviderError {
         /// The last lines the server printed.
         output: String,
     },
+    /// The kernel refused the sandbox's isolation (no unprivileged user
+    /// namespaces, say); `Isolation::None` runs it as a plain process tree.
+    #[error("the sandbox cannot be isolated here: {reason}")]
+    IsolationRefused {
+        /// Why, and what to do about it.
+        reason: String,
+    },
     /// No linked provider has that name.
     #[error("no provider is named `{name}` (linked: {known}); a provider crate is linked with agentix::link_plugins!")]
     UnknownProvider {

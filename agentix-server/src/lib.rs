@@ -31,6 +31,8 @@
 //!   [`connection_writes`]: the bytes a connection has written, which
 //!   [`host_backlog`] reads to bound what a host's socket holds.
 //! - [`upgrade_gate`]: no Socket.IO session without the token on the request.
+//! - [`isolation`]: the launcher that runs the server in namespaces of its
+//!   own (`bundle isolate`); [`loopback`] raises `lo` inside them.
 //! - [`server`]: [`Server`], which ties them together inside a running actix
 //!   `System` (embeddable: nothing process-wide);
 //!   [`serve`]: [`run`], the binary's entry point, which owns the process.
@@ -57,7 +59,9 @@ pub mod emit;
 pub mod forwarder;
 pub mod host_backlog;
 pub mod http;
+pub mod isolation;
 pub mod listener;
+pub mod loopback;
 pub mod oom_kills;
 pub mod raw_event;
 pub mod rpc;

@@ -7,6 +7,8 @@
 
 use std::ffi::OsString;
 
+use agentix_actors::isolation_spec::ISOLATE_ROLE;
+
 /// Runs the bundle: `serve [server flags]` or `worker`; exits the process.
 pub fn main() -> ! {
     main_with(|| {})
@@ -25,7 +27,8 @@ pub fn main_with(worker_setup: fn()) -> ! {
     std::process::exit(2)
 }
 
-/// If this process was started as `serve` or `worker`, runs that role and
+/// If this process was started as `serve`, `worker` or `isolate` (the
+/// server in namespaces of its own), runs that role and
 /// exits; otherwise returns so the program can go on as a host.
 pub fn dispatch() {
     dispatch_with(|| {})
@@ -48,6 +51,7 @@ pub fn dispatch_with(worker_setup: fn()) {
             std::process::exit(serve(rest))
         }
         Some("worker") => std::process::exit(agentix_actors::worker::run_with(worker_setup)),
+        Some(ISOLATE_ROLE) => std::process::exit(agentix_server::isolation::run(args.collect())),
         _ => {}
     }
 }

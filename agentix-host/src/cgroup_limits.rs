@@ -1,0 +1,159 @@
+//! [`SandboxCgroup`]: the cgroup a root host gives each isolated local
+//! sandbox, so that memory, processes and CPU are limited for the sandbox
+//! as a whole.
+//!
+//! cgroup v2 where it is mounted (`/sys/fs/cgroup/agentix-<id>`), otherwise
+//! v1's `memory`, `pids` and `cpu` hierarchies (`/sys/fs/cgroup/<controller>/
+//! agentix-<id>`). The server joins it between fork and exec, through files
+//! the host opened, so nothing the sandbox runs is ever outside it. A host
+//! that is not root, or whose cgroups are read-only, gets `None` and the
+//! sandbox falls back to rlimits.
+//!
+//! These are a handful of file writes the kernel documents; a cgroup crate
+//! would add a systemd client and an OCI model for no more than this.
+
+use std::fs::File;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use crate::sandbox_limits::SandboxLimits;
+
+/// Where the cgroup hierarchies are mounted.
+const CGROUP_ROOT: &str = "/sys/fs/cgroup";
+
+/// The CFS period the CPU limit is a share of, in microseconds.
+const CPU_PERIOD_US: u64 = 100_000;
+
+/// One sandbox's cgroup: a directory per hierarchy it was made in.
+#[derive(Debug, Clone)]
+pub(crate) struct SandboxCgroup {
+    dirs: Vec<PathBuf>,
+}
+
+impl SandboxCgroup {
+    /// Makes the cgroup `name` with `limits`, or `None` where this host
+    /// cannot (not root, no writable hierarchy) or nothing is limited.
+    pub(crate) fn create(name: &str, limits: &SandboxLimits) -> Option<SandboxCgroup> {
+        if !crate::sandbox_user::host_is_root() || *limits == SandboxLimits::none() {
+            return None;
+        }
+        let root = Path::new(CGROUP_ROOT);
+        let cgroup = if root.join("cgroup.controllers").exists() {
+            SandboxCgroup::create_v2(root, name, limits)
+        } else {
+            SandboxCgroup::create_v1(root, name, limits)
+        };
+        match cgroup {
+            Ok(cgroup) if !cgroup.dirs.is_empty() => Some(cgroup),
+            Ok(_) => None,
+            Err((cgroup, e)) => {
+                tracing::debug!("no cgroup for sandbox {name}, limits by rlimit: {e}");
+                cgroup.remove();
+                None
+            }
+        }
+    }
+
+    fn create_v2(
+        root: &Path,
+        name: &str,
+        limits: &SandboxLimits,
+    ) -> Result<SandboxCgroup, (SandboxCgroup, std::io::Error)> {
+        let mut cgroup = SandboxCgroup { dirs: Vec::new() };
+        // The root cgroup may hold processes and still hand controllers down.
+        let _ = std::fs::write(&root.join("cgroup.subtree_control"), "+memory +pids +cpu");
+        let dir = root.join(name);
+        if let Err(e) = std::fs::create_dir(&dir) {
+            return Err((cgroup, e));
+        }
+        cgroup.dirs.push(dir.clone());
+        let mut settings = Vec::new();
+        if let Some(bytes) = limits.memory_bytes {
+            settings.push(("memory.max", bytes.to_string()));
+            settings.push(("memory.swap.max", "0".to_owned()));
+        }
+        if let Some(n) = limits.processes {
+            settings.push(("pids.max", n.to_string()));
+        }
+        if let Some(cpus) = limits.cpus {
+            settings.push(("cpu.max", format!("{} {CPU_PERIOD_US}", cpu_quota(cpus))));
+        }
+        for (file, value) in settings {
+            if let Err(e) = std::fs::write(&dir.join(file), &value) {
+                // Swap may not be accounted; every other limit must hold.
+                if file != "memory.swap.max" {
+                    return Err((cgroup, e));
+                }
+            }
+        }
+        Ok(cgroup)
+    }
+
+    fn create_v1(
+        root: &Path,
+        name: &str,
+        limits: &SandboxLimits,
+    ) -> Result<SandboxCgroup, (SandboxCgroup, std::io::Error)> {
+        let mut cgroup = SandboxCgroup { dirs: Vec::new() };
+        let mut wanted = Vec::new();
+        if let Some(bytes) = limits.memory_bytes {
+            wanted.push(("memory", "memory.limit_in_bytes", bytes.to_string()));
+        }
+        if let Some(n) = limits.processes {
+            wanted.push(("pids", "pids.max", n.to_string()));
+        }
+        if let Some(cpus) = limits.cpus {
+            wanted.push(("cpu", "cpu.cfs_quota_us", cpu_quota(cpus).to_string()));
+        }
+        for (controller, file, value) in wanted {
+            let dir = root.join(controller).join(name);
+            if let Err(e) = std::fs::create_dir(&dir) {
+                return Err((cgroup, e));
+            }
+            cgroup.dirs.push(dir.clone());
+            if let Err(e) = std::fs::write(&dir.join(file), &value) {
+                return Err((cgroup, e));
+            }
+        }
+        Ok(cgroup)
+    }
+
+    /// Files that move the process writing `0` to them into this cgroup,
+    /// opened now (by the host) for a child to write between fork and exec.
+    pub(crate) fn join_files(&self) -> std::io::Result<Vec<File>> {
+        self.dirs
+            .iter()
+            .map(|dir| File::options().write(true).open(dir.join("cgroup.procs")))
+            .collect()
+    }
+
+    /// Removes the cgroup; its processes must be gone. A process the kernel
+    /// is still taking out keeps it busy for a moment, so this retries.
+    pub(crate) fn remove(&self) {
+        for dir in &self.dirs {
+            for _ in 0..50 {
+                match std::fs::remove_dir(dir) {
+                    Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
+                        std::thread::sleep(std::time::Duration::from_millis(10))
+                    }
+                    _ => break,
+                }
+            }
+        }
+    }
+}
+
+/// Moves the calling process into the cgroups of `files`; for `pre_exec`
+/// (async-signal-safe: one `write` per file).
+pub(crate) fn join(files: &[File]) -> std::io::Result<()> {
+    for file in files {
+        let mut file = file;
+        file.write_all(b"0")?;
+    }
+    Ok(())
+}
+
+/// Microseconds of CPU per period that `cpus` CPUs give.
+fn cpu_quota(cpus: f64) -> u64 {
+    ((cpus * CPU_PERIOD_US as f64) as u64).max(1000)
+}

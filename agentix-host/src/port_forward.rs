@@ -1,0 +1,76 @@
+//! [`PortForward`]: a TCP port on the host's 127.0.0.1 that leads to an
+//! isolated sandbox's Unix socket.
+//!
+//! An isolated sandbox's server listens in a network namespace of its own,
+//! where no host client can reach its port. The host's own connections use
+//! the server's Unix socket in the sandbox directory; this keeps
+//! `Sandbox::addr()` a TCP address for third-party clients (a stock
+//! Socket.IO client, `curl /health`) by copying each connection's bytes to
+//! a fresh connection on that socket.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use tokio::net::{TcpListener, UnixStream};
+use tokio::sync::Semaphore;
+use tokio::task::JoinHandle;
+
+/// Most connections forwarded at once; more wait to be accepted.
+const MAX_CONNECTIONS: usize = 256;
+
+/// A forwarding port; dropping it closes the port and every connection.
+#[derive(Debug)]
+pub(crate) struct PortForward {
+    addr: SocketAddr,
+    task: JoinHandle<()>,
+}
+
+impl PortForward {
+    /// Listens on a free port of 127.0.0.1 and forwards to `socket`.
+    pub(crate) async fn start(socket: PathBuf) -> std::io::Result<PortForward> {
+        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        let task = tokio::spawn(accept(listener, socket));
+        Ok(PortForward { addr, task })
+    }
+
+    /// The host's end: `127.0.0.1:<port>`.
+    pub(crate) fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+}
+
+impl Drop for PortForward {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+async fn accept(listener: TcpListener, socket: PathBuf) {
+    let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    let mut connections = tokio::task::JoinSet::new();
+    loop {
+        let Ok(slot) = slots.clone().acquire_owned().await else {
+            return;
+        };
+        let mut client = match listener.accept().await {
+            Ok((client, _)) => client,
+            Err(_) => {
+                // Out of descriptors, say: try again soon, not in a spin.
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        // Reap the finished ones so the set holds live connections only.
+        while connections.try_join_next().is_some() {}
+        let socket = socket.clone();
+        connections.spawn(async move {
+            let _slot = slot;
+            let _ = client.set_nodelay(true);
+            if let Ok(mut server) = UnixStream::connect(&socket).await {
+                let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
+            }
+        });
+    }
+}

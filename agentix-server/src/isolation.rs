@@ -1,0 +1,235 @@
+//! The isolated launcher: `bundle isolate <flags> -- serve ...` runs the
+//! server, and so every worker and all sandbox code, in namespaces of its
+//! own.
+//!
+//! What the sandbox gets (see [`IsolationSpec`]): its own user, mount, PID,
+//! IPC, UTS and network namespaces; the host's system directories (`/bin`,
+//! `/etc`, `/lib*`, `/sbin`, `/usr`) read-only and nothing else of the
+//! host's filesystem but the directories the spec names; a `/dev` with only
+//! the harmless devices; a `/tmp` of its own with a size; a `/proc` that
+//! shows its own processes only; a network with only `lo`, brought up; and
+//! rlimits when the host gave it no cgroup. The sandbox runs as the uid the
+//! launcher was started as, mapped to itself, with `no_new_privs` set.
+//!
+//! The process tree: this launcher (in the host's namespaces, the host's
+//! child) → the container's keeper (new user namespace; waits) → the server
+//! (PID 1 of the new PID namespace) → its worker and sandbox code. Whoever
+//! kills the launcher kills all of it (each step dies with its parent); a
+//! SIGTERM, SIGINT or SIGHUP to the launcher goes to the server, which
+//! shuts down gracefully, and the launcher then exits as the server did and
+//! removes the directories it was told to.
+//!
+//! The namespaces and mounts are built by `hakoniwa`, a maintained crate
+//! doing `unshare`, id maps, `pivot_root` and the read-only remounts the way
+//! bubblewrap does, rather than by syscalls written here.
+
+use std::ffi::{CString, OsString};
+use std::os::unix::ffi::OsStrExt;
+
+use agentix_actors::isolation_spec::{IsolationSpec, ISOLATION_REFUSED_EXIT};
+use hakoniwa::{Container, MountOptions, Namespace, Rlimit, Runctl};
+use nix::sys::signal::{self, SigSet, Signal};
+use nix::unistd::Pid;
+
+/// The running binary, which the server's step runs again as the server:
+/// no path of the host's needs to exist inside.
+const SELF_EXE: &str = "/proc/self/exe";
+
+/// Runs `args` (the spec's flags, `--`, then the bundle's own arguments)
+/// isolated; returns the exit status to leave with.
+pub fn run(args: Vec<OsString>) -> i32 {
+    let (spec, command) = match IsolationSpec::from_args(args) {
+        Ok(parsed) => parsed,
+        Err(e) => {
+            eprintln!("agentix isolate: {e}");
+            return 2;
+        }
+    };
+    let argv: Vec<CString> = match command_line(&command) {
+        Ok(argv) => argv,
+        Err(e) => {
+            eprintln!("agentix isolate: {e}");
+            return 2;
+        }
+    };
+    // Blocked before the fork, so that a stop signal in the meantime waits
+    // for the server instead of killing this process (and, with it, the
+    // sandbox before it could clean up); the server's step unblocks them.
+    let stops = stop_signals();
+    if let Err(e) = stops.thread_block() {
+        eprintln!("agentix isolate: cannot block stop signals: {e}");
+        return 1;
+    }
+    let container = container_for(&spec);
+    let host_network = spec.host_network;
+    // SAFETY: this process is single-threaded here (the bundle's entry
+    // point, before any runtime starts), so the forked child may allocate.
+    let mut cmd =
+        unsafe { container.command_from_closure(move || start_server(&argv, host_network, stops)) };
+    cmd.envs(
+        std::env::vars_os()
+            .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?))),
+    );
+    if let Some(dir) = spec.writable.first() {
+        cmd.current_dir(dir);
+    }
+    let mut child = match cmd.spawn() {
+        Ok(child) => child,
+        Err(e) => return refused(&e.to_string()),
+    };
+    let keeper = Pid::from_raw(child.id() as i32);
+    let remove_after = spec.remove_after.clone();
+    std::thread::spawn(move || {
+        let code = match child.wait() {
+            Ok(status) => exit_code(&status),
+            Err(e) => {
+                eprintln!("agentix isolate: lost track of the sandbox: {e}");
+                1
+            }
+        };
+        for dir in &remove_after {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+        std::process::exit(code)
+    });
+    loop {
+        match stops.wait() {
+            Ok(stop) => forward(keeper, stop),
+            Err(e) => {
+                eprintln!("agentix isolate: cannot wait for signals: {e}");
+                let _ = signal::kill(keeper, Signal::SIGKILL);
+            }
+        }
+    }
+}
+
+/// The namespaces, mounts and limits `spec` asks for.
+fn container_for(spec: &IsolationSpec) -> Container {
+    // User, mount and PID namespaces (the launcher's uid mapped to itself)
+    // and a /proc of the new PID namespace.
+    let mut container = Container::new();
+    container
+        .unshare(Namespace::Ipc)
+        .unshare(Namespace::Uts)
+        .hostname(&spec.hostname)
+        .devfsmount("/dev")
+        .mount(
+            "tmpfs",
+            "/tmp",
+            "tmpfs",
+            MountOptions::NOSUID | MountOptions::NODEV,
+            Some(format!("size={},mode=1777", spec.tmp_bytes)),
+        )
+        // A host whose /usr or /tmp carries nosuid or nodev keeps them on
+        // the read-only remount instead of failing it.
+        .runctl(Runctl::MountFallback);
+    if !spec.host_network {
+        container.unshare(Namespace::Network);
+    }
+    // The host's system directories only; none of its homes or checkouts.
+    if let Err(e) = container.rootfs("/") {
+        eprintln!("agentix isolate: cannot list the host's system directories: {e}");
+    }
+    for path in &spec.read_only {
+        let path = path.to_string_lossy();
+        container.bindmount_ro(&path, &path);
+    }
+    for dir in &spec.writable {
+        let dir = dir.to_string_lossy();
+        container.bindmount_rw(&dir, &dir);
+    }
+    if let Some(n) = spec.processes {
+        container.setrlimit(Rlimit::Nproc, n, n);
+    }
+    if let Some(n) = spec.memory_bytes {
+        container.setrlimit(Rlimit::Data, n, n);
+    }
+    container
+}
+
+/// The last step, inside every namespace: `lo` up, then the server.
+fn start_server(argv: &[CString], host_network: bool, stops: SigSet) -> i32 {
+    if !host_network {
+        if let Err(e) = crate::loopback::bring_up_loopback() {
+            eprintln!("agentix isolate: cannot bring up the sandbox's loopback interface: {e}");
+            return ISOLATION_REFUSED_EXIT;
+        }
+    }
+    let _ = stops.thread_unblock();
+    let program = CString::new(SELF_EXE).expect("no NUL in a constant");
+    let err = nix::unistd::execv(&program, argv).unwrap_err();
+    eprintln!("agentix isolate: cannot run the server: {err}");
+    127
+}
+
+/// The signals that stop the sandbox gracefully.
+fn stop_signals() -> SigSet {
+    let mut set = SigSet::empty();
+    set.add(Signal::SIGTERM);
+    set.add(Signal::SIGINT);
+    set.add(Signal::SIGHUP);
+    set
+}
+
+/// Hands a stop signal to the server; kills the sandbox if there is no
+/// server yet to hand it to (a stop is a stop).
+fn forward(keeper: Pid, stop: Signal) {
+    match agentix_actors::process::first_child(keeper.as_raw() as u32) {
+        Some(server) => {
+            let _ = signal::kill(Pid::from_raw(server as i32), stop);
+        }
+        None => {
+            let _ = signal::kill(keeper, Signal::SIGKILL);
+        }
+    }
+}
+
+/// How this launcher exits, given how the sandbox did: the server's own
+/// status, a signal raised again so the host sees it as such, or
+/// [`ISOLATION_REFUSED_EXIT`] when the namespaces could not be made.
+fn exit_code(status: &hakoniwa::ExitStatus) -> i32 {
+    if let Some(code) = status.exit_code {
+        return code;
+    }
+    if status.reason.contains("received signal") && status.code > 128 {
+        if let Ok(sig) = Signal::try_from(status.code - 128) {
+            // Die by the same signal: unblocked, default action.
+            let mut set = SigSet::empty();
+            set.add(sig);
+            let _ = set.thread_unblock();
+            // SAFETY: restoring the default action installs no handler.
+            let _ = unsafe { signal::signal(sig, signal::SigHandler::SigDfl) };
+            let _ = signal::raise(sig);
+        }
+        return status.code;
+    }
+    refused(&status.reason)
+}
+
+/// Says that the kernel refused the isolation and how to do without it.
+fn refused(reason: &str) -> i32 {
+    eprintln!(
+        "agentix isolate: cannot isolate the sandbox: {reason}. Isolation needs \
+         unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1, \
+         user.max_user_namespaces > 0, and no AppArmor rule refusing them); \
+         SandboxConfig::isolation(Isolation::None) runs the sandbox as a plain \
+         process tree instead (for trusted code only)"
+    );
+    ISOLATION_REFUSED_EXIT
+}
+
+/// The server's argv: the bundle's name, then the arguments after `--`.
+fn command_line(command: &[OsString]) -> Result<Vec<CString>, String> {
+    if command.is_empty() {
+        return Err("nothing to run after `--`".into());
+    }
+    let name = std::env::args_os()
+        .next()
+        .unwrap_or_else(|| "bundle".into());
+    std::iter::once(&name)
+        .chain(command)
+        .map(|arg| {
+            CString::new(arg.as_bytes()).map_err(|_| format!("an argument holds a NUL: {arg:?}"))
+        })
+        .collect()
+}
