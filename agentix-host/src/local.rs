@@ -333,16 +333,6 @@ impl LocalProvider {
             let Some(socket) = local_socket.clone() else {
                 unreachable!("an isolated sandbox always has its socket")
             };
-            match PortForward::start(socket).await {
-                Ok(forward) => {
-                    addr = forward.addr().to_string();
-                    resources.forward = Some(forward);
-                }
-                Err(e) => {
-                    resources.stop().await;
-                    return Err(io_error("cannot open the sandbox's host port".into(), e));
-                }
-            }
             let server = process::first_child(server_pid).and_then(process::first_child);
             match server {
                 Some(pid) => server_pid = pid,
@@ -353,6 +343,16 @@ impl LocalProvider {
                     );
                     resources.stop().await;
                     return Err(err);
+                }
+            }
+            match PortForward::start(socket, server_pid).await {
+                Ok(forward) => {
+                    addr = forward.addr().to_string();
+                    resources.forward = Some(forward);
+                }
+                Err(e) => {
+                    resources.stop().await;
+                    return Err(io_error("cannot open the sandbox's host port".into(), e));
                 }
             }
         }

@@ -6,7 +6,9 @@
 //! the server's Unix socket in the sandbox directory; this keeps
 //! `Sandbox::addr()` a TCP address for third-party clients (a stock
 //! Socket.IO client, `curl /health`) by copying each connection's bytes to
-//! a fresh connection on that socket.
+//! a fresh connection on that socket, once the socket is shown to be the
+//! server's: sandbox code can replace the socket file with a listener of
+//! its own, which must never see a client's bytes (its token first).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -27,11 +29,12 @@ pub(crate) struct PortForward {
 }
 
 impl PortForward {
-    /// Listens on a free port of 127.0.0.1 and forwards to `socket`.
-    pub(crate) async fn start(socket: PathBuf) -> std::io::Result<PortForward> {
+    /// Listens on a free port of 127.0.0.1 and forwards to `socket`, when
+    /// process `server` (as the host numbers it) holds it.
+    pub(crate) async fn start(socket: PathBuf, server: u32) -> std::io::Result<PortForward> {
         let listener = TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
-        let task = tokio::spawn(accept(listener, socket));
+        let task = tokio::spawn(accept(listener, socket, server));
         Ok(PortForward { addr, task })
     }
 
@@ -47,7 +50,7 @@ impl Drop for PortForward {
     }
 }
 
-async fn accept(listener: TcpListener, socket: PathBuf) {
+async fn accept(listener: TcpListener, socket: PathBuf, server: u32) {
     let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
     let mut connections = tokio::task::JoinSet::new();
     loop {
@@ -68,9 +71,19 @@ async fn accept(listener: TcpListener, socket: PathBuf) {
         connections.spawn(async move {
             let _slot = slot;
             let _ = client.set_nodelay(true);
-            if let Ok(mut server) = UnixStream::connect(&socket).await {
-                let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
+            let Ok(mut upstream) = UnixStream::connect(&socket).await else {
+                return;
+            };
+            let holder = upstream.peer_cred().ok().and_then(|cred| cred.pid());
+            if holder != Some(server as i32) {
+                tracing::warn!(
+                    socket = %socket.display(),
+                    "the sandbox's socket is not its server's (held by {holder:?}); \
+                     a client of its port was turned away"
+                );
+                return;
             }
+            let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
         });
     }
 }

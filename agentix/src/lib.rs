@@ -58,8 +58,9 @@ pub use agentix_host::sandbox_user::{host_is_root, SANDBOX_UID_BASE};
 pub use agentix_host::{
     configure_logging, last_lines, provider, provider_names, secret::random_hex, Call, CallStream,
     ContainerMount, ContainerNetwork, ContainerSettings, HostNamespace, HostNamespaceHandle,
-    LocalProvider, LogTap, Provider, ProviderError, RunAs, Sandbox, SandboxConfig, SandboxInfo,
-    SandboxLog, SandboxRegistry, SandboxResources, StreamCall, BASE_ENV,
+    Isolation, LocalProvider, LogTap, NamespaceIsolation, Provider, ProviderError, RunAs, Sandbox,
+    SandboxConfig, SandboxInfo, SandboxLimits, SandboxLog, SandboxRegistry, SandboxResources,
+    StreamCall, BASE_ENV,
 };
 pub use agentix_macros::remote;
 pub use agentix_server as server;

@@ -19,7 +19,7 @@ use fakes::*;
 async fn an_agents_request_reaches_the_upstream_through_the_host_with_the_hosts_key() {
     let seen: Seen = Arc::default();
     let base = upstream(seen.clone()).await;
-    let sb = support::sandbox().await;
+    let sb = support::host_network_sandbox().await;
     sb.register_namespace(Gateway::openai(&base).key("host-secret").namespace())
         .unwrap();
     let url = sb
@@ -124,7 +124,7 @@ async fn the_gateway_overrides_the_model_and_names_a_dead_upstream_502() {
 
 #[tokio::test]
 async fn an_endpoint_with_no_gateway_on_the_host_answers_502_and_says_why() {
-    let sb = support::sandbox().await;
+    let sb = support::host_network_sandbox().await;
     let url = sb.remote(agentix_abridge::serve, 0u16).await.unwrap();
     let (status, _, text) = agent(
         "POST",
@@ -546,7 +546,7 @@ async fn the_official_openai_and_anthropic_sdks_in_the_sandbox_work_through_abri
 
 /// A sandbox whose `/abridge` is `gateway`, and its endpoint's URL.
 async fn serving(gateway: Gateway) -> (agentix::Sandbox, String) {
-    let sb = support::sandbox().await;
+    let sb = support::host_network_sandbox().await;
     sb.register_namespace(gateway.namespace()).unwrap();
     let url = sb.remote(agentix_abridge::serve, 0u16).await.unwrap();
     (sb, url)
@@ -580,7 +580,7 @@ async fn wait_for_lines(path: &std::path::Path, n: usize) -> Vec<Exchange> {
 async fn limits_answer_at_once_a_busy_sandbox_429_a_large_body_413_a_bad_one_400() {
     let script = Arc::new(StreamScript::default());
     let base = streaming_upstream(script.clone()).await;
-    let sb = support::sandbox().await;
+    let sb = support::host_network_sandbox().await;
     sb.register_namespace(Gateway::openai(&base).max_concurrent(1).namespace())
         .unwrap();
     let options = agentix_abridge::EndpointOptions {
@@ -664,7 +664,7 @@ async fn an_https_upstream_is_reached_over_tls_and_an_unknown_certificate_is_a_5
 async fn an_anthropic_upstream_gets_messages_as_they_are_with_its_key_and_version() {
     let seen: SeenHeaders = Arc::default();
     let base = anthropic_upstream(seen.clone()).await;
-    let sb = support::sandbox().await;
+    let sb = support::host_network_sandbox().await;
     let gateway = Gateway::anthropic(&base)
         .key("sk-ant-host")
         .model("claude-policy");

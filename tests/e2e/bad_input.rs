@@ -8,7 +8,7 @@ use std::time::Duration;
 use agentix::{ErrorKind, SandboxConfig};
 use serde_json::{json, Value};
 use support::raw_socket::{placeholder, RawSocket};
-use support::{bundle_path, rss_kib, sandbox, sandbox_with, scratch_dir};
+use support::{bundle_path, plain_sandbox, rss_kib, sandbox_with, scratch_dir};
 
 fn add_args(a: i64, b: i64) -> Vec<u8> {
     agentix_actors::cbor::to_vec(&(a, b)).unwrap()
@@ -45,7 +45,7 @@ async fn expect_error(raw: &mut RawSocket, id: u64, kind: &str) -> Value {
 
 #[tokio::test]
 async fn garbage_events_get_clear_errors_and_the_connection_keeps_serving() {
-    let sb = sandbox().await;
+    let sb = plain_sandbox().await;
     let mut raw = RawSocket::connect(sb.addr(), sb.token()).await;
     good_call(&mut raw, 1).await;
 
@@ -115,7 +115,8 @@ async fn garbage_events_get_clear_errors_and_the_connection_keeps_serving() {
 #[tokio::test]
 async fn a_message_past_the_limit_is_refused_and_others_go_on() {
     // A 1 MiB limit keeps the oversized message small enough for a test.
-    let config = SandboxConfig::new(bundle_path()).server_arg("--max-message-bytes", "1048576");
+    let config = support::plain(SandboxConfig::new(bundle_path()))
+        .server_arg("--max-message-bytes", "1048576");
     let sb = sandbox_with(config).await;
     let mut raw = RawSocket::connect(sb.addr(), sb.token()).await;
     // Past the server's Socket.IO limit (the limit and 64 KiB for the header).
@@ -146,7 +147,7 @@ async fn garbage_round(raw: &mut RawSocket) {
 
 #[tokio::test]
 async fn a_flood_of_garbage_does_not_grow_the_server() {
-    let sb = sandbox().await;
+    let sb = plain_sandbox().await;
     let pid = sb.server_pid().unwrap();
     let mut raw = RawSocket::connect(sb.addr(), sb.token()).await;
     good_call(&mut raw, 1).await;
@@ -167,7 +168,7 @@ async fn a_flood_of_garbage_does_not_grow_the_server() {
 
 async fn sandbox_with_garbage(kind: &str) -> (agentix::Sandbox, std::path::PathBuf) {
     let dir = scratch_dir(&format!("garbage-{kind}"));
-    let config = SandboxConfig::new(bundle_path())
+    let config = support::plain(SandboxConfig::new(bundle_path()))
         .env("AGENTIX_E2E_GARBAGE", kind)
         .env(
             "AGENTIX_E2E_GARBAGE_ONCE",

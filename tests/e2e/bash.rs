@@ -88,7 +88,7 @@ async fn output_exit_codes_and_signals_are_reported_faithfully() {
 
 #[tokio::test]
 async fn cwd_env_and_stdin_reach_the_command() {
-    let sb = sandbox().await;
+    let sb = support::plain_sandbox().await;
     let dir = scratch_dir("bash-cwd");
     let opts = BashOptions::new()
         .cwd(dir.to_string_lossy())
@@ -105,7 +105,7 @@ async fn cwd_env_and_stdin_reach_the_command() {
 
 #[tokio::test]
 async fn the_runtimes_own_variables_do_not_leak_into_commands() {
-    let sb = sandbox().await;
+    let sb = support::plain_sandbox().await;
     let worker = worker_pid_from_health(&sb).await;
     let environ = std::fs::read(format!("/proc/{worker}/environ")).unwrap();
     let runtime_vars: Vec<String> = environ
@@ -142,7 +142,7 @@ async fn the_runtimes_own_variables_do_not_leak_into_commands() {
 
 #[tokio::test]
 async fn a_timeout_kills_the_whole_process_group_and_says_so() {
-    let sb = sandbox().await;
+    let sb = support::plain_sandbox().await;
     let dir = scratch_dir("bash-timeout");
     let pids = dir.join("pids");
     let command = group_of_two(&pids, "echo started; wait");
@@ -297,7 +297,7 @@ async fn a_stream_delivers_output_while_the_command_runs() {
 
 #[tokio::test]
 async fn dropping_a_stream_kills_its_process_group() {
-    let sb = sandbox().await;
+    let sb = support::plain_sandbox().await;
     let dir = scratch_dir("bash-stream-drop");
     let pids = dir.join("pids");
     let command = group_of_two(&pids, "while true; do echo tick; sleep 0.05; done");
@@ -317,7 +317,7 @@ async fn dropping_a_stream_kills_its_process_group() {
 
 #[tokio::test]
 async fn a_cancelled_run_kills_its_process_group() {
-    let sb = sandbox().await;
+    let sb = support::plain_sandbox().await;
     let dir = scratch_dir("bash-run-cancel");
     let pids = dir.join("pids");
     let command = group_of_two(&pids, "wait");
@@ -382,7 +382,7 @@ fn bash_children(parent: u32) -> Vec<u32> {
 
 #[tokio::test]
 async fn warm_shells_run_commands_exactly_like_fresh_ones_and_die_with_the_worker() {
-    let sb = sandbox().await;
+    let sb = support::plain_sandbox().await;
     let worker = worker_pid_from_health(&sb).await;
     assert!(
         bash_children(worker).is_empty(),

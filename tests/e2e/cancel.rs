@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use agentix::ErrorKind;
 use agentix_actors::process::is_alive;
-use support::{bundle_path, sandbox, scratch_dir, wait_until, wait_until_async};
+use support::{bundle_path, plain_sandbox, scratch_dir, wait_until, wait_until_async};
 
 fn path_str(p: &Path) -> String {
     p.to_str().expect("utf-8 temp path").to_owned()
@@ -16,7 +16,7 @@ fn path_str(p: &Path) -> String {
 
 #[tokio::test]
 async fn a_dropped_call_never_writes_its_file() {
-    let sb = sandbox().await;
+    let sb = plain_sandbox().await;
     let dir = scratch_dir("drop");
     // The same call left alone does write, so the absence below means something.
     let control = dir.join("control");
@@ -39,7 +39,7 @@ async fn a_dropped_call_never_writes_its_file() {
 
 #[tokio::test]
 async fn a_deadline_ends_the_call_as_timeout_and_stops_it() {
-    let sb = sandbox().await;
+    let sb = plain_sandbox().await;
     let dir = scratch_dir("deadline");
     let target = dir.join("late");
     let err = sb
@@ -62,7 +62,7 @@ async fn a_deadline_ends_the_call_as_timeout_and_stops_it() {
 
 #[tokio::test]
 async fn cancelling_kills_the_child_process_the_call_started() {
-    let sb = std::sync::Arc::new(sandbox().await);
+    let sb = std::sync::Arc::new(plain_sandbox().await);
     let dir = scratch_dir("child");
     let pid_file = dir.join("child.pid");
     let task = {
@@ -90,7 +90,7 @@ async fn cancelling_kills_the_child_process_the_call_started() {
 
 #[tokio::test]
 async fn a_host_that_dies_mid_call_gets_its_calls_cancelled() {
-    let sb = sandbox().await;
+    let sb = plain_sandbox().await;
     assert_eq!(sb.remote(agentix_e2e::add, (1, 1)).await.unwrap(), 2);
     let dir = scratch_dir("host-dies");
     let target = dir.join("orphaned");
@@ -122,7 +122,7 @@ async fn a_host_that_dies_mid_call_gets_its_calls_cancelled() {
 
 #[tokio::test]
 async fn dropping_an_attached_sandbox_cancels_its_streams_in_the_worker() {
-    let sb = sandbox().await;
+    let sb = plain_sandbox().await;
     let attached = agentix::Sandbox::attach(sb.addr(), sb.token());
     let mut items = attached.stream(agentix_e2e::tick, (5,)).await.unwrap();
     use agentix::StreamExt;

@@ -19,9 +19,10 @@ use support::{bundle_path, rss_kib, sandbox_with, scratch_dir, worker_pid_from_h
 /// directories are.
 async fn sandbox() -> Sandbox {
     // The tests hand the sandbox files the host made, and read back what
-    // it wrote, as a host's own user shares its files.
+    // it wrote, as a host's own user shares its files: a plain process tree.
     let config = SandboxConfig::new(bundle_path())
         .files_root(std::env::temp_dir())
+        .isolation(agentix::Isolation::None)
         .run_as(agentix::RunAs::HostUser);
     sandbox_with(config).await
 }

@@ -230,8 +230,8 @@ async fn sandbox_code_cannot_read_the_servers_token() {
 // sandbox's worker and read the host's environment (its API keys).
 #[tokio::test]
 async fn sandbox_code_reads_no_other_memory_and_a_root_hosts_sandboxes_are_unprivileged() {
-    let a = sandbox().await;
-    let b = sandbox().await;
+    let a = support::plain_sandbox().await;
+    let b = support::plain_sandbox().await;
     let host = std::process::id();
     let a_server = a.server_pid().unwrap();
     let b_server = b.server_pid().unwrap();
@@ -756,7 +756,7 @@ async fn unauthenticated_clients_cannot_make_the_server_hold_their_messages() {
 
 #[tokio::test]
 async fn a_frozen_worker_shows_in_health_and_the_default_timeout_ends_calls() {
-    let config = agentix::SandboxConfig::new(support::bundle_path())
+    let config = support::plain(agentix::SandboxConfig::new(support::bundle_path()))
         .call_timeout(Duration::from_millis(1500));
     let sb = support::sandbox_with(config).await;
     let pid = sb.remote(agentix_e2e::worker_pid, ()).await.unwrap();
@@ -847,7 +847,7 @@ async fn host_floods_and_never_reads(bytes: usize) {
 #[tokio::test]
 async fn a_host_that_floods_a_frozen_worker_costs_the_server_bounded_memory() {
     let _flooding = ONE_FLOOD_AT_A_TIME.lock().await;
-    let sb = sandbox().await;
+    let sb = support::plain_sandbox().await;
     sb.remote(agentix_e2e::open_plugin, ()).await.unwrap();
     let server = sb.server_pid().expect("a local sandbox");
     let worker = support::worker_pid_from_health(&sb).await;
@@ -1005,7 +1005,7 @@ fn limit_processes(pid: u32, soft: &str) {
 // cleanup"), ending every call with WorkerExited.
 #[tokio::test]
 async fn a_worker_that_cannot_start_threads_fails_those_calls_clearly_and_lives() {
-    let sb = sandbox().await;
+    let sb = support::plain_sandbox().await;
     let worker = sb.remote(agentix_e2e::worker_pid, ()).await.unwrap();
     // A fork bomb under a process limit: it fails, the worker does not.
     let uid_tasks = std::fs::read_dir("/proc").unwrap().count();

@@ -14,7 +14,7 @@ use agentix::{
     StreamTo,
 };
 use serde_json::json;
-use support::{bundle_path, sandbox, wait_until};
+use support::{bundle_path, plain_sandbox, wait_until};
 
 /// A user actor: doubles numbers by asking the sandbox, and keeps the items
 /// of streams sent to it.
@@ -66,7 +66,7 @@ impl Handler<Items> for Doubler {
 
 #[tokio::test]
 async fn a_user_actor_calls_through_a_recipient_and_gets_a_streams_items() {
-    let sandbox = SandboxActor::start(sandbox().await);
+    let sandbox = SandboxActor::start(plain_sandbox().await);
     let doubler = agentix::start_actor({
         let add = sandbox.clone().recipient();
         move |_| Doubler {
@@ -135,9 +135,10 @@ async fn a_user_actor_calls_through_a_recipient_and_gets_a_streams_items() {
 #[tokio::test]
 async fn a_supervisor_starts_a_new_sandbox_when_its_server_dies() {
     let provider = Arc::new(LocalProvider::new());
-    let supervisor = SandboxSupervisor::new(provider, SandboxConfig::new(bundle_path()))
-        .policy(RestartPolicy::new(1, Duration::from_secs(60)))
-        .start();
+    let supervisor =
+        SandboxSupervisor::new(provider, support::plain(SandboxConfig::new(bundle_path())))
+            .policy(RestartPolicy::new(1, Duration::from_secs(60)))
+            .start();
     let server_pid = || async {
         let health = supervisor.send(SandboxHealth).await.unwrap().unwrap();
         health["pid"].as_u64().unwrap() as u32
@@ -191,7 +192,8 @@ async fn a_supervisor_starts_a_new_sandbox_when_its_server_dies() {
 #[tokio::test]
 async fn stopping_a_supervisor_deletes_its_sandbox() {
     let provider = Arc::new(LocalProvider::new());
-    let supervisor = SandboxSupervisor::new(provider, SandboxConfig::new(bundle_path())).start();
+    let supervisor =
+        SandboxSupervisor::new(provider, support::plain(SandboxConfig::new(bundle_path()))).start();
     let health = supervisor.send(SandboxHealth).await.unwrap().unwrap();
     let server = health["pid"].as_u64().unwrap();
     let worker = health["worker"]["pid"].as_u64().unwrap();
@@ -252,7 +254,7 @@ impl Handler<Collected> for Sink {
 async fn log_sinks_and_trace_processors_can_be_actors() {
     let sink = agentix::start_actor(|_| Sink::default());
     agentix::trace::add_actor_processor(sink.clone().recipient());
-    let config = SandboxConfig::new(bundle_path()).log_to(sink.clone().recipient());
+    let config = support::plain(SandboxConfig::new(bundle_path())).log_to(sink.clone().recipient());
     let sb = support::sandbox_with(config).await;
     assert_eq!(sb.remote(agentix_e2e::chatter, (5, 0, 3)).await.unwrap(), 8);
     let start = std::time::Instant::now();

@@ -10,13 +10,13 @@ use std::time::Duration;
 
 use agentix::ErrorKind;
 use agentix_actors::process::{is_alive, signal_pid};
-use support::{bundle_path, sandbox, wait_until, worker_pid_from_health};
+use support::{bundle_path, plain_sandbox, wait_until, worker_pid_from_health};
 
 const GONE_WITHIN: Duration = Duration::from_secs(10);
 
 #[tokio::test]
 async fn dropping_a_session_leaves_no_process_and_no_directory() {
-    let sb = sandbox().await;
+    let sb = plain_sandbox().await;
     let worker = sb.remote(agentix_e2e::worker_pid, ()).await.unwrap();
     let server = sb.server_pid().expect("local sandboxes have a server pid");
     let dir = sb
@@ -33,7 +33,7 @@ async fn dropping_a_session_leaves_no_process_and_no_directory() {
 
 #[tokio::test]
 async fn delete_waits_until_everything_is_gone() {
-    let sb = sandbox().await;
+    let sb = plain_sandbox().await;
     let worker = worker_pid_from_health(&sb).await;
     let server = sb.server_pid().unwrap();
     let dir = sb.local_dir().unwrap().to_owned();
@@ -104,7 +104,7 @@ async fn long_call_while_killing(
 
 #[tokio::test]
 async fn a_dead_server_ends_pending_calls_with_server_exited() {
-    let sb = sandbox().await;
+    let sb = plain_sandbox().await;
     assert_eq!(sb.remote(agentix_e2e::add, (1, 1)).await.unwrap(), 2);
     let server = sb.server_pid().unwrap();
     let err = long_call_while_killing(&sb, server, "server").await;
@@ -126,7 +126,7 @@ async fn a_dead_server_ends_pending_calls_with_server_exited() {
 
 #[tokio::test]
 async fn a_dead_worker_ends_its_calls_and_the_next_call_gets_a_new_one() {
-    let sb = sandbox().await;
+    let sb = plain_sandbox().await;
     let first = sb.remote(agentix_e2e::worker_pid, ()).await.unwrap();
     let err = long_call_while_killing(&sb, first, "worker").await;
     assert_eq!(err.kind, ErrorKind::WorkerExited, "{err}");
@@ -148,7 +148,7 @@ async fn a_dead_worker_ends_its_calls_and_the_next_call_gets_a_new_one() {
 
 #[tokio::test]
 async fn processes_a_call_starts_do_not_inherit_the_worker_pipes() {
-    let sb = sandbox().await;
+    let sb = plain_sandbox().await;
     assert!(!sb
         .remote(agentix_e2e::child_inherits_frame_pipes, ())
         .await

@@ -19,8 +19,10 @@ fn collecting(dir: &std::path::Path) -> (SandboxConfig, Seen) {
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).unwrap();
     // The log directory is one the test made: the sandbox runs as the
-    // host's user, who owns it (a log directory must be the writer's own).
+    // host's user, who owns it (a log directory must be the writer's own),
+    // as a plain process tree that sees the host's files.
     let config = SandboxConfig::new(bundle_path())
+        .isolation(agentix::Isolation::None)
         .run_as(agentix::RunAs::HostUser)
         .env("AGENTIX_LOG_DIR", dir.to_str().unwrap())
         .env("RUST_BACKTRACE", "0")

@@ -8,12 +8,14 @@ use std::time::{Duration, Instant};
 
 use agentix::{ErrorKind, Sandbox, SandboxConfig};
 use agentix_actors::process::{is_alive, signal_pid};
-use support::{bundle_path, sandbox, sandbox_with, wait_until, HandStartedServer};
+use support::{bundle_path, plain_sandbox, sandbox_with, wait_until, HandStartedServer};
 
 #[tokio::test]
 async fn every_way_a_worker_dies_ends_the_call_and_a_new_worker_serves() {
     // A backtrace would push the lines checked below out of the tail.
-    let sb = sandbox_with(SandboxConfig::new(bundle_path()).env("RUST_BACKTRACE", "0")).await;
+    let sb =
+        sandbox_with(support::plain(SandboxConfig::new(bundle_path())).env("RUST_BACKTRACE", "0"))
+            .await;
     let cases = [
         ("abort", "signal 6 (SIGABRT)"),
         ("sigkill", "signal 9 (SIGKILL)"),
@@ -47,7 +49,7 @@ async fn every_way_a_worker_dies_ends_the_call_and_a_new_worker_serves() {
 
 #[tokio::test]
 async fn a_worker_that_keeps_dying_degrades_the_server_and_calls_fail_fast() {
-    let sb = sandbox().await;
+    let sb = plain_sandbox().await;
     for _ in 0..6 {
         let err = sb
             .remote(agentix_e2e::crash, ("exit".to_owned(),))
@@ -75,7 +77,7 @@ async fn a_worker_that_keeps_dying_degrades_the_server_and_calls_fail_fast() {
 #[tokio::test]
 async fn a_frozen_server_is_noticed_by_the_heartbeat() {
     let server = HandStartedServer::start(&[]);
-    let mut config = SandboxConfig::new(bundle_path())
+    let mut config = support::plain(SandboxConfig::new(bundle_path()))
         .heartbeat(Duration::from_millis(100), Duration::from_secs(1));
     config.connect_timeout = Duration::from_secs(1);
     let sb = Sandbox::attach_with(server.addr.clone(), server.token.clone(), config);
@@ -103,7 +105,7 @@ async fn a_frozen_server_is_noticed_by_the_heartbeat() {
 
 #[tokio::test]
 async fn calls_outlive_many_ping_intervals() {
-    let config = SandboxConfig::new(bundle_path())
+    let config = support::plain(SandboxConfig::new(bundle_path()))
         .server_arg("--ping-interval-ms", "50")
         .server_arg("--ping-timeout-ms", "100")
         .heartbeat(Duration::from_millis(50), Duration::from_millis(500));
@@ -118,7 +120,8 @@ async fn calls_outlive_many_ping_intervals() {
 
 #[tokio::test]
 async fn sigterm_lets_calls_in_flight_finish_and_refuses_new_ones() {
-    let config = SandboxConfig::new(bundle_path()).server_arg("--shutdown-grace-ms", "5000");
+    let config =
+        support::plain(SandboxConfig::new(bundle_path())).server_arg("--shutdown-grace-ms", "5000");
     let sb = sandbox_with(config).await;
     let worker = sb.remote(agentix_e2e::worker_pid, ()).await.unwrap();
     let server = sb.server_pid().unwrap();
@@ -144,7 +147,8 @@ async fn sigterm_lets_calls_in_flight_finish_and_refuses_new_ones() {
 
 #[tokio::test]
 async fn sigterm_stops_calls_that_outlast_the_grace_period() {
-    let config = SandboxConfig::new(bundle_path()).server_arg("--shutdown-grace-ms", "300");
+    let config =
+        support::plain(SandboxConfig::new(bundle_path())).server_arg("--shutdown-grace-ms", "300");
     let sb = sandbox_with(config).await;
     let worker = sb.remote(agentix_e2e::worker_pid, ()).await.unwrap();
     let server = sb.server_pid().unwrap();

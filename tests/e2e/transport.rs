@@ -50,11 +50,14 @@ fn tcp_connections_to(addr: &str) -> usize {
 /// A local sandbox, its provider (for more handles), its host socket's
 /// address and that socket's path.
 async fn local_sandbox() -> (LocalProvider, Sandbox, String, std::path::PathBuf) {
+    local_sandbox_with(SandboxConfig::new(bundle_path())).await
+}
+
+async fn local_sandbox_with(
+    config: SandboxConfig,
+) -> (LocalProvider, Sandbox, String, std::path::PathBuf) {
     let provider = LocalProvider::new();
-    let sb = provider
-        .session(SandboxConfig::new(bundle_path()))
-        .await
-        .unwrap();
+    let sb = provider.session(config).await.unwrap();
     let local = sb
         .local_addr()
         .expect("a local sandbox has a Unix socket for its host")
@@ -108,7 +111,9 @@ async fn a_local_host_connects_through_the_unix_socket_and_clients_through_the_p
 async fn a_socket_file_replaced_in_the_sandbox_gets_no_token_and_the_port_serves() {
     use tokio::io::AsyncReadExt;
 
-    let (provider, sb, _, path) = local_sandbox().await;
+    // A plain sandbox's port is its server's own, outside the socket file.
+    let (provider, sb, _, path) =
+        local_sandbox_with(support::plain(SandboxConfig::new(bundle_path()))).await;
     // What code in the sandbox could do: put a listener of its own there.
     std::fs::remove_file(&path).unwrap();
     let impostor = tokio::net::UnixListener::bind(&path).unwrap();
@@ -132,6 +137,39 @@ async fn a_socket_file_replaced_in_the_sandbox_gets_no_token_and_the_port_serves
         got.len(),
         String::from_utf8_lossy(&got)
     );
+    sb.delete().await;
+}
+
+#[tokio::test]
+async fn an_isolated_sandboxs_socket_replaced_by_its_code_gets_no_bytes_and_calls_fail_clearly() {
+    use tokio::io::AsyncReadExt;
+
+    // An isolated sandbox's port leads to the same socket file, so there is
+    // no other way in: the host and its port must both turn the impostor
+    // away before a byte (the token first) reaches it.
+    let (provider, sb, _, path) = local_sandbox().await;
+    std::fs::remove_file(&path).unwrap();
+    let impostor = tokio::net::UnixListener::bind(&path).unwrap();
+    let heard = tokio::spawn(async move {
+        let mut got = Vec::new();
+        for _ in 0..2 {
+            let (mut conn, _) = impostor.accept().await.unwrap();
+            let _ = conn.read_to_end(&mut got).await;
+        }
+        got
+    });
+
+    let again = provider.get(sb.id()).unwrap();
+    let err = again
+        .remote(agentix_e2e::echo, "x".to_owned())
+        .await
+        .expect_err("nothing serves the sandbox's socket");
+    assert_eq!(err.kind, agentix::ErrorKind::ServerUnreachable, "{err}");
+    let got = tokio::time::timeout(Duration::from_secs(10), heard)
+        .await
+        .expect("the host and its port each tried the socket and let it go")
+        .unwrap();
+    assert!(got.is_empty(), "the impostor heard {} bytes", got.len());
     sb.delete().await;
 }
 

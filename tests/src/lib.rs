@@ -257,6 +257,44 @@ pub async fn fill_memory(mib: usize) -> usize {
     std::hint::black_box(&filled).len()
 }
 
+/// Tries to reach `target` from sandbox code: `tcp:HOST:PORT`, `unix:PATH`
+/// or `abstract:NAME` (a Unix socket in the abstract namespace); `read:PATH`
+/// reads a file and `mount:PATH` mounts a tmpfs there. Returns `reached` or the error met, for the escape suite.
+#[agentix::remote]
+pub async fn try_reach(target: String) -> String {
+    use std::os::linux::net::SocketAddrExt;
+    let outcome = match target.split_once(':') {
+        Some(("tcp", addr)) => std::net::TcpStream::connect(addr).map(drop),
+        Some(("unix", path)) => std::os::unix::net::UnixStream::connect(path).map(drop),
+        Some(("abstract", name)) => std::os::unix::net::SocketAddr::from_abstract_name(name)
+            .and_then(|addr| std::os::unix::net::UnixStream::connect_addr(&addr))
+            .map(drop),
+        Some(("read", path)) => std::fs::read(path).map(drop),
+        Some(("mount", path)) => {
+            let target = std::ffi::CString::new(path).unwrap_or_default();
+            // SAFETY: NUL-terminated strings that outlive the call.
+            let status = unsafe {
+                libc::mount(
+                    c"none".as_ptr(),
+                    target.as_ptr(),
+                    c"tmpfs".as_ptr(),
+                    0,
+                    std::ptr::null(),
+                )
+            };
+            match status {
+                0 => Ok(()),
+                _ => Err(std::io::Error::last_os_error()),
+            }
+        }
+        _ => return format!("unknown target {target}"),
+    };
+    match outcome {
+        Ok(()) => "reached".to_owned(),
+        Err(e) => e.to_string(),
+    }
+}
+
 // ---- logs -------------------------------------------------------------------
 
 /// Logs `logs` tracing records (`seq` = 0..), prints `lines` stdout lines

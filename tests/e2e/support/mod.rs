@@ -33,6 +33,18 @@ pub(crate) async fn sandbox() -> Sandbox {
     sandbox_with(SandboxConfig::new(bundle_path())).await
 }
 
+/// `config` as a plain process tree (`Isolation::None`): for tests of
+/// process mechanics that follow the sandbox's pids from the host, or that
+/// share scratch files with it, which an isolated sandbox has its own of.
+pub(crate) fn plain(config: SandboxConfig) -> SandboxConfig {
+    config.isolation(agentix::Isolation::None)
+}
+
+/// A fresh plain local sandbox running the e2e bundle (see [`plain`]).
+pub(crate) async fn plain_sandbox() -> Sandbox {
+    sandbox_with(plain(SandboxConfig::new(bundle_path()))).await
+}
+
 /// A fresh local sandbox with `config`.
 pub(crate) async fn sandbox_with(config: SandboxConfig) -> Sandbox {
     LocalProvider::new()
@@ -41,11 +53,25 @@ pub(crate) async fn sandbox_with(config: SandboxConfig) -> Sandbox {
         .expect("the e2e sandbox starts")
 }
 
-/// A fresh local sandbox that runs the interop venv's python: as the host's
-/// user, since that python lives under the host user's home (pyenv), which
-/// a sandbox of a uid of its own (a root host's default) cannot reach.
+/// A fresh local sandbox that runs the interop venv's python: a plain
+/// process tree as the host's user, since that python lives under the host
+/// user's home (pyenv), which an isolated sandbox does not see, and the
+/// test plays the agent's peers on the host's 127.0.0.1.
 pub(crate) async fn python_sandbox() -> Sandbox {
-    sandbox_with(SandboxConfig::new(bundle_path()).run_as(agentix::RunAs::HostUser)).await
+    sandbox_with(
+        SandboxConfig::new(bundle_path())
+            .isolation(agentix::Isolation::None)
+            .run_as(agentix::RunAs::HostUser),
+    )
+    .await
+}
+
+/// A fresh isolated sandbox on the host's network: for tests that play,
+/// from the host, a client of a service the sandbox runs on 127.0.0.1.
+pub(crate) async fn host_network_sandbox() -> Sandbox {
+    let isolation =
+        agentix::Isolation::Namespaces(agentix::NamespaceIsolation::default().host_network());
+    sandbox_with(SandboxConfig::new(bundle_path()).isolation(isolation)).await
 }
 
 /// The next value on `rx` within 10 s; panics naming `what` if none comes.

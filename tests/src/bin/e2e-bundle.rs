@@ -46,7 +46,10 @@ fn main() {
 
 #[tokio::main]
 async fn host_then_wait() {
-    let config = SandboxConfig::current_exe().expect("own path");
+    // A plain process tree: the test follows the worker's pid from the host.
+    let config = SandboxConfig::current_exe()
+        .expect("own path")
+        .isolation(agentix::Isolation::None);
     let sandbox = LocalProvider::new().session(config).await.expect("sandbox");
     let worker_pid = sandbox
         .remote(agentix_e2e::worker_pid, ())
