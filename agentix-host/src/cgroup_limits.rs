@@ -61,7 +61,7 @@ impl SandboxCgroup {
     ) -> Result<SandboxCgroup, (SandboxCgroup, std::io::Error)> {
         let mut cgroup = SandboxCgroup { dirs: Vec::new() };
         // The root cgroup may hold processes and still hand controllers down.
-        let _ = std::fs::write(&root.join("cgroup.subtree_control"), "+memory +pids +cpu");
+        let _ = std::fs::write(root.join("cgroup.subtree_control"), "+memory +pids +cpu");
         let dir = root.join(name);
         if let Err(e) = std::fs::create_dir(&dir) {
             return Err((cgroup, e));
@@ -79,7 +79,7 @@ impl SandboxCgroup {
             settings.push(("cpu.max", format!("{} {CPU_PERIOD_US}", cpu_quota(cpus))));
         }
         for (file, value) in settings {
-            if let Err(e) = std::fs::write(&dir.join(file), &value) {
+            if let Err(e) = std::fs::write(dir.join(file), &value) {
                 // Swap may not be accounted; every other limit must hold.
                 if file != "memory.swap.max" {
                     return Err((cgroup, e));
@@ -111,7 +111,7 @@ impl SandboxCgroup {
                 return Err((cgroup, e));
             }
             cgroup.dirs.push(dir.clone());
-            if let Err(e) = std::fs::write(&dir.join(file), &value) {
+            if let Err(e) = std::fs::write(dir.join(file), &value) {
                 return Err((cgroup, e));
             }
         }
