@@ -94,11 +94,10 @@ async fn refused(sb: &Sandbox, cell: &str, command: &str, expected: &str) {
     );
 }
 
-/// A file only the host should read, in the checkout's target directory.
+/// A file only the host should read, in its temp dir (the sandbox has a
+/// `/tmp` of its own).
 fn host_secret() -> std::path::PathBuf {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/escape");
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join(format!("secret-{}", std::process::id()));
+    let path = std::env::temp_dir().join(format!("agentix-escape-secret-{}", std::process::id()));
     std::fs::write(&path, "host secret").unwrap();
     path
 }
@@ -109,6 +108,10 @@ async fn host_files_are_not_there_and_the_system_is_read_only() {
     let secret = host_secret();
     assert_eq!(std::fs::read_to_string(&secret).unwrap(), "host secret");
     let err = reach(&sb, &format!("read:{}", secret.display())).await;
+    assert!(err.contains("No such file"), "{READ_HOST_FILES}: {err}");
+    let checkout = concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml");
+    assert!(std::path::Path::new(checkout).exists());
+    let err = reach(&sb, &format!("read:{checkout}")).await;
     assert!(err.contains("No such file"), "{READ_HOST_FILES}: {err}");
     let home = std::env::var("HOME").unwrap_or_else(|_| "/root".into());
     if home != "/" && !home.starts_with("/tmp") {
@@ -298,6 +301,29 @@ async fn a_fork_bomb_and_a_memory_hog_are_contained_and_the_sandbox_serves_on() 
         .isolation(Isolation::Namespaces(settings));
     let sb = sandbox_with(config).await;
 
+    refused(
+        &sb,
+        FILL_TMP,
+        "dd if=/dev/zero of=/tmp/fill bs=1M count=32",
+        "No space left",
+    )
+    .await;
+
+    let err = sb
+        .remote(agentix_e2e::fill_memory, 1024usize)
+        .await
+        .expect_err("1 GiB does not fit in 256 MiB");
+    assert_eq!(
+        err.kind,
+        agentix::ErrorKind::WorkerExited,
+        "{MEMORY}: {err}"
+    );
+    assert_eq!(
+        sb.remote(agentix_e2e::fill_memory, 16usize).await.unwrap(),
+        16 << 20,
+        "{MEMORY}"
+    );
+
     // 200 sleepers asked for; the limit stops them well short, the shell
     // says so, and the sandbox answers afterwards.
     let (_, text) = sh(
@@ -327,28 +353,6 @@ async fn a_fork_bomb_and_a_memory_hog_are_contained_and_the_sandbox_serves_on() 
         "{FORK_BOMB}"
     );
 
-    let err = sb
-        .remote(agentix_e2e::fill_memory, 1024usize)
-        .await
-        .expect_err("1 GiB does not fit in 256 MiB");
-    assert_eq!(
-        err.kind,
-        agentix::ErrorKind::WorkerExited,
-        "{MEMORY}: {err}"
-    );
-    assert_eq!(
-        sb.remote(agentix_e2e::fill_memory, 16usize).await.unwrap(),
-        16 << 20,
-        "{MEMORY}"
-    );
-
-    refused(
-        &sb,
-        FILL_TMP,
-        "dd if=/dev/zero of=/tmp/fill bs=1M count=32",
-        "No space left",
-    )
-    .await;
     sb.delete().await;
 }
 
