@@ -6,7 +6,12 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 /// The container a sandbox runs in, for providers that make one.
-#[derive(Debug, Clone, Default, PartialEq)]
+///
+/// Hardened by default: every capability dropped, `no-new-privileges`, a
+/// read-only root filesystem (with a tmpfs `/tmp` and working directory),
+/// and `SandboxConfig::limits` for memory and processes. Each can be
+/// changed here; the README's security section says what each change opens.
+#[derive(Debug, Clone, PartialEq)]
 pub struct ContainerSettings {
     /// The base image; the bundle is mounted into it.
     pub image: Option<String>,
@@ -15,15 +20,32 @@ pub struct ContainerSettings {
     /// machine, which cannot see that directory. Its content is copied into
     /// a volume once per bundle digest.
     pub bundle_image: Option<String>,
-    /// CPUs the container may use (`1.5` is one and a half).
+    /// CPUs the container may use (`1.5` is one and a half); `None` takes
+    /// `SandboxConfig::limits`.
     pub cpus: Option<f64>,
-    /// Memory limit in bytes; the worker is OOM-killed past it.
+    /// Memory limit in bytes, the worker OOM-killed past it; `None` takes
+    /// `SandboxConfig::limits`.
     pub memory_bytes: Option<i64>,
-    /// Most processes the container may hold at once.
+    /// Most processes the container may hold at once; `None` takes
+    /// `SandboxConfig::limits`.
     pub pids_limit: Option<i64>,
+    /// Capabilities given back (`NET_BIND_SERVICE`, say); every other one
+    /// is dropped. Empty by default: the server needs none.
+    pub capabilities: Vec<String>,
+    /// Lets a program gain privileges through setuid bits or file
+    /// capabilities (`sudo` in the image); off by default.
+    pub allow_new_privileges: bool,
+    /// Lets sandbox code write the image's filesystem (its changes are lost
+    /// with the container); off by default, when only `/tmp`, the working
+    /// directory and mounts are writable.
+    pub writable_root: bool,
+    /// The engine's runtime for the container (`runsc` for gVisor, under
+    /// the name it is registered with); `None` is the engine's default.
+    pub runtime: Option<String>,
     /// The user to run as (`1000`, `1000:1000`, a name the image knows).
     pub user: Option<String>,
-    /// The working directory inside the container.
+    /// The working directory inside the container; with a read-only root
+    /// it is a tmpfs, `/workspace` unless set.
     pub workdir: Option<String>,
     /// Host directories mounted into the container.
     pub mounts: Vec<ContainerMount>,
@@ -38,6 +60,29 @@ pub struct ContainerSettings {
     /// a host that dies leaves no container running for longer (`None`:
     /// the provider's default, 5 minutes for `DockerProvider`).
     pub idle_exit: Option<Duration>,
+}
+
+impl Default for ContainerSettings {
+    fn default() -> Self {
+        ContainerSettings {
+            image: None,
+            bundle_image: None,
+            cpus: None,
+            memory_bytes: None,
+            pids_limit: None,
+            capabilities: Vec::new(),
+            allow_new_privileges: false,
+            writable_root: false,
+            runtime: None,
+            user: None,
+            workdir: None,
+            mounts: Vec::new(),
+            network: ContainerNetwork::default(),
+            platform: None,
+            lifetime: None,
+            idle_exit: None,
+        }
+    }
 }
 
 /// A host directory mounted into a sandbox's container.

@@ -19,6 +19,9 @@ pub const SERVER_PORT: u16 = 7000;
 pub const SOCKET_MOUNT: &str = "/agentix-run";
 /// The server's socket in that directory.
 pub const SOCKET_NAME: &str = "server.sock";
+/// The working directory of a container with a read-only root, unless
+/// `ContainerSettings::workdir` names another: a tmpfs of the sandbox's.
+pub const DEFAULT_WORKDIR: &str = "/workspace";
 /// How long a container's server waits for a host before it stops, unless
 /// the config says otherwise.
 pub const DEFAULT_IDLE_EXIT: std::time::Duration = std::time::Duration::from_secs(300);
@@ -121,10 +124,25 @@ pub fn create_body(
     if let Some(volume) = run_volume {
         binds.push(format!("{volume}:{SOCKET_MOUNT}:rw"));
     }
-    // Counted against the container's memory limit, like any tmpfs.
-    let tmpfs = user
-        .own_tmp
-        .then(|| HashMap::from([("/tmp".to_owned(), "rw,nosuid,nodev,mode=1777".to_owned())]));
+    // Counted against the container's memory limit, like any tmpfs. A
+    // read-only root leaves sandbox code /tmp and its working directory.
+    let mut tmpfs = HashMap::new();
+    if user.own_tmp || !settings.writable_root {
+        tmpfs.insert("/tmp".to_owned(), "rw,nosuid,nodev,mode=1777".to_owned());
+    }
+    let workdir = match (&settings.workdir, settings.writable_root) {
+        (Some(dir), _) => Some(dir.clone()),
+        (None, false) => Some(DEFAULT_WORKDIR.to_owned()),
+        (None, true) => None,
+    };
+    if let (Some(dir), false) = (&workdir, settings.writable_root) {
+        let owner = user
+            .owner
+            .map(|(uid, gid)| format!(",uid={uid},gid={gid}"))
+            .unwrap_or_default();
+        let mode = if user.owner.is_some() { "0700" } else { "1777" };
+        tmpfs.insert(dir.clone(), format!("rw,nosuid,nodev,mode={mode}{owner}"));
+    }
     let port = format!("{SERVER_PORT}/tcp");
     let published = PortBinding {
         host_ip: Some("127.0.0.1".into()),
@@ -142,16 +160,28 @@ pub fn create_body(
             Some(HashMap::from([(port, HashMap::new())])),
         ),
     };
+    let limits = &config.limits;
+    let memory = settings
+        .memory_bytes
+        .or(limits.memory_bytes.map(|b| b as i64));
     let host_config = HostConfig {
         binds: Some(binds),
-        tmpfs,
+        tmpfs: (!tmpfs.is_empty()).then_some(tmpfs),
+        // The server needs no capability: it runs unprivileged and listens
+        // on a socket or an unprivileged port.
+        cap_drop: Some(vec!["ALL".to_owned()]),
+        cap_add: (!settings.capabilities.is_empty()).then(|| settings.capabilities.clone()),
+        security_opt: (!settings.allow_new_privileges)
+            .then(|| vec!["no-new-privileges:true".to_owned()]),
+        readonly_rootfs: Some(!settings.writable_root),
+        runtime: settings.runtime.clone(),
         network_mode,
         port_bindings,
-        nano_cpus: settings.cpus.map(|c| (c * 1e9) as i64),
-        memory: settings.memory_bytes,
+        nano_cpus: settings.cpus.or(limits.cpus).map(|c| (c * 1e9) as i64),
+        memory,
         // No swap past the limit: a sandbox over it is OOM-killed, not slowed.
-        memory_swap: settings.memory_bytes,
-        pids_limit: settings.pids_limit,
+        memory_swap: memory,
+        pids_limit: settings.pids_limit.or(limits.processes.map(|n| n as i64)),
         ..Default::default()
     };
     Ok(ContainerCreateBody {
@@ -159,7 +189,7 @@ pub fn create_body(
         cmd: Some(cmd),
         env: Some(env),
         user: user.user.clone(),
-        working_dir: settings.workdir.clone(),
+        working_dir: workdir,
         exposed_ports,
         open_stdin: Some(true),
         stdin_once: Some(true),
