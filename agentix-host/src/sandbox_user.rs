@@ -27,7 +27,7 @@ pub enum RunAs {
     Default,
     /// The host's own user, root included: for trusted code only (sandbox
     /// code of a root host may then read the host's memory and signal any
-    /// process).
+    /// process). For a container: the image's own user.
     HostUser,
     /// This uid, with the gid of the same number.
     Uid(u32),
@@ -41,6 +41,19 @@ impl RunAs {
             RunAs::Uid(uid) => Some(uid),
             RunAs::Default if host_is_root() => Some(unprivileged_uid(id)),
             RunAs::Default => None,
+        }
+    }
+}
+
+impl RunAs {
+    /// The uid sandbox `id`'s container runs as, or `None` for the image's
+    /// own user: an unprivileged uid of its own by default whatever the
+    /// host runs as, since an image's user is often root.
+    pub fn container_uid_for(self, id: &str) -> Option<u32> {
+        match self {
+            RunAs::HostUser => None,
+            RunAs::Uid(uid) => Some(uid),
+            RunAs::Default => Some(unprivileged_uid(id)),
         }
     }
 }

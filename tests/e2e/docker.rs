@@ -503,6 +503,114 @@ async fn container_code_runs_unprivileged_and_its_socket_volume_is_small_private
     let _ = std::fs::remove_dir_all(bundle);
 }
 
+/// The engine's view of sandbox `id`'s container.
+async fn inspect_of(
+    docker: &bollard::Docker,
+    id: &str,
+) -> bollard::models::ContainerInspectResponse {
+    let options = ListContainersOptions {
+        all: true,
+        filters: Some([("label".to_owned(), vec![format!("{LABEL_SANDBOX}={id}")])].into()),
+        ..Default::default()
+    };
+    let listed = docker.list_containers(Some(options)).await.unwrap();
+    let container = listed[0].id.clone().expect("a container id");
+    docker
+        .inspect_container(
+            &container,
+            None::<bollard::query_parameters::InspectContainerOptions>,
+        )
+        .await
+        .unwrap()
+}
+
+/// Guards: containers ran with Docker's defaults (root, 14 capabilities,
+/// `NoNewPrivs` 0, a writable root filesystem, no pids or memory limit).
+#[tokio::test]
+async fn a_container_is_hardened_by_default_and_its_limits_hold() {
+    let provider = DockerProvider::connect().expect("a Docker engine");
+    tools_image(&provider).await;
+    let bundle = bundle_dir("hardened");
+    let limits = agentix::SandboxLimits {
+        processes: Some(64),
+        ..agentix::SandboxLimits::default()
+    };
+    let config = SandboxConfig::new(&bundle)
+        .image(TOOLS_IMAGE)
+        .limits(limits);
+    let sb = provider.session(config).await.expect("a sandbox");
+    let run = |script: &str| {
+        let call = sb.remote(agentix_bash::run, (script.to_owned(), BashOptions::new()));
+        async move { call.await.unwrap() }
+    };
+
+    let status = run(
+        "while read -r line; do case $line in Cap*|NoNewPrivs*|Uid*) echo $line;; esac; \
+         done < /proc/self/status",
+    )
+    .await
+    .stdout_lossy();
+    for capabilities in ["CapPrm", "CapEff", "CapBnd", "CapAmb"] {
+        assert!(
+            status.contains(&format!("{capabilities}: 0000000000000000")),
+            "{capabilities} is not empty: {status}"
+        );
+    }
+    assert!(status.contains("NoNewPrivs: 1"), "{status}");
+    let uid: u32 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))
+        .and_then(|ids| ids.split_whitespace().next()?.parse().ok())
+        .unwrap();
+    assert!(
+        uid >= agentix::SANDBOX_UID_BASE,
+        "the container runs as uid {uid}"
+    );
+
+    for path in ["/escaped", "/bin/escaped", "/agentix/escaped"] {
+        let wrote = run(&format!("echo x > {path}")).await;
+        assert_ne!(wrote.exit_code, Some(0), "{path} was written");
+        assert!(
+            wrote.stderr_lossy().contains("Read-only file system"),
+            "{wrote:?}"
+        );
+    }
+    let own = run("pwd; echo mine > f && cat f && echo t > /tmp/t && cat /tmp/t").await;
+    assert_eq!(own.stdout_lossy(), "/workspace\nmine\nt\n", "{own:?}");
+
+    // The image has no `sleep`: each child waits 3 s on a pipe nobody writes.
+    let bomb = run(
+        "exec 9<> <(:); for ((i = 0; i < 200; i++)); do (read -t 3 -u 9) & done 2>&1; wait; true",
+    )
+    .await;
+    assert!(
+        bomb.stdout_lossy()
+            .contains("Resource temporarily unavailable"),
+        "200 processes fit under a limit of 64: {bomb:?}"
+    );
+    assert_eq!(sb.remote(agentix_e2e::add, (40, 2)).await.unwrap(), 42);
+
+    let host = inspect_of(provider.docker(), sb.id())
+        .await
+        .host_config
+        .unwrap();
+    assert_eq!(host.cap_drop, Some(vec!["ALL".to_owned()]));
+    assert_eq!(
+        host.security_opt,
+        Some(vec!["no-new-privileges:true".to_owned()])
+    );
+    assert_eq!(host.readonly_rootfs, Some(true));
+    assert_eq!(
+        host.memory,
+        Some(4 << 30),
+        "SandboxLimits' memory is the default"
+    );
+    assert_eq!(host.memory_swap, Some(4 << 30));
+    assert_eq!(host.pids_limit, Some(64));
+    sb.delete().await;
+    let _ = std::fs::remove_dir_all(bundle);
+}
+
 /// The gateway of `sandbox`'s container network: the host, as the
 /// container sees it.
 async fn gateway_of(docker: &bollard::Docker, sandbox: &agentix::Sandbox) -> String {

@@ -2,10 +2,11 @@
 //! owns its socket volume.
 //!
 //! The config's `container.user` decides when set. Otherwise
-//! `SandboxConfig::run_as` does, as for a local sandbox: a root host runs
-//! each container as an unprivileged uid of its own, so code in it is no
-//! root of the machine's (the engine remaps no users) and cannot read or
-//! signal other sandboxes' processes.
+//! `SandboxConfig::run_as` does: by default each container runs as an
+//! unprivileged uid of its own, whatever the host runs as, so code in it is
+//! no root of the machine's (the engine remaps no users) and cannot read or
+//! signal other sandboxes' processes; `RunAs::HostUser` keeps the image's
+//! own user.
 
 use agentix::SandboxConfig;
 
@@ -31,7 +32,7 @@ impl ContainerUser {
                 own_tmp: false,
             };
         }
-        match config.run_as.uid_for(id) {
+        match config.run_as.container_uid_for(id) {
             Some(uid) => ContainerUser {
                 user: Some(format!("{uid}:{uid}")),
                 owner: Some((uid, uid)),
