@@ -11,7 +11,7 @@ use std::time::Duration;
 /// read-only root filesystem (with a tmpfs `/tmp` and working directory),
 /// and `SandboxConfig::limits` for memory and processes. Each can be
 /// changed here; the README's security section says what each change opens.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct ContainerSettings {
     /// The base image; the bundle is mounted into it.
     pub image: Option<String>,
@@ -60,29 +60,6 @@ pub struct ContainerSettings {
     /// a host that dies leaves no container running for longer (`None`:
     /// the provider's default, 5 minutes for `DockerProvider`).
     pub idle_exit: Option<Duration>,
-}
-
-impl Default for ContainerSettings {
-    fn default() -> Self {
-        ContainerSettings {
-            image: None,
-            bundle_image: None,
-            cpus: None,
-            memory_bytes: None,
-            pids_limit: None,
-            capabilities: Vec::new(),
-            allow_new_privileges: false,
-            writable_root: false,
-            runtime: None,
-            user: None,
-            workdir: None,
-            mounts: Vec::new(),
-            network: ContainerNetwork::default(),
-            platform: None,
-            lifetime: None,
-            idle_exit: None,
-        }
-    }
 }
 
 /// A host directory mounted into a sandbox's container.

@@ -7,7 +7,7 @@ use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use agentix::{LocalProvider, Provider, SandboxConfig};
+use agentix::{LocalProvider, Provider};
 use agentix_abridge::Gateway;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, StreamBody};
@@ -131,7 +131,7 @@ impl Agent {
 /// a sandbox of its own (the gateway joins before the first call).
 pub(crate) async fn abridge(provider: &LocalProvider, report: &mut Report) {
     let base = upstream().await;
-    let config = SandboxConfig::current_exe().expect("the bench knows its own path");
+    let config = crate::plain_config();
     let sb = provider.session(config).await.expect("sandbox starts");
     sb.register_namespace(Gateway::openai(&base).namespace())
         .expect("registered before the first call");

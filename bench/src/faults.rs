@@ -6,7 +6,7 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use agentix::{ErrorKind, LocalProvider, Provider, Sandbox, SandboxConfig};
+use agentix::{ErrorKind, LocalProvider, Provider, Sandbox};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::report::Report;
@@ -18,7 +18,7 @@ const IN_FLIGHT: usize = 64;
 /// 50 worker SIGKILLs 300 ms apart with 64 calls in flight, then 1,000
 /// connections that send bad input.
 pub(crate) async fn faults(provider: &LocalProvider, report: &mut Report) {
-    let mut config = SandboxConfig::current_exe().expect("the bench knows its own path");
+    let mut config = crate::plain_config();
     // Room for every kill: this measures recovery, not the restart budget.
     config.server_args = vec!["--max-restarts".into(), "1000".into()];
     let sb = provider.session(config).await.expect("sandbox starts");

@@ -61,6 +61,21 @@ impl Sections {
     }
 }
 
+/// A sandbox of this binary in the plain tier (`Isolation::None`): what the
+/// Python reference runs, so the figures compare like for like.
+pub(crate) fn plain_config() -> SandboxConfig {
+    SandboxConfig::current_exe()
+        .expect("the bench knows its own path")
+        .isolation(agentix::Isolation::None)
+}
+
+/// The same in the default isolated tier.
+fn isolated_config() -> SandboxConfig {
+    SandboxConfig::current_exe()
+        .expect("the bench knows its own path")
+        .isolation(agentix::Isolation::default())
+}
+
 /// Nanoseconds since the Unix epoch: one clock for host and worker.
 pub(crate) fn now_nanos() -> u128 {
     std::time::SystemTime::now()
@@ -72,7 +87,7 @@ pub(crate) fn now_nanos() -> u128 {
 #[tokio::main]
 async fn run(sections: Sections) -> Report {
     let mut report = Report::default();
-    let config = || SandboxConfig::current_exe().expect("the bench knows its own path");
+    let config = plain_config;
     let provider = LocalProvider::new();
 
     if sections.wants("boot") {
@@ -116,6 +131,9 @@ async fn run(sections: Sections) -> Report {
         docker::docker(&sb, &mut report).await;
     }
     sb.delete().await;
+    if sections.wants("echo") || sections.wants("bash") {
+        isolated_calls(&provider, &sections, &mut report).await;
+    }
     if sections.wants("kill") {
         kill_to_recovered(&provider, &mut report).await;
     }
@@ -141,23 +159,75 @@ async fn run(sections: Sections) -> Report {
 }
 
 async fn boot(provider: &LocalProvider, report: &mut Report) {
-    let config = || SandboxConfig::current_exe().expect("the bench knows its own path");
-    let mut boots = Vec::new();
+    // Plain and isolated boots alternate, so both see the same machine.
+    let mut plain = Vec::new();
+    let mut isolated = Vec::new();
     for _ in 0..5 {
-        let start = Instant::now();
-        let sb = provider.session(config()).await.expect("sandbox starts");
-        sb.remote(bench_fns::echo, ("boot".into(),))
-            .await
-            .expect("first call");
-        boots.push(start.elapsed());
-        sb.delete().await;
+        for (config, boots) in [
+            (plain_config(), &mut plain),
+            (isolated_config(), &mut isolated),
+        ] {
+            let start = Instant::now();
+            let sb = provider.session(config).await.expect("sandbox starts");
+            sb.remote(bench_fns::echo, ("boot".into(),))
+                .await
+                .expect("first call");
+            boots.push(start.elapsed());
+            sb.delete().await;
+        }
     }
     report.add(
         "boot_ms",
-        "start to first call answered, median of 5",
+        "start to first call answered, plain tier, median of 5",
         "ms",
-        ms(median(&mut boots)),
+        ms(median(&mut plain)),
     );
+    report.add(
+        "boot_isolated_ms",
+        "the same, isolated (the default tier), median of 5",
+        "ms",
+        ms(median(&mut isolated)),
+    );
+}
+
+/// Echo and bash in an isolated sandbox, beside the plain tier's figures.
+async fn isolated_calls(provider: &LocalProvider, sections: &Sections, report: &mut Report) {
+    let sb = provider
+        .session(isolated_config())
+        .await
+        .expect("an isolated sandbox starts");
+    if sections.wants("echo") {
+        for _ in 0..200 {
+            sb.remote(bench_fns::echo, ("warm".into(),))
+                .await
+                .expect("echo");
+        }
+        let mut times = Vec::with_capacity(2000);
+        for _ in 0..2000 {
+            let t = Instant::now();
+            sb.remote(bench_fns::echo, ("hello".into(),))
+                .await
+                .expect("echo");
+            times.push(t.elapsed());
+        }
+        report.add(
+            "echo_isolated_p50_us",
+            "sequential small echo, isolated, p50",
+            "µs",
+            us(median(&mut times)),
+        );
+    }
+    if sections.wants("bash") {
+        let mut times =
+            plugins::sequential_runs(&sb, agentix_bash::BashOptions::new(), Duration::ZERO).await;
+        report.add(
+            "bash_echo_isolated_p50_us",
+            "bash::run(\"echo hi\") back to back, isolated, p50 of 500",
+            "µs",
+            us(median(&mut times)),
+        );
+    }
+    sb.delete().await;
 }
 
 async fn rss(sb: &Sandbox, report: &mut Report) {
@@ -271,7 +341,7 @@ async fn cancel_to_drop(sb: &Sandbox, report: &mut Report) {
 async fn kill_to_recovered(provider: &LocalProvider, report: &mut Report) {
     let mut times = Vec::new();
     for _ in 0..5 {
-        let config = SandboxConfig::current_exe().expect("the bench knows its own path");
+        let config = crate::plain_config();
         let sb = provider.session(config).await.expect("sandbox starts");
         let old = sb.remote(bench_fns::worker_pid, ()).await.expect("pid");
         let start = Instant::now();
@@ -400,7 +470,7 @@ async fn tcp_echo(sb: &Sandbox, report: &mut Report) {
 /// The same echo sent to a `SandboxActor` from this tokio program: one
 /// mailbox hop to the actor's arbiter thread and back, on top of the call.
 async fn actor_echo(provider: &LocalProvider, report: &mut Report) {
-    let config = SandboxConfig::current_exe().expect("the bench knows its own path");
+    let config = crate::plain_config();
     let sb = provider.session(config).await.expect("sandbox starts");
     let actor = agentix::SandboxActor::start(sb);
     let echo = || {
@@ -521,7 +591,7 @@ async fn cpu_times(sb: &Sandbox) -> CpuTimes {
 /// Small echoes while 64 MiB echoes and a log flood share the connection:
 /// what a large transfer or a chatty sandbox costs a small call.
 async fn loaded_echo(provider: &LocalProvider, report: &mut Report) {
-    let config = SandboxConfig::current_exe().expect("the bench knows its own path");
+    let config = crate::plain_config();
     let sb = Arc::new(provider.session(config).await.expect("sandbox starts"));
     let stop = Arc::new(AtomicBool::new(false));
     // The loads run as tasks of their own, as an application's would: in
@@ -659,8 +729,7 @@ async fn side_channels(provider: &LocalProvider, report: &mut Report) {
     let counted = records.clone();
     // The sandbox log file stays on, as by default, in a directory of its own.
     let log_dir = std::env::temp_dir().join(format!("agentix-bench-logs-{}", std::process::id()));
-    let config = SandboxConfig::current_exe()
-        .expect("the bench knows its own path")
+    let config = crate::plain_config()
         .env("AGENTIX_LOG_DIR", log_dir.to_str().expect("utf-8 temp dir"))
         .on_log(move |_, r| {
             if r.message == "record" {
@@ -710,7 +779,7 @@ async fn side_channels(provider: &LocalProvider, report: &mut Report) {
 }
 
 async fn namespace_requests(provider: &LocalProvider, report: &mut Report) {
-    let config = SandboxConfig::current_exe().expect("the bench knows its own path");
+    let config = crate::plain_config();
     let sb = provider.session(config).await.expect("sandbox starts");
     sb.register_namespace(
         agentix::HostNamespace::new("/bench-plugin")

@@ -54,7 +54,11 @@ pub(crate) async fn bash_echo(sb: &Sandbox, report: &mut Report) {
 }
 
 /// 500 sequential `echo hi` runs `gap` apart, after 50 to warm up; sorted.
-async fn sequential_runs(sb: &Sandbox, opts: BashOptions, gap: Duration) -> Vec<Duration> {
+pub(crate) async fn sequential_runs(
+    sb: &Sandbox,
+    opts: BashOptions,
+    gap: Duration,
+) -> Vec<Duration> {
     let run = || sb.remote(agentix_bash::run, ("echo hi".to_owned(), opts.clone()));
     for _ in 0..50 {
         run().await.expect("bash runs");
