@@ -53,9 +53,11 @@ async fn events_flow_both_ways_and_requests_round_trip() {
     let echoed = next_event(&mut configured, "the sandbox answered the event").await;
     assert_eq!(echoed, json!({"model": "claude"}));
 
-    // 1,000 requests in flight at once, each matched to its own reply.
-    let replies = sb.remote(agentix_e2e::ask_host, (1_000,)).await.unwrap();
-    assert_eq!(replies.len(), 1_000);
+    // As many requests in flight at once as a namespace takes (past its
+    // budget of 256 the host answers `Overloaded`, which stuck_peer tests),
+    // each matched to its own reply.
+    let replies = sb.remote(agentix_e2e::ask_host, (250,)).await.unwrap();
+    assert_eq!(replies.len(), 250);
     for (i, reply) in replies.iter().enumerate() {
         assert_eq!(reply, &json!(i * 2), "request {i} got another's reply");
     }
