@@ -1,39 +1,18 @@
 //! The Docker provider end to end, in an image built here with nothing in
 //! it (no shell, no libc): the bundle brings everything, bash included.
 
+mod docker_support;
 #[path = "abridge_support/mod.rs"]
 mod fakes;
 mod support;
-
-use std::path::PathBuf;
 
 use agentix::{Provider, SandboxConfig};
 use agentix_bash::BashOptions;
 use agentix_provider_docker::{DockerProvider, ServerReach, LABEL_SANDBOX};
 use bollard::query_parameters::ListContainersOptions;
+use docker_support::{bundle_dir, empty_image, tools_image, EMPTY_IMAGE, IMAGE_TOOLS, TOOLS_IMAGE};
 use futures_util::StreamExt;
 use support::bundle_path;
-
-const EMPTY_IMAGE: &str = "agentix-test-empty";
-
-/// An image with an empty filesystem: no registry needed.
-async fn empty_image(provider: &DockerProvider) {
-    let rootfs = agentix_provider_docker::EMPTY_ROOTFS.to_vec();
-    provider
-        .import_image(EMPTY_IMAGE, rootfs)
-        .await
-        .expect("the empty image imports");
-}
-
-/// The e2e bundle binary and bash, assembled into a bundle directory.
-fn bundle_dir(name: &str) -> PathBuf {
-    let out = std::env::temp_dir().join(format!("agentix-docker-{name}-{}", std::process::id()));
-    let spec =
-        agentix_cli::BundleSpec::for_binary(bundle_path(), "e2e-bundle", "0", &["bash"], &out)
-            .expect("bash is on PATH");
-    agentix_cli::assemble(&spec, &mut |_| {}).expect("the bundle assembles");
-    out
-}
 
 /// The names of the spans that ended, as the host's processors see them.
 #[derive(Clone, Default)]
@@ -374,49 +353,6 @@ async fn twenty_sessions_at_once_all_answer_and_all_go() {
     let _ = std::fs::remove_dir_all(bundle);
 }
 
-const TOOLS_IMAGE: &str = "agentix-test-tools";
-
-/// The image's own tools: a base image with tools of its own beside the
-/// bundle's, built without a registry from this machine's programs.
-const IMAGE_TOOLS: [&str; 4] = ["ls", "cat", "dd", "chmod"];
-
-/// An image of this machine's `ls`, `cat`, `dd` and `chmod` with the
-/// libraries and loader `ldd` names for them, each at its own path.
-async fn tools_image(provider: &DockerProvider) {
-    let mut files = std::collections::BTreeMap::new();
-    for tool in IMAGE_TOOLS {
-        let program = std::fs::canonicalize(format!("/bin/{tool}")).expect("a coreutils program");
-        files.insert(format!("bin/{tool}"), program.clone());
-        let ldd = std::process::Command::new("ldd")
-            .arg(&program)
-            .output()
-            .expect("ldd (libc's)");
-        for line in String::from_utf8_lossy(&ldd.stdout).lines() {
-            // `name => /path (addr)` or `/path (addr)`.
-            let path = line.split("=>").last().unwrap().trim();
-            let path = path.split(" (").next().unwrap().trim();
-            if path.starts_with('/') {
-                let real = std::fs::canonicalize(path).unwrap();
-                files.insert(path.trim_start_matches('/').to_owned(), real);
-            }
-        }
-    }
-    let mut rootfs = tar::Builder::new(Vec::new());
-    for (at, from) in files {
-        let bytes = std::fs::read(&from).unwrap();
-        let mut header = tar::Header::new_gnu();
-        header.set_size(bytes.len() as u64);
-        header.set_mode(0o755);
-        header.set_cksum();
-        rootfs.append_data(&mut header, at, &bytes[..]).unwrap();
-    }
-    let rootfs = rootfs.into_inner().unwrap();
-    provider
-        .import_image(TOOLS_IMAGE, rootfs)
-        .await
-        .expect("the tools image imports");
-}
-
 /// Whether sandbox `id`'s socket volume exists.
 async fn volume_exists(docker: &bollard::Docker, id: &str) -> bool {
     docker
@@ -608,6 +544,30 @@ async fn a_container_is_hardened_by_default_and_its_limits_hold() {
     assert_eq!(host.memory_swap, Some(4 << 30));
     assert_eq!(host.pids_limit, Some(64));
     sb.delete().await;
+    let _ = std::fs::remove_dir_all(bundle);
+}
+
+#[tokio::test]
+async fn a_runtime_the_engine_lacks_is_refused_naming_those_it_has() {
+    let provider = DockerProvider::connect().expect("a Docker engine");
+    tools_image(&provider).await;
+    let bundle = bundle_dir("no-runtime");
+    let mut config = SandboxConfig::new(&bundle).image(TOOLS_IMAGE);
+    config.container.runtime = Some("agentix-no-such-runtime".into());
+    let err = provider
+        .create(config)
+        .await
+        .map(|_| ())
+        .expect_err("no engine knows that runtime");
+    let text = err.to_string();
+    assert!(
+        text.contains("no container runtime named `agentix-no-such-runtime`"),
+        "{text}"
+    );
+    assert!(
+        text.contains("runc"),
+        "the runtimes the engine has are named: {text}"
+    );
     let _ = std::fs::remove_dir_all(bundle);
 }
 

@@ -22,6 +22,7 @@ use crate::container_user::ContainerUser;
 use crate::engine_error;
 use crate::platform::{check_platform, missing_image};
 use crate::run_volume::{remove_volume, RunVolume};
+use crate::runtime_check::check_runtime;
 use crate::ServerReach;
 
 /// A sandbox's running container.
@@ -54,6 +55,7 @@ impl Container {
             ),
         };
         check_platform(docker, &entry.target, config).await?;
+        check_runtime(docker, config).await?;
         let user = ContainerUser::for_sandbox(config, id);
         let run_volume = match (reach, &config.container.network) {
             (ServerReach::Socket, _) if !agentix::host_is_root() => {

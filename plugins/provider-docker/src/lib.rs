@@ -6,8 +6,10 @@
 //! tmpfs volume of its own ([`ServerReach::Socket`], for a root host of an
 //! engine on this machine), or on the container's interface with its port
 //! published on the host's 127.0.0.1 only ([`ServerReach::PublishedPort`]).
-//! A root host runs each container as an unprivileged uid of its own
-//! ([`container_user`]). The token reaches the server on stdin, so it
+//! Each container runs as an unprivileged uid of its own
+//! ([`container_user`]), hardened (no capability, no new privileges, a
+//! read-only root, limits: [`container_spec`]), under the engine's default
+//! runtime or the one the config names ([`runtime_check`]). The token reaches the server on stdin, so it
 //! shows in no command line and no environment (`docker inspect`
 //! included); readiness is the server's own ready line, read from the
 //! attached output. Every container carries the
@@ -19,8 +21,8 @@
 //! create request as [`container_user`] runs it, with its socket on a
 //! [`run_volume`]; [`bundle_volume`] fills a volume from a bundle image;
 //! [`container`] is one sandbox's container as the `Sandbox` handle sees
-//! it; [`platform`] refuses a bundle of another architecture; this file is
-//! the provider.
+//! it; [`platform`] refuses a bundle of another architecture and
+//! [`runtime_check`] a runtime the engine lacks; this file is the provider.
 
 pub mod bundle_volume;
 pub mod container;
@@ -28,6 +30,7 @@ pub mod container_spec;
 pub mod container_user;
 pub mod platform;
 pub mod run_volume;
+pub mod runtime_check;
 
 use std::sync::Arc;
 

@@ -1,0 +1,72 @@
+//! Images and bundles the Docker tests make without a registry, from this
+//! machine's programs.
+
+use std::path::PathBuf;
+
+use agentix_provider_docker::DockerProvider;
+
+use crate::support::bundle_path;
+
+pub(crate) const EMPTY_IMAGE: &str = "agentix-test-empty";
+
+/// An image with an empty filesystem: no registry needed.
+pub(crate) async fn empty_image(provider: &DockerProvider) {
+    let rootfs = agentix_provider_docker::EMPTY_ROOTFS.to_vec();
+    provider
+        .import_image(EMPTY_IMAGE, rootfs)
+        .await
+        .expect("the empty image imports");
+}
+
+/// The e2e bundle binary and bash, assembled into a bundle directory.
+pub(crate) fn bundle_dir(name: &str) -> PathBuf {
+    let out = std::env::temp_dir().join(format!("agentix-docker-{name}-{}", std::process::id()));
+    let spec =
+        agentix_cli::BundleSpec::for_binary(bundle_path(), "e2e-bundle", "0", &["bash"], &out)
+            .expect("bash is on PATH");
+    agentix_cli::assemble(&spec, &mut |_| {}).expect("the bundle assembles");
+    out
+}
+
+pub(crate) const TOOLS_IMAGE: &str = "agentix-test-tools";
+
+/// The image's own tools: a base image with tools of its own beside the
+/// bundle's, built without a registry from this machine's programs.
+pub(crate) const IMAGE_TOOLS: [&str; 4] = ["ls", "cat", "dd", "chmod"];
+
+/// An image of this machine's `ls`, `cat`, `dd` and `chmod` with the
+/// libraries and loader `ldd` names for them, each at its own path.
+pub(crate) async fn tools_image(provider: &DockerProvider) {
+    let mut files = std::collections::BTreeMap::new();
+    for tool in IMAGE_TOOLS {
+        let program = std::fs::canonicalize(format!("/bin/{tool}")).expect("a coreutils program");
+        files.insert(format!("bin/{tool}"), program.clone());
+        let ldd = std::process::Command::new("ldd")
+            .arg(&program)
+            .output()
+            .expect("ldd (libc's)");
+        for line in String::from_utf8_lossy(&ldd.stdout).lines() {
+            // `name => /path (addr)` or `/path (addr)`.
+            let path = line.split("=>").last().unwrap().trim();
+            let path = path.split(" (").next().unwrap().trim();
+            if path.starts_with('/') {
+                let real = std::fs::canonicalize(path).unwrap();
+                files.insert(path.trim_start_matches('/').to_owned(), real);
+            }
+        }
+    }
+    let mut rootfs = tar::Builder::new(Vec::new());
+    for (at, from) in files {
+        let bytes = std::fs::read(&from).unwrap();
+        let mut header = tar::Header::new_gnu();
+        header.set_size(bytes.len() as u64);
+        header.set_mode(0o755);
+        header.set_cksum();
+        rootfs.append_data(&mut header, at, &bytes[..]).unwrap();
+    }
+    let rootfs = rootfs.into_inner().unwrap();
+    provider
+        .import_image(TOOLS_IMAGE, rootfs)
+        .await
+        .expect("the tools image imports");
+}
