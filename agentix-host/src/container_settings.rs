@@ -76,9 +76,13 @@ pub struct ContainerMount {
 /// The network a sandbox's container is on.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub enum ContainerNetwork {
+    /// The default: no network where the host reaches the server through
+    /// its socket (a root host of an engine on its machine), the engine's
+    /// bridge where it needs a published port (any other host).
+    #[default]
+    Auto,
     /// The engine's default bridge: the sandbox can reach out; the host
     /// reaches its server on a port published on 127.0.0.1 only.
-    #[default]
     Bridge,
     /// No network at all, not even to the host: the host reaches the
     /// server through a Unix socket on a directory mounted from the host,

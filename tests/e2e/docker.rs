@@ -543,6 +543,10 @@ async fn a_container_is_hardened_by_default_and_its_limits_hold() {
     );
     assert_eq!(host.memory_swap, Some(4 << 30));
     assert_eq!(host.pids_limit, Some(64));
+    // A root host of a local engine reaches the server by its socket, so
+    // the container gets no network at all.
+    assert!(sb.addr().starts_with("unix:"), "{}", sb.addr());
+    assert_eq!(host.network_mode.as_deref(), Some("none"));
     sb.delete().await;
     let _ = std::fs::remove_dir_all(bundle);
 }
@@ -614,6 +618,7 @@ async fn one_bundle_runs_in_an_image_of_its_own_tools_and_on_network_none_with_n
     // host (so the probe below can tell).
     let mut config = SandboxConfig::new(&bundle).image(TOOLS_IMAGE);
     config.container.platform = Some("linux/amd64".into());
+    config.container.network = agentix::ContainerNetwork::Bridge;
     let bridged = provider.session(config).await.expect("a bridged sandbox");
     assert!(bridged.addr().starts_with("unix:"), "{}", bridged.addr());
     let target = format!("{}:{port}", gateway_of(provider.docker(), &bridged).await);

@@ -150,6 +150,9 @@ pub fn create_body(
     };
     let network_mode = match &settings.network {
         ContainerNetwork::None => Some("none".to_owned()),
+        // The host's channel is the socket: the sandbox needs no network.
+        ContainerNetwork::Auto if run_volume.is_some() => Some("none".to_owned()),
+        ContainerNetwork::Auto => None,
         ContainerNetwork::Named(name) => Some(name.clone()),
         ContainerNetwork::Bridge => None,
     };
