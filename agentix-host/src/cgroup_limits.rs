@@ -48,7 +48,7 @@ impl SandboxCgroup {
             Ok(_) => None,
             Err((cgroup, e)) => {
                 tracing::debug!("no cgroup for sandbox {name}, limits by rlimit: {e}");
-                cgroup.remove();
+                cgroup.try_remove();
                 None
             }
         }
@@ -127,21 +127,55 @@ impl SandboxCgroup {
             .collect()
     }
 
-    /// Removes the cgroup; its processes must be gone. A process the kernel
-    /// is still taking out keeps it busy for a moment, so this retries.
-    pub(crate) fn remove(&self) {
-        for dir in &self.dirs {
-            for _ in 0..50 {
-                match std::fs::remove_dir(dir) {
-                    Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
-                        std::thread::sleep(std::time::Duration::from_millis(10))
+    /// Removes what it can of the cgroup now; true when all of it is gone.
+    /// A cgroup whose processes have just exited stays busy for a moment,
+    /// until the kernel has taken them out.
+    pub(crate) fn try_remove(&self) -> bool {
+        self.dirs
+            .iter()
+            .fold(true, |gone, dir| match std::fs::remove_dir(dir) {
+                Ok(()) => gone,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => gone,
+                Err(_) => false,
+            })
+    }
+
+    /// Removes the cgroup once its processes are gone, retrying on a thread
+    /// of its own when it is still busy: the keeper thread that calls this
+    /// also starts the next sandbox, and must not sleep.
+    pub(crate) fn remove_soon(&self) {
+        if self.try_remove() {
+            return;
+        }
+        let cgroup = self.clone();
+        let _ = std::thread::Builder::new()
+            .name("agentix-cgroup-removal".into())
+            .spawn(move || {
+                for _ in 0..REMOVAL_TRIES {
+                    std::thread::sleep(REMOVAL_PAUSE);
+                    if cgroup.try_remove() {
+                        return;
                     }
-                    _ => break,
                 }
+                tracing::warn!(dirs = ?cgroup.dirs, "a sandbox's cgroup stays busy; it is left");
+            });
+    }
+
+    /// Waits (without blocking a thread) until the cgroup is gone, as far
+    /// as [`Self::remove_soon`] gets.
+    pub(crate) async fn removed(&self) {
+        for _ in 0..REMOVAL_TRIES {
+            if self.try_remove() {
+                return;
             }
+            tokio::time::sleep(REMOVAL_PAUSE).await;
         }
     }
 }
+
+/// How often, and how far apart, a busy cgroup's removal is tried again.
+const REMOVAL_TRIES: u32 = 200;
+const REMOVAL_PAUSE: std::time::Duration = std::time::Duration::from_millis(10);
 
 /// Moves the calling process into the cgroups of `files`; for `pre_exec`
 /// (async-signal-safe: one `write` per file).

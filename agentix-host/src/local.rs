@@ -153,7 +153,7 @@ impl LocalProvider {
         };
         let cgroup_files = match cgroup.as_ref().map(SandboxCgroup::join_files) {
             Some(Err(e)) => {
-                cgroup.as_ref().map(SandboxCgroup::remove);
+                cgroup.as_ref().map(SandboxCgroup::remove_soon);
                 let _ = std::fs::remove_dir_all(&dir);
                 return Err(io_error(
                     format!("cannot open the cgroup of sandbox {id}"),
@@ -257,7 +257,7 @@ impl LocalProvider {
         let (server, ready) = match started {
             Ok(started) => started,
             Err(e) => {
-                cgroup.as_ref().map(SandboxCgroup::remove);
+                cgroup.as_ref().map(SandboxCgroup::remove_soon);
                 let _ = std::fs::remove_dir_all(&dir);
                 let who = match uid {
                     Some(uid) => format!(
@@ -422,13 +422,17 @@ impl SandboxResources for LocalResources {
         let cgroup = self.cgroup.clone();
         // Started now; a second call signals a process that is already
         // stopping and waits for the same exit.
+        let removing = cgroup.clone();
         self.server.terminate(STOP_GRACE, move || {
             let _ = std::fs::remove_dir_all(&dir);
-            cgroup.as_ref().map(SandboxCgroup::remove);
+            removing.as_ref().map(SandboxCgroup::remove_soon);
             let _ = done_tx.send(());
         });
         Box::pin(async move {
             let _ = done_rx.await;
+            if let Some(cgroup) = cgroup {
+                cgroup.removed().await;
+            }
         })
     }
 
