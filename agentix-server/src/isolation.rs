@@ -96,8 +96,13 @@ pub fn run(args: Vec<OsString>) -> i32 {
         match stops.wait() {
             Ok(stop) => forward(keeper, stop),
             Err(e) => {
+                // A stop can no longer be handed on gracefully: stop now,
+                // and let the waiting thread exit as the sandbox did.
                 eprintln!("agentix isolate: cannot wait for signals: {e}");
                 let _ = signal::kill(keeper, Signal::SIGKILL);
+                loop {
+                    std::thread::park();
+                }
             }
         }
     }

@@ -197,19 +197,8 @@ async fn isolated_calls(provider: &LocalProvider, sections: &Sections, report: &
         .await
         .expect("an isolated sandbox starts");
     if sections.wants("echo") {
-        for _ in 0..200 {
-            sb.remote(bench_fns::echo, ("warm".into(),))
-                .await
-                .expect("echo");
-        }
-        let mut times = Vec::with_capacity(2000);
-        for _ in 0..2000 {
-            let t = Instant::now();
-            sb.remote(bench_fns::echo, ("hello".into(),))
-                .await
-                .expect("echo");
-            times.push(t.elapsed());
-        }
+        warm_echoes(&sb).await;
+        let mut times = timed_echoes(&sb, 2000).await;
         report.add(
             "echo_isolated_p50_us",
             "sequential small echo, isolated, p50",
@@ -364,22 +353,33 @@ async fn kill_to_recovered(provider: &LocalProvider, report: &mut Report) {
     );
 }
 
-async fn sequential_echo(sb: &Sandbox, report: &mut Report) {
+/// 200 small echoes, so what follows measures a warm sandbox.
+async fn warm_echoes(sb: &Sandbox) {
     for _ in 0..200 {
         sb.remote(bench_fns::echo, ("warm".into(),))
             .await
             .expect("echo");
     }
-    let mut times = Vec::with_capacity(2000);
-    let cpu = cpu_times(sb).await;
-    let start = Instant::now();
-    for _ in 0..2000 {
+}
+
+/// `n` small echoes one after another, each timed.
+async fn timed_echoes(sb: &Sandbox, n: usize) -> Vec<Duration> {
+    let mut times = Vec::with_capacity(n);
+    for _ in 0..n {
         let t = Instant::now();
         sb.remote(bench_fns::echo, ("hello".into(),))
             .await
             .expect("echo");
         times.push(t.elapsed());
     }
+    times
+}
+
+async fn sequential_echo(sb: &Sandbox, report: &mut Report) {
+    warm_echoes(sb).await;
+    let cpu = cpu_times(sb).await;
+    let start = Instant::now();
+    let mut times = timed_echoes(sb, 2000).await;
     let total = start.elapsed();
     times.sort();
     report.add(
