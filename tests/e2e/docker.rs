@@ -33,12 +33,21 @@ async fn running_containers_of(docker: &bollard::Docker, id: &str) -> usize {
 }
 
 async fn list_of(docker: &bollard::Docker, id: &str, all: bool) -> usize {
+    containers_labelled(docker, id, all).await.len()
+}
+
+/// The containers labelled as sandbox `id`'s (stopped ones too with `all`).
+async fn containers_labelled(
+    docker: &bollard::Docker,
+    id: &str,
+    all: bool,
+) -> Vec<bollard::models::ContainerSummary> {
     let options = ListContainersOptions {
         all,
         filters: Some([("label".to_owned(), vec![format!("{LABEL_SANDBOX}={id}")])].into()),
         ..Default::default()
     };
-    docker.list_containers(Some(options)).await.unwrap().len()
+    docker.list_containers(Some(options)).await.unwrap()
 }
 
 #[tokio::test]
@@ -444,12 +453,7 @@ async fn inspect_of(
     docker: &bollard::Docker,
     id: &str,
 ) -> bollard::models::ContainerInspectResponse {
-    let options = ListContainersOptions {
-        all: true,
-        filters: Some([("label".to_owned(), vec![format!("{LABEL_SANDBOX}={id}")])].into()),
-        ..Default::default()
-    };
-    let listed = docker.list_containers(Some(options)).await.unwrap();
+    let listed = containers_labelled(docker, id, true).await;
     let container = listed[0].id.clone().expect("a container id");
     docker
         .inspect_container(
