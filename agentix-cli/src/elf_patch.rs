@@ -10,7 +10,7 @@ use std::fs::{File, OpenOptions};
 use std::io::Read;
 use std::path::Path;
 
-use elb::{DynamicTag, Elf, ElfPatcher};
+use elb::{DynamicTag, Elf, ElfPatcher, SegmentKind};
 
 use crate::build_error::BuildError;
 
@@ -41,8 +41,72 @@ pub fn point_at(program: &Path, loader: &str, library_dir: &str) -> Result<(), B
     patcher
         .set_dynamic_tag(DynamicTag::Rpath, library_dir.as_c_str())
         .map_err(elf_error)?;
-    patcher.finish().map_err(elf_error)?;
-    Ok(())
+    let mut file = patcher.finish().map_err(elf_error)?;
+    keep_program_headers_where_loaders_look(program, &mut file)
+}
+
+/// Moves the program header table, when a rewrite gave it a new segment,
+/// to the file offset that equals its address relative to the first
+/// `LOAD`. Linux finds it through `PT_PHDR`, but gVisor (and kernels
+/// before 5.18) take `AT_PHDR` to be the first `LOAD`'s address plus
+/// `e_phoff`: where the two differ, the loader reads garbage and the
+/// program dies before `main`. The table goes past the end of the file
+/// (the old copy stays as unused bytes), so nothing else moves.
+fn keep_program_headers_where_loaders_look(
+    program: &Path,
+    file: &mut File,
+) -> Result<(), BuildError> {
+    let failed = |why: String| BuildError::Elf {
+        what: "rewrite",
+        path: program.to_owned(),
+        why,
+    };
+    let mut elf = read(program, file)?;
+    let page = elf.page_size();
+    let Some(first_load) = elf
+        .segments
+        .iter()
+        .find(|s| s.kind == SegmentKind::Loadable)
+    else {
+        return Ok(());
+    };
+    let base = first_load.virtual_address.wrapping_sub(first_load.offset);
+    let Some(table) = elf
+        .segments
+        .iter()
+        .position(|s| s.kind == SegmentKind::ProgramHeader)
+    else {
+        return Ok(());
+    };
+    let (offset, address) = (
+        elf.segments[table].offset,
+        elf.segments[table].virtual_address,
+    );
+    if address.wrapping_sub(offset) == base {
+        return Ok(());
+    }
+    let cover = elf
+        .segments
+        .iter()
+        .position(|s| {
+            s.kind == SegmentKind::Loadable && s.offset == offset && s.virtual_address == address
+        })
+        .ok_or_else(|| failed("the program headers share a segment with other data".into()))?;
+    let file_end = file
+        .metadata()
+        .map_err(|e| BuildError::io("cannot stat", program, e))?
+        .len()
+        .next_multiple_of(page);
+    let new_offset = address.wrapping_sub(base).max(file_end);
+    let new_address = new_offset.wrapping_add(base);
+    for i in [table, cover] {
+        let segment = &mut elf.segments[i];
+        segment.offset = new_offset;
+        segment.virtual_address = new_address;
+        segment.physical_address = new_address;
+    }
+    elf.header.program_header_offset = new_offset;
+    elf.write(file).map_err(|e| failed(e.to_string()))
 }
 
 /// The sonames `elf` names as `DT_NEEDED`.

@@ -175,3 +175,47 @@ fn a_bundle_runs_in_an_empty_root_without_a_shell_or_a_libc() {
     assert!(said.contains("no ls here"), "the root has no ls: {said}");
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// Where a loader that takes `AT_PHDR` as the first `LOAD`'s address plus
+/// `e_phoff` (gVisor, kernels before 5.18) finds the program headers, and
+/// where `PT_PHDR` says they are.
+fn program_header_addresses(program: &Path) -> (u64, u64) {
+    let mut file = std::fs::File::open(program).unwrap();
+    let elf = elb::Elf::read(&mut file, 4096).unwrap();
+    let first = elf
+        .segments
+        .iter()
+        .find(|s| s.kind == elb::SegmentKind::Loadable)
+        .unwrap();
+    let table = elf
+        .segments
+        .iter()
+        .find(|s| s.kind == elb::SegmentKind::ProgramHeader)
+        .unwrap();
+    assert_eq!(table.offset, elf.header.program_header_offset);
+    (
+        first.virtual_address - first.offset + elf.header.program_header_offset,
+        table.virtual_address,
+    )
+}
+
+#[test]
+fn a_rewritten_program_keeps_its_headers_where_every_loader_looks_and_runs() {
+    let dir = scratch("phdr");
+    let bundle = bundle_of_agentix(&dir.join("b"));
+    for program in ["agentix", "bash"] {
+        let (computed, declared) = program_header_addresses(&bundle.dir.join("bin").join(program));
+        assert_eq!(computed, declared, "bin/{program}: AT_PHDR would miss");
+    }
+    // Moved past a segment that grew (a longer rpath than the program had),
+    // a host program still runs with the host's loader.
+    let copy = dir.join("true");
+    std::fs::copy("/bin/true", &copy).unwrap();
+    let loader = agentix_cli::elf_patch::interpreter(&copy).unwrap();
+    agentix_cli::elf_patch::point_at(&copy, &loader, &"/nowhere".repeat(40)).unwrap();
+    let (computed, declared) = program_header_addresses(&copy);
+    assert_eq!(computed, declared);
+    let status = Command::new(&copy).status().unwrap();
+    assert!(status.success(), "{status}");
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -128,6 +128,14 @@ impl SandboxConfig {
         self
     }
 
+    /// Runs the sandbox's container under the engine's runtime `name`
+    /// (for container providers): gVisor as registered by the Docker
+    /// provider's `scripts/setup-gvisor`, say.
+    pub fn runtime(mut self, name: impl Into<String>) -> Self {
+        self.container.runtime = Some(name.into());
+        self
+    }
+
     /// Keeps the files plugin's paths beneath `dir` instead of the
     /// sandbox's own directory.
     pub fn files_root(mut self, dir: impl Into<PathBuf>) -> Self {

@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use agentix::{Provider, Sandbox, SandboxConfig};
-use agentix_provider_docker::{DockerProvider, ServerReach};
+use agentix_provider_docker::{DockerProvider, ServerReach, GVISOR_RUNTIME};
 use bollard::models::{ContainerCreateBody, HostConfig};
 use bollard::query_parameters::{
     RemoveContainerOptions, StartContainerOptions, WaitContainerOptions,
@@ -33,16 +33,7 @@ pub(crate) async fn docker(local: &Sandbox, report: &mut Report) {
     let bundle = assemble_self();
     let config = || SandboxConfig::new(&bundle).image(IMAGE);
 
-    let mut boots = Vec::new();
-    for _ in 0..10 {
-        let start = Instant::now();
-        let sb = provider.session(config()).await.expect("container sandbox");
-        sb.remote(bench_fns::echo, "boot".to_string())
-            .await
-            .expect("first call");
-        boots.push(start.elapsed());
-        sb.delete().await;
-    }
+    let mut boots = boot_times(&provider, config).await;
     let mut floor = Vec::new();
     for _ in 0..10 {
         floor.push(run_true(provider.docker(), &bundle).await);
@@ -96,6 +87,8 @@ pub(crate) async fn docker(local: &Sandbox, report: &mut Report) {
     );
     sb.delete().await;
 
+    runsc(&provider, config, report).await;
+
     let start = Instant::now();
     let fleet = futures_util::future::join_all((0..50).map(|i| {
         let provider = &provider;
@@ -125,6 +118,58 @@ pub(crate) async fn docker(local: &Sandbox, report: &mut Report) {
         provider.list().len() as f64,
     );
     let _ = std::fs::remove_dir_all(bundle);
+}
+
+/// Create to first call answered, ten times in a row.
+async fn boot_times(
+    provider: &DockerProvider,
+    config: impl Fn() -> SandboxConfig,
+) -> Vec<Duration> {
+    let mut boots = Vec::new();
+    for _ in 0..10 {
+        let start = Instant::now();
+        let sb = provider.session(config()).await.expect("container sandbox");
+        sb.remote(bench_fns::echo, "boot".to_string())
+            .await
+            .expect("first call");
+        boots.push(start.elapsed());
+        sb.delete().await;
+    }
+    boots
+}
+
+/// The same boot and echo under gVisor, when `scripts/setup-gvisor` has
+/// registered it with the engine; said and skipped otherwise.
+async fn runsc(provider: &DockerProvider, config: impl Fn() -> SandboxConfig, report: &mut Report) {
+    let registered = match provider.docker().info().await {
+        Ok(info) => info
+            .runtimes
+            .unwrap_or_default()
+            .contains_key(GVISOR_RUNTIME),
+        Err(_) => false,
+    };
+    if !registered {
+        eprintln!(
+            "docker: no `{GVISOR_RUNTIME}` runtime (scripts/setup-gvisor); runsc keys skipped"
+        );
+        return;
+    }
+    let config = || config().runtime(GVISOR_RUNTIME);
+    let mut boots = boot_times(provider, config).await;
+    report.add(
+        "docker_runsc_boot_ms",
+        "the same container sandbox under gVisor (runsc): create to first call answered, median of 10",
+        "ms",
+        ms(median(&mut boots)),
+    );
+    let sb = provider.session(config()).await.expect("gVisor sandbox");
+    report.add(
+        "docker_runsc_echo_p50_us",
+        "sequential small echo to a gVisor sandbox through its Unix socket, p50",
+        "µs",
+        us(echo_p50(&sb).await),
+    );
+    sb.delete().await;
 }
 
 async fn echo_p50(sb: &Sandbox) -> Duration {

@@ -576,6 +576,10 @@ async fn a_runtime_the_engine_lacks_is_refused_naming_those_it_has() {
         text.contains("runc"),
         "the runtimes the engine has are named: {text}"
     );
+    assert!(
+        text.contains("scripts/setup-gvisor"),
+        "the way to gVisor is named: {text}"
+    );
     let _ = std::fs::remove_dir_all(bundle);
 }
 

@@ -43,6 +43,7 @@ use futures_util::future::BoxFuture;
 use futures_util::StreamExt;
 
 use crate::container::Container;
+pub use crate::runtime_check::GVISOR_RUNTIME;
 
 agentix::plugin_crate!();
 

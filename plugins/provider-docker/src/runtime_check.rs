@@ -7,6 +7,11 @@ use bollard::Docker;
 
 use crate::engine_error;
 
+/// The name `scripts/setup-gvisor` registers gVisor's `runsc` under, with
+/// the arguments a sandbox needs (`--network=none --host-uds=all
+/// --overlay2=none`): pass it to `SandboxConfig::runtime`.
+pub const GVISOR_RUNTIME: &str = "agentix-runsc";
+
 /// Refuses a runtime the engine does not know, naming the ones it does.
 pub async fn check_runtime(docker: &Docker, config: &SandboxConfig) -> Result<(), ProviderError> {
     let Some(runtime) = &config.container.runtime else {
@@ -21,7 +26,8 @@ pub async fn check_runtime(docker: &Docker, config: &SandboxConfig) -> Result<()
         what: format!("the engine has no container runtime named `{runtime}`"),
         reason: format!(
             "it knows {}; a runtime is registered under `runtimes` in the engine's \
-             daemon.json",
+             daemon.json (for gVisor as `{GVISOR_RUNTIME}`, run \
+             plugins/provider-docker/scripts/setup-gvisor as root)",
             known.join(", ")
         ),
     })

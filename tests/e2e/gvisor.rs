@@ -1,0 +1,113 @@
+//! Sandboxes under gVisor: the Docker provider with the runtime
+//! `scripts/setup-gvisor` registers. Sandbox code talks to gVisor's kernel,
+//! not the host's, on top of every container default.
+//!
+//! Not in the default `cargo test --workspace` (`test = false`: a machine
+//! without `runsc` still passes it); `.ci/run` runs the setup script and
+//! then this target, where a missing runtime is a failure.
+
+mod docker_support;
+#[allow(dead_code)]
+mod support;
+
+use agentix::{Provider, Sandbox, SandboxConfig};
+use agentix_bash::BashOptions;
+use agentix_provider_docker::{DockerProvider, GVISOR_RUNTIME};
+use docker_support::{bundle_dir, tools_image, TOOLS_IMAGE};
+
+/// Runs `script` in `sb`, returning (exit code, stdout + stderr).
+async fn run(sb: &Sandbox, script: &str) -> (Option<i32>, String) {
+    let out = sb
+        .remote(agentix_bash::run, (script.to_owned(), BashOptions::new()))
+        .await
+        .unwrap_or_else(|e| panic!("`{script}` could not run: {e}"));
+    let mut text = out.stdout_lossy();
+    text.push_str(&out.stderr_lossy());
+    (out.exit_code, text)
+}
+
+/// A provider whose engine has the gVisor runtime, or a failure saying how
+/// to register it.
+async fn gvisor() -> DockerProvider {
+    let provider = DockerProvider::connect().expect("a Docker engine");
+    let info = provider.docker().info().await.expect("the engine answers");
+    let runtimes = info.runtimes.unwrap_or_default();
+    assert!(
+        runtimes.contains_key(GVISOR_RUNTIME),
+        "the engine has no `{GVISOR_RUNTIME}` runtime: run \
+         plugins/provider-docker/scripts/setup-gvisor as root"
+    );
+    provider
+}
+
+#[tokio::test]
+async fn a_sandbox_under_gvisor_calls_streams_runs_bash_on_gvisors_kernel_and_is_removed() {
+    let provider = gvisor().await;
+    tools_image(&provider).await;
+    let bundle = bundle_dir("gvisor");
+    let config = SandboxConfig::new(&bundle)
+        .image(TOOLS_IMAGE)
+        .runtime(GVISOR_RUNTIME);
+    let sb = provider.session(config).await.expect("a gVisor sandbox");
+    let id = sb.id().to_owned();
+    assert_eq!(sb.remote(agentix_e2e::add, (40, 2)).await.unwrap(), 42);
+    assert_eq!(sb.health().await.unwrap()["status"], "ok");
+
+    // gVisor's own kernel answers: its /proc/version is not the host's.
+    let host_kernel = std::fs::read_to_string("/proc/version").unwrap();
+    let (code, kernel) = run(&sb, "cat /proc/version").await;
+    assert_eq!(code, Some(0), "{kernel}");
+    assert!(kernel.starts_with("Linux version"), "{kernel}");
+    assert_ne!(
+        kernel.trim(),
+        host_kernel.trim(),
+        "the host's kernel answered"
+    );
+
+    // Every container default holds under gVisor too.
+    let (_, status) = run(
+        &sb,
+        "while read -r line; do case $line in CapEff*|NoNewPrivs*|Uid*) echo $line;; esac; \
+         done < /proc/self/status",
+    )
+    .await;
+    assert!(status.contains("CapEff: 0000000000000000"), "{status}");
+    let uid: u32 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))
+        .and_then(|ids| ids.split_whitespace().next()?.parse().ok())
+        .unwrap();
+    assert!(uid >= agentix::SANDBOX_UID_BASE, "runs as uid {uid}");
+    // gVisor checks the directory's owner before the mount's flags.
+    let (code, text) = run(&sb, "echo x > /bin/escaped").await;
+    assert_ne!(code, Some(0), "{text}");
+    assert!(
+        text.contains("Read-only file system") || text.contains("Permission denied"),
+        "{text}"
+    );
+    let (code, _) = run(&sb, "test -e /bin/escaped").await;
+    assert_eq!(code, Some(1), "/bin/escaped was written");
+    let (code, text) = run(&sb, "pwd; echo mine > f && cat f").await;
+    assert_eq!((code, text.as_str()), (Some(0), "/workspace\nmine\n"));
+    let (_, interfaces) = run(&sb, "ls /sys/class/net 2>&1; cat /proc/net/dev").await;
+    assert!(!interfaces.contains("eth0"), "only loopback: {interfaces}");
+
+    sb.delete().await;
+    let left = provider
+        .docker()
+        .list_containers(Some(bollard::query_parameters::ListContainersOptions {
+            all: true,
+            filters: Some(
+                [(
+                    "label".to_owned(),
+                    vec![format!("{}={id}", agentix_provider_docker::LABEL_SANDBOX)],
+                )]
+                .into(),
+            ),
+            ..Default::default()
+        }))
+        .await
+        .unwrap();
+    assert!(left.is_empty(), "{left:?}");
+    let _ = std::fs::remove_dir_all(bundle);
+}
