@@ -329,11 +329,14 @@ impl LocalProvider {
             // The server's port is in its own network namespace: clients
             // reach it through a port of the host's that leads to its
             // socket, and the host's own connections check that the socket
-            // is the server's, PID 1 inside, under the launcher's keeper.
+            // is the server's: the child of PID 1 inside (the init that
+            // reaps orphans), under the launcher's keeper.
             let Some(socket) = local_socket.clone() else {
                 unreachable!("an isolated sandbox always has its socket")
             };
-            let server = process::first_child(server_pid).and_then(process::first_child);
+            let server = process::first_child(server_pid)
+                .and_then(process::first_child)
+                .and_then(process::first_child);
             match server {
                 Some(pid) => server_pid = pid,
                 None => {

@@ -9,7 +9,9 @@
 //! the harmless devices; a `/tmp` of its own with a size; a `/proc` that
 //! shows its own processes only; a network with only `lo`, brought up; and
 //! rlimits when the host gave it no cgroup. The sandbox runs as the uid the
-//! launcher was started as, mapped to itself, with `no_new_privs` set.
+//! launcher was started as, mapped to itself, with `no_new_privs` set, and
+//! under a seccomp filter that refuses the kernel interfaces exploits start
+//! from ([`crate::syscall_filter`]).
 //!
 //! The process tree: this launcher (in the host's namespaces, the host's
 //! child) → the container's keeper (new user namespace; waits) → the server
@@ -152,7 +154,8 @@ fn container_for(spec: &IsolationSpec) -> Container {
     container
 }
 
-/// The last step, inside every namespace: `lo` up, then the server.
+/// The last step, inside every namespace: `lo` up, the system call filter,
+/// then the server.
 fn start_server(argv: &[CString], host_network: bool, stops: SigSet) -> i32 {
     if !host_network {
         if let Err(e) = crate::loopback::bring_up_loopback() {
@@ -161,6 +164,10 @@ fn start_server(argv: &[CString], host_network: bool, stops: SigSet) -> i32 {
         }
     }
     let _ = stops.thread_unblock();
+    if let Err(e) = crate::syscall_filter::deny_kernel_attack_surface() {
+        eprintln!("agentix isolate: cannot filter the sandbox's system calls: {e}");
+        return ISOLATION_REFUSED_EXIT;
+    }
     let program = CString::new(SELF_EXE).expect("no NUL in a constant");
     let err = nix::unistd::execv(&program, argv).unwrap_err();
     eprintln!("agentix isolate: cannot run the server: {err}");

@@ -41,6 +41,9 @@ pub fn dispatch_with(worker_setup: fn()) {
     let role = args.next();
     match role.as_ref().and_then(|r| r.to_str()) {
         Some("serve") => {
+            // First, before any thread: as PID 1, the server is the init's
+            // child from here on.
+            agentix_server::init_process::become_init_if_pid_one();
             // Before the token is read: sandbox code runs as this user. (A
             // worker's run does the same for itself.)
             if let Err(e) = agentix_actors::process::hide_memory() {

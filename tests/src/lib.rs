@@ -259,7 +259,9 @@ pub async fn fill_memory(mib: usize) -> usize {
 
 /// Tries to reach `target` from sandbox code: `tcp:HOST:PORT`, `unix:PATH`
 /// or `abstract:NAME` (a Unix socket in the abstract namespace); `read:PATH`
-/// reads a file and `mount:PATH` mounts a tmpfs there. Returns `reached` or the error met, for the escape suite.
+/// reads a file, `mount:PATH` mounts a tmpfs there, and `syscall:NAME` makes
+/// the kernel call `keyctl`, `bpf`, `io_uring` or `unshare` as an exploit
+/// would start. Returns `reached` or the error met, for the escape suite.
 #[agentix::remote]
 pub async fn try_reach(target: String) -> String {
     use std::os::linux::net::SocketAddrExt;
@@ -287,11 +289,89 @@ pub async fn try_reach(target: String) -> String {
                 _ => Err(std::io::Error::last_os_error()),
             }
         }
+        Some(("syscall", name)) => kernel_call(name),
         _ => return format!("unknown target {target}"),
     };
     match outcome {
         Ok(()) => "reached".to_owned(),
         Err(e) => e.to_string(),
+    }
+}
+
+/// The first step of an attack through kernel interface `name`: a session
+/// keyring, a BPF map, an io_uring instance, new user and mount namespaces.
+fn kernel_call(name: &str) -> std::io::Result<()> {
+    const KEYCTL_JOIN_SESSION_KEYRING: libc::c_long = 1;
+    const BPF_MAP_CREATE: libc::c_long = 0;
+    // SAFETY: each call gets arguments of the kernel's documented shapes,
+    // in buffers that outlive it; a returned fd is closed.
+    let result = unsafe {
+        match name {
+            "keyctl" => libc::syscall(
+                libc::SYS_keyctl,
+                KEYCTL_JOIN_SESSION_KEYRING,
+                std::ptr::null::<libc::c_char>(),
+            ),
+            "bpf" => {
+                // union bpf_attr for BPF_MAP_CREATE: an array map of one
+                // 4-byte key and value.
+                let mut attr = [0u32; 32];
+                (attr[0], attr[1], attr[2], attr[3]) = (2, 4, 4, 1);
+                libc::syscall(
+                    libc::SYS_bpf,
+                    BPF_MAP_CREATE,
+                    attr.as_mut_ptr(),
+                    std::mem::size_of_val(&attr),
+                )
+            }
+            "io_uring" => {
+                let mut params = [0u8; 120];
+                libc::syscall(libc::SYS_io_uring_setup, 1, params.as_mut_ptr())
+            }
+            "unshare" => return unshare_in_child(),
+            _ => {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::InvalidInput,
+                    format!("no such kernel call {name}"),
+                ))
+            }
+        }
+    };
+    match result {
+        -1 => Err(std::io::Error::last_os_error()),
+        fd if name != "keyctl" && name != "unshare" => {
+            // SAFETY: the call returned a new fd this function owns.
+            unsafe { libc::close(fd as libc::c_int) };
+            Ok(())
+        }
+        _ => Ok(()),
+    }
+}
+
+/// `unshare` of new user and mount namespaces, in a child: the kernel
+/// refuses it to a threaded process whatever the policy, and the worker
+/// is one.
+fn unshare_in_child() -> std::io::Result<()> {
+    // SAFETY: the child calls only async-signal-safe functions (`unshare`,
+    // `_exit`) before it exits.
+    match unsafe { libc::fork() } {
+        -1 => Err(std::io::Error::last_os_error()),
+        0 => unsafe {
+            let status = match libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNS) {
+                0 => 0,
+                _ => *libc::__errno_location(),
+            };
+            libc::_exit(status)
+        },
+        child => {
+            let mut status = 0;
+            // SAFETY: waits for the child just made.
+            unsafe { libc::waitpid(child, &mut status, 0) };
+            match libc::WEXITSTATUS(status) {
+                0 => Ok(()),
+                errno => Err(std::io::Error::from_raw_os_error(errno)),
+            }
+        }
     }
 }
 
