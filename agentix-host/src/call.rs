@@ -60,7 +60,13 @@ impl<'a, O: DeserializeOwned + Send + 'a> IntoFuture for Call<'a, O> {
                 let conn = self.sandbox.connection().await?;
                 conn.call_in_pieces(self.target, args).await
             };
-            let pieces = with_deadline(self.target, self.timeout, run).await?;
+            let pieces = match with_deadline(self.target, self.timeout, run).await {
+                Ok(pieces) => pieces,
+                Err(e) if e.kind == ErrorKind::ConnectionLost => {
+                    return Err(self.sandbox.why_lost(e).await)
+                }
+                Err(e) => return Err(e),
+            };
             // A large result is decoded from its parts as they came: joining
             // them first would copy it once more.
             decode_failure(self.target, cbor::from_pieces(&pieces))

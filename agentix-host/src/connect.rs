@@ -17,4 +17,11 @@ pub trait Connect: Sync {
 
     /// The deadline of unary calls that set none.
     fn call_timeout(&self) -> Option<Duration>;
+
+    /// The error a call that lost its connection ends with: `lost`, or why
+    /// the server ended when it did (the connection's reset can reach the
+    /// host before the provider's word that the sandbox is gone).
+    fn why_lost(&self, lost: RemoteError) -> BoxFuture<'_, RemoteError> {
+        Box::pin(std::future::ready(lost))
+    }
 }
