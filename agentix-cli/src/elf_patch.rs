@@ -7,7 +7,7 @@
 
 use std::ffi::{CStr, CString};
 use std::fs::{File, OpenOptions};
-use std::io::Read;
+use std::io::{Read, Seek, SeekFrom};
 use std::path::Path;
 
 use elb::{DynamicTag, Elf, ElfPatcher, SegmentKind};
@@ -92,12 +92,18 @@ fn keep_program_headers_where_loaders_look(
             s.kind == SegmentKind::Loadable && s.offset == offset && s.virtual_address == address
         })
         .ok_or_else(|| failed("the program headers share a segment with other data".into()))?;
-    let file_end = file
+    let length = file
         .metadata()
         .map_err(|e| BuildError::io("cannot stat", program, e))?
-        .len()
-        .next_multiple_of(page);
-    let new_offset = address.wrapping_sub(base).max(file_end);
+        .len();
+    let new_offset = address.wrapping_sub(base).max(length.next_multiple_of(page));
+    // Zeros up to the table, written rather than left a hole: a sparse
+    // file is what some archivers (the engine's image import among them)
+    // refuse. The gap is the program's uninitialised data, kilobytes.
+    let gap = new_offset - length;
+    file.seek(SeekFrom::End(0))
+        .and_then(|_| std::io::copy(&mut std::io::repeat(0).take(gap), file))
+        .map_err(|e| BuildError::io("cannot write", program, e))?;
     let new_address = new_offset.wrapping_add(base);
     for i in [table, cover] {
         let segment = &mut elf.segments[i];
