@@ -42,6 +42,11 @@ pub struct ContainerSettings {
     /// The engine's runtime for the container (`runsc` for gVisor, under
     /// the name it is registered with); `None` is the engine's default.
     pub runtime: Option<String>,
+    /// Size of the tmpfs `/tmp` (and of a tmpfs working directory), in
+    /// bytes; `None` is half the memory limit (1 GiB with none). A tmpfs
+    /// is memory: bounded below the limit, filling it is a full disk, not
+    /// an OOM kill of the server.
+    pub tmp_bytes: Option<u64>,
     /// The user to run as (`1000`, `1000:1000`, a name the image knows).
     pub user: Option<String>,
     /// The working directory inside the container; with a read-only root

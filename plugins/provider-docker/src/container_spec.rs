@@ -22,6 +22,25 @@ pub const SOCKET_NAME: &str = "server.sock";
 /// The working directory of a container with a read-only root, unless
 /// `ContainerSettings::workdir` names another: a tmpfs of the sandbox's.
 pub const DEFAULT_WORKDIR: &str = "/workspace";
+
+/// Host threads gVisor's own kernel runs in a container's cgroup, on top of
+/// the sandbox's processes: the engine's pids limit counts them too, and a
+/// sandbox under about 70 cannot even start.
+pub const GVISOR_OWN_THREADS: i64 = 128;
+
+/// What the engine's pids limit must hold besides the sandbox's processes
+/// under `runtime`.
+fn runtime_threads(runtime: Option<&str>) -> i64 {
+    match runtime {
+        Some(crate::GVISOR_RUNTIME) => GVISOR_OWN_THREADS,
+        _ => 0,
+    }
+}
+
+/// Size of `/tmp` and the working directory when there is no memory limit
+/// to take half of.
+pub const DEFAULT_TMP_BYTES: u64 = 1 << 30;
+
 /// How long a container's server waits for a host before it stops, unless
 /// the config says otherwise.
 pub const DEFAULT_IDLE_EXIT: std::time::Duration = std::time::Duration::from_secs(300);
@@ -124,11 +143,22 @@ pub fn create_body(
     if let Some(volume) = run_volume {
         binds.push(format!("{volume}:{SOCKET_MOUNT}:rw"));
     }
-    // Counted against the container's memory limit, like any tmpfs. A
-    // read-only root leaves sandbox code /tmp and its working directory.
+    let memory = settings
+        .memory_bytes
+        .or(config.limits.memory_bytes.map(|b| b as i64));
+    // Counted against the container's memory limit, like any tmpfs, so
+    // bounded below it: filling /tmp is then a full disk, not an OOM kill.
+    // A read-only root leaves sandbox code /tmp and its working directory.
+    let tmp_bytes = settings.tmp_bytes.unwrap_or(match memory {
+        Some(limit) => (limit / 2).max(1 << 20) as u64,
+        None => DEFAULT_TMP_BYTES,
+    });
     let mut tmpfs = HashMap::new();
     if user.own_tmp || !settings.writable_root {
-        tmpfs.insert("/tmp".to_owned(), "rw,nosuid,nodev,mode=1777".to_owned());
+        tmpfs.insert(
+            "/tmp".to_owned(),
+            format!("rw,nosuid,nodev,mode=1777,size={tmp_bytes}"),
+        );
     }
     let workdir = match (&settings.workdir, settings.writable_root) {
         (Some(dir), _) => Some(dir.clone()),
@@ -141,7 +171,10 @@ pub fn create_body(
             .map(|(uid, gid)| format!(",uid={uid},gid={gid}"))
             .unwrap_or_default();
         let mode = if user.owner.is_some() { "0700" } else { "1777" };
-        tmpfs.insert(dir.clone(), format!("rw,nosuid,nodev,mode={mode}{owner}"));
+        tmpfs.insert(
+            dir.clone(),
+            format!("rw,nosuid,nodev,mode={mode}{owner},size={tmp_bytes}"),
+        );
     }
     let port = format!("{SERVER_PORT}/tcp");
     let published = PortBinding {
@@ -164,9 +197,6 @@ pub fn create_body(
         ),
     };
     let limits = &config.limits;
-    let memory = settings
-        .memory_bytes
-        .or(limits.memory_bytes.map(|b| b as i64));
     let host_config = HostConfig {
         binds: Some(binds),
         tmpfs: (!tmpfs.is_empty()).then_some(tmpfs),
@@ -184,7 +214,10 @@ pub fn create_body(
         memory,
         // No swap past the limit: a sandbox over it is OOM-killed, not slowed.
         memory_swap: memory,
-        pids_limit: settings.pids_limit.or(limits.processes.map(|n| n as i64)),
+        pids_limit: settings
+            .pids_limit
+            .or(limits.processes.map(|n| n as i64))
+            .map(|n| n + runtime_threads(settings.runtime.as_deref())),
         ..Default::default()
     };
     Ok(ContainerCreateBody {
