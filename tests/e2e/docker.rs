@@ -1,6 +1,7 @@
 //! The Docker provider end to end, in an image built here with nothing in
 //! it (no shell, no libc): the bundle brings everything, bash included.
 
+#[allow(dead_code)]
 mod docker_support;
 #[path = "abridge_support/mod.rs"]
 mod fakes;
@@ -8,9 +9,11 @@ mod support;
 
 use agentix::{Provider, SandboxConfig};
 use agentix_bash::BashOptions;
-use agentix_provider_docker::{DockerProvider, ServerReach, LABEL_SANDBOX};
-use bollard::query_parameters::ListContainersOptions;
-use docker_support::{bundle_dir, empty_image, tools_image, EMPTY_IMAGE, IMAGE_TOOLS, TOOLS_IMAGE};
+use agentix_provider_docker::{DockerProvider, ServerReach};
+use docker_support::{
+    bundle_dir, containers_labelled, containers_of, empty_image, running_containers_of,
+    tools_image, EMPTY_IMAGE, IMAGE_TOOLS, TOOLS_IMAGE,
+};
 use futures_util::StreamExt;
 use support::bundle_path;
 
@@ -22,32 +25,6 @@ impl agentix::trace::Processor for Capture {
     fn on_span_end(&mut self, s: &agentix::trace::SpanData) {
         self.0.lock().unwrap().push(s.name.clone());
     }
-}
-
-async fn containers_of(docker: &bollard::Docker, id: &str) -> usize {
-    list_of(docker, id, true).await
-}
-
-async fn running_containers_of(docker: &bollard::Docker, id: &str) -> usize {
-    list_of(docker, id, false).await
-}
-
-async fn list_of(docker: &bollard::Docker, id: &str, all: bool) -> usize {
-    containers_labelled(docker, id, all).await.len()
-}
-
-/// The containers labelled as sandbox `id`'s (stopped ones too with `all`).
-async fn containers_labelled(
-    docker: &bollard::Docker,
-    id: &str,
-    all: bool,
-) -> Vec<bollard::models::ContainerSummary> {
-    let options = ListContainersOptions {
-        all,
-        filters: Some([("label".to_owned(), vec![format!("{LABEL_SANDBOX}={id}")])].into()),
-        ..Default::default()
-    };
-    docker.list_containers(Some(options)).await.unwrap()
 }
 
 #[tokio::test]

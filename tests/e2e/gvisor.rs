@@ -6,14 +6,18 @@
 //! without `runsc` still passes it); `.ci/run` runs the setup script and
 //! then this target, where a missing runtime is a failure.
 
+#[allow(dead_code)]
 mod docker_support;
+#[allow(dead_code)]
+mod escape_attempts;
 #[allow(dead_code)]
 mod support;
 
-use agentix::{Provider, Sandbox, SandboxConfig};
+use agentix::{Provider, Sandbox, SandboxConfig, SandboxLimits};
 use agentix_bash::BashOptions;
 use agentix_provider_docker::{DockerProvider, GVISOR_RUNTIME};
 use docker_support::{bundle_dir, tools_image, TOOLS_IMAGE};
+use escape_attempts::{self as attempts, Tier};
 
 /// Runs `script` in `sb`, returning (exit code, stdout + stderr).
 async fn run(sb: &Sandbox, script: &str) -> (Option<i32>, String) {
@@ -93,21 +97,104 @@ async fn a_sandbox_under_gvisor_calls_streams_runs_bash_on_gvisors_kernel_and_is
     assert!(!interfaces.contains("eth0"), "only loopback: {interfaces}");
 
     sb.delete().await;
-    let left = provider
-        .docker()
-        .list_containers(Some(bollard::query_parameters::ListContainersOptions {
-            all: true,
-            filters: Some(
-                [(
-                    "label".to_owned(),
-                    vec![format!("{}={id}", agentix_provider_docker::LABEL_SANDBOX)],
-                )]
-                .into(),
-            ),
-            ..Default::default()
-        }))
-        .await
-        .unwrap();
-    assert!(left.is_empty(), "{left:?}");
+    assert_eq!(
+        docker_support::containers_of(provider.docker(), &id).await,
+        0
+    );
+    let _ = std::fs::remove_dir_all(bundle);
+}
+
+/// A gVisor sandbox of the test image with `limits`.
+async fn gvisor_sandbox(
+    provider: &DockerProvider,
+    bundle: &std::path::Path,
+    limits: SandboxLimits,
+) -> Sandbox {
+    let config = SandboxConfig::new(bundle)
+        .image(TOOLS_IMAGE)
+        .runtime(GVISOR_RUNTIME)
+        .limits(limits);
+    provider.session(config).await.expect("a gVisor sandbox")
+}
+
+#[tokio::test]
+async fn a_gvisor_sandbox_keeps_its_code_from_the_host_other_sandboxes_and_the_kernel() {
+    attempts::set_host_secret();
+    let provider = gvisor().await;
+    tools_image(&provider).await;
+    let bundle = bundle_dir("gvisor-escape");
+    let a = gvisor_sandbox(&provider, &bundle, SandboxLimits::default()).await;
+    let b = gvisor_sandbox(&provider, &bundle, SandboxLimits::default()).await;
+    attempts::files(&a, Tier::Gvisor).await;
+    attempts::environment(&a).await;
+    attempts::network(&a).await;
+    attempts::kernel(&a, Tier::Gvisor).await;
+    attempts::orphans(&a).await;
+    let b_socket = std::path::PathBuf::from(b.addr().strip_prefix("unix:").expect("by socket"));
+    attempts::other_sandbox_files(&a, &b_socket).await;
+    let mut pids = docker_support::host_pids(provider.docker(), b.id()).await;
+    assert!(!pids.is_empty());
+    pids.push(std::process::id());
+    attempts::other_processes(&a, &pids).await;
+    assert_eq!(b.remote(agentix_e2e::add, (2, 3)).await.unwrap(), 5);
+    a.delete().await;
+    b.delete().await;
+    let _ = std::fs::remove_dir_all(bundle);
+}
+
+/// Asserts that `attempt` ended the sandbox `sb` whole, said so to the
+/// host as `ServerExited`, and that its container goes with `delete`.
+async fn ended_whole(
+    provider: &DockerProvider,
+    sb: Sandbox,
+    what: &str,
+    attempt: Result<impl std::fmt::Debug, agentix::RemoteError>,
+) {
+    let err = attempt.expect_err(what);
+    assert_eq!(err.kind, agentix::ErrorKind::ServerExited, "{what}: {err}");
+    let id = sb.id().to_owned();
+    sb.delete().await;
+    assert_eq!(
+        docker_support::containers_of(provider.docker(), &id).await,
+        0,
+        "{what}: the container outlived delete"
+    );
+}
+
+#[tokio::test]
+async fn a_full_tmp_is_a_full_disk_and_a_fork_bomb_or_memory_hog_ends_a_gvisor_sandbox_whole() {
+    let provider = gvisor().await;
+    tools_image(&provider).await;
+    let bundle = bundle_dir("gvisor-limits");
+    let limits = SandboxLimits {
+        processes: Some(64),
+        memory_bytes: Some(256 << 20),
+        cpus: None,
+    };
+    let run = |script: String| (script, BashOptions::new());
+
+    // A full /tmp is a full disk: gVisor keeps a tmpfs's size.
+    let sb = gvisor_sandbox(&provider, &bundle, limits.clone()).await;
+    attempts::fill_tmp(&sb, 128).await;
+    // A fork bomb without end: gVisor's own threads count against the same
+    // limit, and no fork inside is refused before the limit stops it whole.
+    let bomb = sb
+        .remote(
+            agentix_bash::run,
+            run("exec 9<> <(:); while :; do (read -t 60 -u 9) & done".into()),
+        )
+        .timeout(std::time::Duration::from_secs(60))
+        .await;
+    ended_whole(&provider, sb, attempts::FORK_BOMB, bomb).await;
+
+    let sb = gvisor_sandbox(&provider, &bundle, limits.clone()).await;
+    assert_eq!(sb.remote(agentix_e2e::add, (1, 2)).await.unwrap(), 3);
+    let hog = sb.remote(agentix_e2e::fill_memory, 1024usize).await;
+    ended_whole(&provider, sb, attempts::MEMORY, hog).await;
+
+    // The next sandbox starts and serves as if nothing had happened.
+    let sb = gvisor_sandbox(&provider, &bundle, limits).await;
+    assert_eq!(sb.remote(agentix_e2e::add, (40, 2)).await.unwrap(), 42);
+    sb.delete().await;
     let _ = std::fs::remove_dir_all(bundle);
 }

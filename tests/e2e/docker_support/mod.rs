@@ -3,7 +3,8 @@
 
 use std::path::PathBuf;
 
-use agentix_provider_docker::DockerProvider;
+use agentix_provider_docker::{DockerProvider, LABEL_SANDBOX};
+use bollard::query_parameters::ListContainersOptions;
 
 use crate::support::bundle_path;
 
@@ -69,4 +70,52 @@ pub(crate) async fn tools_image(provider: &DockerProvider) {
         .import_image(TOOLS_IMAGE, rootfs)
         .await
         .expect("the tools image imports");
+}
+
+/// Host pids of the processes in the container of the sandbox `id`, as the
+/// engine lists them; none when it has no running container.
+pub(crate) async fn host_pids(docker: &bollard::Docker, id: &str) -> Vec<u32> {
+    let name = format!("agentix-{id}");
+    let top = docker
+        .top_processes(&name, None::<bollard::query_parameters::TopOptions>)
+        .await;
+    let Ok(top) = top else { return Vec::new() };
+    let pid_column = top
+        .titles
+        .as_ref()
+        .and_then(|t| t.iter().position(|c| c == "PID"))
+        .unwrap_or(1);
+    top.processes
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|p| p.get(pid_column)?.parse().ok())
+        .collect()
+}
+
+/// How many containers, stopped ones too, are labelled as sandbox `id`'s.
+pub(crate) async fn containers_of(docker: &bollard::Docker, id: &str) -> usize {
+    list_of(docker, id, true).await
+}
+
+/// How many running containers are labelled as sandbox `id`'s.
+pub(crate) async fn running_containers_of(docker: &bollard::Docker, id: &str) -> usize {
+    list_of(docker, id, false).await
+}
+
+async fn list_of(docker: &bollard::Docker, id: &str, all: bool) -> usize {
+    containers_labelled(docker, id, all).await.len()
+}
+
+/// The containers labelled as sandbox `id`'s (stopped ones too with `all`).
+pub(crate) async fn containers_labelled(
+    docker: &bollard::Docker,
+    id: &str,
+    all: bool,
+) -> Vec<bollard::models::ContainerSummary> {
+    let options = ListContainersOptions {
+        all,
+        filters: Some([("label".to_owned(), vec![format!("{LABEL_SANDBOX}={id}")])].into()),
+        ..Default::default()
+    };
+    docker.list_containers(Some(options)).await.unwrap()
 }
