@@ -96,7 +96,9 @@ fn keep_program_headers_where_loaders_look(
         .metadata()
         .map_err(|e| BuildError::io("cannot stat", program, e))?
         .len();
-    let new_offset = address.wrapping_sub(base).max(length.next_multiple_of(page));
+    let new_offset = address
+        .wrapping_sub(base)
+        .max(length.next_multiple_of(page));
     // Zeros up to the table, written rather than left a hole: a sparse
     // file is what some archivers (the engine's image import among them)
     // refuse. The gap is the program's uninitialised data, kilobytes.

@@ -221,6 +221,9 @@ fn a_rewritten_program_keeps_its_headers_where_every_loader_looks_and_runs() {
     // (an engine's image import) take the program as it is.
     use std::os::unix::fs::MetadataExt;
     let meta = std::fs::metadata(&copy).unwrap();
-    assert!(meta.blocks() * 512 >= meta.len(), "a sparse program: {meta:?}");
+    assert!(
+        meta.blocks() * 512 >= meta.len(),
+        "a sparse program: {meta:?}"
+    );
     let _ = std::fs::remove_dir_all(dir);
 }

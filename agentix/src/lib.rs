@@ -49,6 +49,7 @@ pub use agentix_actors::restart_policy::RestartPolicy;
 pub use agentix_actors::trace;
 pub use agentix_actors::wire::Window;
 pub use agentix_actors::wire::ENV_FILES_ROOT;
+pub use agentix_fleet as fleet;
 pub use agentix_host::namespace_budget::{self, NamespaceLoad};
 pub use agentix_host::sandbox_actor::{
     CallJson, RemoteCall, SandboxActor, SandboxHealth, StreamItem, StreamTo,

@@ -1,0 +1,544 @@
+//! [`Pool`] and [`Run`]: tasks run over sandboxes of one provider and one
+//! config, each task to exactly one outcome.
+//!
+//! A run is `max_sandboxes` lanes (tokio tasks). A lane takes the next task
+//! from the queue, runs the work function on the sandbox it holds (starting
+//! one through the [`StartThrottle`] when it holds none), and sends the
+//! outcome on. A failure of the task's own ends it; any other deletes the
+//! sandbox and runs the task again on a fresh one after a backoff, while
+//! the [`RetryPolicy`] and the task's deadline allow. A sandbox serves up
+//! to `reuse` tasks, reset between them by the reset hook when there is
+//! one; one whose task failed otherwise than by itself is never reused.
+//! Deletions run beside the lanes and the outcome stream ends only once
+//! every sandbox the run started is gone.
+
+use std::collections::{HashSet, VecDeque};
+use std::future::Future;
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use agentix_actors::errors::RemoteError;
+use agentix_host::{Provider, Sandbox, SandboxConfig};
+use futures_util::future::BoxFuture;
+use serde::Serialize;
+use tokio::sync::mpsc;
+use tokio_util::task::TaskTracker;
+
+use crate::failure::{Failure, FailureKind};
+use crate::outcome::{Outcome, Timings};
+use crate::pool_stats::{Gauge, PoolStats, StatsCounters};
+use crate::progress::{self, ProgressDisplay};
+use crate::retry_policy::RetryPolicy;
+use crate::run_record::RunRecord;
+use crate::start_throttle::StartThrottle;
+use crate::task::Task;
+
+/// Resets a sandbox between two tasks; an error retires it instead.
+type ResetHook =
+    Arc<dyn Fn(Arc<Sandbox>) -> BoxFuture<'static, Result<(), RemoteError>> + Send + Sync>;
+
+/// Runs many tasks over many sandboxes: throttled starts, retries on fresh
+/// sandboxes, a record a second run resumes from, progress.
+///
+/// ```no_run
+/// # use agentix_actors::remote::Remote;
+/// # async fn example(square: Remote<(i64,), i64>) -> std::io::Result<()> {
+/// use agentix_fleet::{Pool, Task};
+/// use agentix_host::{LocalProvider, SandboxConfig};
+///
+/// // `square` is a `#[agentix::remote]` function of the bundle's.
+/// let tasks = (0..1000).map(|n| Task::new(format!("square-{n}"), n));
+/// let pool = Pool::new(LocalProvider::new(), SandboxConfig::new("target/debug/my-bundle"))
+///     .max_sandboxes(64)
+///     .record("results.jsonl");
+/// let outcomes = pool
+///     .run(tasks, move |sandbox, n| async move { sandbox.remote(square, (n,)).await })?
+///     .collect_all()
+///     .await;
+/// # Ok(()) }
+/// ```
+pub struct Pool {
+    provider: Arc<dyn Provider>,
+    config: SandboxConfig,
+    max_sandboxes: usize,
+    max_starting: usize,
+    reuse: usize,
+    reset: Option<ResetHook>,
+    retry: RetryPolicy,
+    attempt_deadline: Option<Duration>,
+    task_deadline: Option<Duration>,
+    record: Option<PathBuf>,
+    progress: ProgressDisplay,
+    current: Mutex<(Arc<StatsCounters>, Arc<StartThrottle>)>,
+}
+
+impl Pool {
+    /// A pool of sandboxes `provider` makes from `config`: 16 at once, 8
+    /// starting at once, a fresh sandbox per task, three attempts.
+    pub fn new(provider: impl Provider + 'static, config: SandboxConfig) -> Pool {
+        Pool::shared(Arc::new(provider), config)
+    }
+
+    /// [`Pool::new`] over a provider shared with other code.
+    pub fn shared(provider: Arc<dyn Provider>, config: SandboxConfig) -> Pool {
+        Pool {
+            provider,
+            config,
+            max_sandboxes: 16,
+            max_starting: 8,
+            reuse: 1,
+            reset: None,
+            retry: RetryPolicy::default(),
+            attempt_deadline: None,
+            task_deadline: None,
+            record: None,
+            progress: ProgressDisplay::Auto,
+            current: Mutex::new((Arc::default(), StartThrottle::new(8))),
+        }
+    }
+
+    /// At most `n` sandboxes alive at once (and so `n` tasks running).
+    pub fn max_sandboxes(mut self, n: usize) -> Self {
+        self.max_sandboxes = n.max(1);
+        self
+    }
+
+    /// At most `n` sandbox creates in flight; fewer while the provider
+    /// answers slowly or fails (see `start_throttle`).
+    pub fn max_starting(mut self, n: usize) -> Self {
+        self.max_starting = n.max(1);
+        self
+    }
+
+    /// Runs up to `tasks` tasks on one sandbox before it is deleted (1, the
+    /// default, is a fresh sandbox per task).
+    pub fn reuse(mut self, tasks: usize) -> Self {
+        self.reuse = tasks.max(1);
+        self
+    }
+
+    /// Runs `reset` on a sandbox before it takes its next task; a reset
+    /// that fails retires the sandbox, and the task gets a fresh one.
+    pub fn reset_with<R, F>(mut self, reset: R) -> Self
+    where
+        R: Fn(Arc<Sandbox>) -> F + Send + Sync + 'static,
+        F: Future<Output = Result<(), RemoteError>> + Send + 'static,
+    {
+        self.reset = Some(Arc::new(move |sandbox| Box::pin(reset(sandbox))));
+        self
+    }
+
+    /// How often a task the infrastructure failed runs again, and after
+    /// how long.
+    pub fn retry(mut self, policy: RetryPolicy) -> Self {
+        self.retry = policy;
+        self
+    }
+
+    /// Ends an attempt that runs longer than `limit` (its sandbox deleted)
+    /// and retries the task.
+    pub fn attempt_deadline(mut self, limit: Duration) -> Self {
+        self.attempt_deadline = Some(limit);
+        self
+    }
+
+    /// Ends a task that has not finished `limit` after a lane took it, over
+    /// all its attempts; it is not retried after that.
+    pub fn task_deadline(mut self, limit: Duration) -> Self {
+        self.task_deadline = Some(limit);
+        self
+    }
+
+    /// Writes every outcome to the JSON-lines file at `path` as it happens,
+    /// and skips the tasks it already holds (a run that was stopped or
+    /// killed, run again).
+    pub fn record(mut self, path: impl Into<PathBuf>) -> Self {
+        self.record = Some(path.into());
+        self
+    }
+
+    /// How the run shows its progress ([`ProgressDisplay::Auto`] unless
+    /// set).
+    pub fn progress(mut self, display: ProgressDisplay) -> Self {
+        self.progress = display;
+        self
+    }
+
+    /// The counters of the current (or last) run.
+    pub fn stats(&self) -> PoolStats {
+        let current = self.current.lock().unwrap_or_else(|p| p.into_inner());
+        current.0.snapshot(current.1.limit())
+    }
+
+    /// Runs `work` for every task of `tasks`, each on a sandbox of the
+    /// pool's, and returns the outcomes as they come. Fails at once when a
+    /// task id appears twice or the record cannot be opened.
+    pub fn run<I, O, F, Fut>(
+        &self,
+        tasks: impl IntoIterator<Item = Task<I>>,
+        work: F,
+    ) -> std::io::Result<Run<O>>
+    where
+        I: Clone + Send + Sync + 'static,
+        O: Serialize + Send + Sync + 'static,
+        F: Fn(Arc<Sandbox>, I) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<O, RemoteError>> + Send + 'static,
+    {
+        let record = self.record.as_ref().map(RunRecord::open).transpose()?;
+        let mut seen = HashSet::new();
+        let mut queue = VecDeque::new();
+        let mut skipped = 0u64;
+        for task in tasks {
+            if !seen.insert(task.id.clone()) {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::InvalidInput,
+                    format!("task id `{}` appears twice: ids must be unique", task.id),
+                ));
+            }
+            match record.as_ref().is_some_and(|r| r.has(&task.id)) {
+                true => skipped += 1,
+                false => queue.push_back(task),
+            }
+        }
+        let stats = Arc::new(StatsCounters::default());
+        stats.tasks.store(queue.len() as u64, Ordering::Relaxed);
+        stats.skipped.store(skipped, Ordering::Relaxed);
+        let throttle = StartThrottle::new(self.max_starting);
+        *self.current.lock().unwrap_or_else(|p| p.into_inner()) = (stats.clone(), throttle.clone());
+
+        let lanes = self.max_sandboxes.min(queue.len());
+        let shared = Arc::new(Shared {
+            provider: self.provider.clone(),
+            config: self.config.clone(),
+            reuse: self.reuse,
+            reset: self.reset.clone(),
+            retry: self.retry,
+            attempt_deadline: self.attempt_deadline,
+            task_deadline: self.task_deadline,
+            queue: Mutex::new(queue),
+            work,
+            record,
+            stats: stats.clone(),
+            throttle: throttle.clone(),
+            started: Instant::now(),
+            deletions: TaskTracker::new(),
+        });
+        let (tx, rx) = mpsc::channel(lanes.max(1) * 2);
+        let display = self.progress;
+        let driver = tokio::spawn(async move {
+            let mut running = tokio::task::JoinSet::new();
+            for _ in 0..lanes {
+                running.spawn(lane(shared.clone(), tx.clone()));
+            }
+            let lanes_done = async { while running.join_next().await.is_some() {} };
+            let snapshot = || shared.stats.snapshot(shared.throttle.limit());
+            progress::show(display, snapshot, lanes_done).await;
+            // The stream ends (the last sender goes) once every sandbox is.
+            shared.deletions.close();
+            shared.deletions.wait().await;
+            drop(tx);
+        });
+        Ok(Run {
+            outcomes: rx,
+            driver,
+            stats,
+            throttle,
+        })
+    }
+}
+
+/// A run's outcomes, as tasks end; dropping it stops the run (its sandboxes
+/// are deleted as their handles drop).
+pub struct Run<O> {
+    outcomes: mpsc::Receiver<Outcome<O>>,
+    driver: tokio::task::JoinHandle<()>,
+    stats: Arc<StatsCounters>,
+    throttle: Arc<StartThrottle>,
+}
+
+impl<O> Run<O> {
+    /// The run's counters now.
+    pub fn stats(&self) -> PoolStats {
+        self.stats.snapshot(self.throttle.limit())
+    }
+
+    /// Waits for every outcome; returns them in the order tasks ended.
+    pub async fn collect_all(mut self) -> Vec<Outcome<O>> {
+        let mut all = Vec::new();
+        while let Some(outcome) = self.outcomes.recv().await {
+            all.push(outcome);
+        }
+        all
+    }
+}
+
+impl<O> futures_util::Stream for Run<O> {
+    type Item = Outcome<O>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        self.outcomes.poll_recv(cx)
+    }
+}
+
+impl<O> Drop for Run<O> {
+    fn drop(&mut self) {
+        self.driver.abort();
+    }
+}
+
+/// What every lane of one run shares.
+struct Shared<I, F> {
+    provider: Arc<dyn Provider>,
+    config: SandboxConfig,
+    reuse: usize,
+    reset: Option<ResetHook>,
+    retry: RetryPolicy,
+    attempt_deadline: Option<Duration>,
+    task_deadline: Option<Duration>,
+    queue: Mutex<VecDeque<Task<I>>>,
+    work: F,
+    record: Option<RunRecord>,
+    stats: Arc<StatsCounters>,
+    throttle: Arc<StartThrottle>,
+    started: Instant,
+    deletions: TaskTracker,
+}
+
+/// The sandbox a lane holds between tasks, and how many it has run.
+struct Held {
+    sandbox: Arc<Sandbox>,
+    uses: usize,
+}
+
+/// One lane: tasks from the queue, one at a time, until it is empty or
+/// nobody listens for outcomes.
+async fn lane<I, O, F, Fut>(shared: Arc<Shared<I, F>>, outcomes: mpsc::Sender<Outcome<O>>)
+where
+    I: Clone + Send + Sync + 'static,
+    O: Serialize + Send + Sync + 'static,
+    F: Fn(Arc<Sandbox>, I) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<O, RemoteError>> + Send + 'static,
+{
+    let mut held = None;
+    loop {
+        let next = shared
+            .queue
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .pop_front();
+        let Some(task) = next else { break };
+        let outcome = shared.run_task(task, &mut held).await;
+        shared.ended(&outcome);
+        if outcomes.send(outcome).await.is_err() {
+            break;
+        }
+    }
+    if let Some(held) = held {
+        shared.retire(held.sandbox);
+    }
+}
+
+impl<I, O, F, Fut> Shared<I, F>
+where
+    I: Clone + Send + Sync + 'static,
+    O: Serialize + Send + Sync + 'static,
+    F: Fn(Arc<Sandbox>, I) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<O, RemoteError>> + Send + 'static,
+{
+    /// Every attempt `task` gets, until one ends it.
+    async fn run_task(&self, task: Task<I>, held: &mut Option<Held>) -> Outcome<O> {
+        let taken = Instant::now();
+        let deadline = self.task_deadline.map(|limit| taken + limit);
+        let mut timings = Timings {
+            queued: self.started.elapsed(),
+            ..Timings::default()
+        };
+        let mut retried = Vec::new();
+        let mut spread = DefaultHasher::new();
+        task.id.hash(&mut spread);
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            let (result, sandbox) = self.attempt(&task, held, deadline, &mut timings).await;
+            let failure = match result {
+                Ok(value) => {
+                    timings.total = self.started.elapsed();
+                    return Outcome {
+                        task: task.id,
+                        result: Ok(value),
+                        attempts,
+                        retried,
+                        sandbox,
+                        timings,
+                    };
+                }
+                Err(failure) => failure,
+            };
+            let backoff = self.retry.backoff(attempts, spread.finish());
+            let time_left = deadline.is_none_or(|d| Instant::now() + backoff < d);
+            if !failure.kind.retried() || attempts >= self.retry.max_attempts || !time_left {
+                timings.total = self.started.elapsed();
+                return Outcome {
+                    task: task.id,
+                    result: Err(failure),
+                    attempts,
+                    retried,
+                    sandbox,
+                    timings,
+                };
+            }
+            tracing::debug!(
+                target: "agentix_fleet",
+                task = %task.id,
+                attempt = attempts,
+                failure = %failure,
+                "retrying on a fresh sandbox"
+            );
+            retried.push(failure);
+            self.stats.retries.fetch_add(1, Ordering::Relaxed);
+            let _waiting = Gauge::up(&self.stats.retrying);
+            tokio::time::sleep(backoff).await;
+        }
+    }
+
+    /// One attempt: a sandbox (the held one, reset, or a new one), the
+    /// work function within the deadlines, and the sandbox kept or retired.
+    async fn attempt(
+        &self,
+        task: &Task<I>,
+        held: &mut Option<Held>,
+        deadline: Option<Instant>,
+        timings: &mut Timings,
+    ) -> (Result<O, Failure>, Option<String>) {
+        let started = Instant::now();
+        let sandbox = self.sandbox(held).await;
+        timings.start += started.elapsed();
+        let mut sandbox = match sandbox {
+            Ok(sandbox) => sandbox,
+            Err(failure) => return (Err(failure), None),
+        };
+        let id = sandbox.sandbox.id().to_owned();
+        let now = Instant::now();
+        let limit = match (self.attempt_deadline, deadline) {
+            (Some(attempt), Some(task)) => Some(attempt.min(task.saturating_duration_since(now))),
+            (attempt, task) => attempt.or(task.map(|d| d.saturating_duration_since(now))),
+        };
+        let call = (self.work)(sandbox.sandbox.clone(), task.input.clone());
+        let ended = {
+            let _running = Gauge::up(&self.stats.running);
+            match limit {
+                Some(limit) => tokio::time::timeout(limit, call).await.map_err(|_| limit),
+                None => Ok(call.await),
+            }
+        };
+        timings.call += now.elapsed();
+        let result = match ended {
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(error)) => Err(Failure::of_call(&error, &id)),
+            Err(limit) => Err(Failure::deadline(
+                &format!("the attempt ran past its deadline ({limit:?})"),
+                &id,
+            )),
+        };
+        // A sandbox whose task failed by itself is as good as before; any
+        // other failure may have left it broken.
+        let sound = match &result {
+            Ok(_) => true,
+            Err(failure) => failure.kind == FailureKind::Task,
+        };
+        sandbox.uses += 1;
+        match sound && sandbox.uses < self.reuse {
+            true => *held = Some(sandbox),
+            false => self.retire(sandbox.sandbox),
+        }
+        (result, Some(id))
+    }
+
+    /// The sandbox for the next attempt: the held one once reset, or a new
+    /// one.
+    async fn sandbox(&self, held: &mut Option<Held>) -> Result<Held, Failure> {
+        if let Some(reused) = held.take() {
+            let reset = match &self.reset {
+                Some(reset) => reset(reused.sandbox.clone()).await,
+                None => Ok(()),
+            };
+            match reset {
+                Ok(()) => return Ok(reused),
+                Err(error) => {
+                    tracing::warn!(
+                        target: "agentix_fleet",
+                        sandbox = %reused.sandbox.id(),
+                        %error,
+                        "a sandbox's reset failed; it is replaced"
+                    );
+                    self.retire(reused.sandbox);
+                }
+            }
+        }
+        let permit = self.throttle.acquire().await;
+        let starting = Gauge::up(&self.stats.starting);
+        let began = Instant::now();
+        let created = self.provider.session(self.config.clone()).await;
+        drop(starting);
+        let failed =
+            matches!(&created, Err(e) if FailureKind::of_start(e) == FailureKind::Provider);
+        permit.finished(began.elapsed(), failed);
+        match created {
+            Ok(sandbox) => {
+                self.stats.sandboxes.fetch_add(1, Ordering::Relaxed);
+                self.stats.created.fetch_add(1, Ordering::Relaxed);
+                Ok(Held {
+                    sandbox: Arc::new(sandbox),
+                    uses: 0,
+                })
+            }
+            Err(error) => Err(Failure::of_start(&error)),
+        }
+    }
+
+    /// Deletes `sandbox` beside the lanes; the run ends after it is gone.
+    fn retire(&self, sandbox: Arc<Sandbox>) {
+        let stats = self.stats.clone();
+        self.deletions.spawn(async move {
+            // A handle the work function kept deletes it when dropped.
+            if let Ok(sandbox) = Arc::try_unwrap(sandbox) {
+                sandbox.delete().await;
+            }
+            stats.sandboxes.fetch_sub(1, Ordering::Relaxed);
+        });
+    }
+
+    /// Counts and records an outcome.
+    fn ended(&self, outcome: &Outcome<O>) {
+        let counter = match outcome.is_done() {
+            true => &self.stats.done,
+            false => &self.stats.failed,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        if let Err(failure) = &outcome.result {
+            tracing::info!(
+                target: "agentix_fleet",
+                task = %outcome.task,
+                attempts = outcome.attempts,
+                %failure,
+                "task failed"
+            );
+        }
+        if let Some(record) = &self.record {
+            if let Err(error) = record.write(outcome) {
+                tracing::error!(
+                    target: "agentix_fleet",
+                    task = %outcome.task,
+                    record = %record.path().display(),
+                    %error,
+                    "the outcome could not be recorded; a resumed run will run the task again"
+                );
+            }
+        }
+    }
+}

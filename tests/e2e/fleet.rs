@@ -1,0 +1,460 @@
+//! Fleets: a pool runs tasks over real local sandboxes, and every task ends
+//! with exactly one outcome whatever fails under it: the task's own error
+//! is final; a dead worker, a dead server or a provider that refuses is
+//! retried on a fresh sandbox; deadlines end attempts; the record lets a
+//! second run (after a stop or a SIGKILL) do only what the first did not.
+
+mod support;
+
+use std::collections::{BTreeMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use agentix::fleet::{FailureKind, Pool, ProgressDisplay, RetryPolicy, Task};
+use agentix::{LocalProvider, Provider, ProviderError, Sandbox, SandboxConfig, SandboxRegistry};
+use futures_util::future::BoxFuture;
+use futures_util::StreamExt;
+use support::bundle_path;
+
+fn config() -> SandboxConfig {
+    SandboxConfig::new(bundle_path())
+}
+
+/// A record file of this test's own, absent.
+fn record_path(name: &str) -> PathBuf {
+    let path =
+        std::env::temp_dir().join(format!("agentix-fleet-{name}-{}.jsonl", std::process::id()));
+    let _ = std::fs::remove_file(&path);
+    path
+}
+
+/// The record's lines, by task id: how many lines each task has, and the
+/// last line's `outcome`.
+fn record_lines(path: &Path) -> BTreeMap<String, (usize, String)> {
+    let mut tasks: BTreeMap<String, (usize, String)> = BTreeMap::new();
+    for line in std::fs::read_to_string(path).unwrap().lines() {
+        let line: serde_json::Value = serde_json::from_str(line).unwrap();
+        let entry = tasks
+            .entry(line["task"].as_str().unwrap().to_owned())
+            .or_default();
+        entry.0 += 1;
+        entry.1 = line["outcome"].as_str().unwrap().to_owned();
+    }
+    tasks
+}
+
+fn numbered(n: i64) -> Vec<Task<i64>> {
+    (0..n).map(|i| Task::new(format!("t{i}"), i)).collect()
+}
+
+#[tokio::test]
+async fn tasks_over_reused_sandboxes_each_end_once_in_the_record_and_no_sandbox_is_left() {
+    let provider = Arc::new(LocalProvider::new());
+    let record = record_path("plain");
+    let pool = Pool::shared(provider.clone(), config())
+        .max_sandboxes(4)
+        .reuse(5)
+        .record(&record)
+        .progress(ProgressDisplay::Off);
+    let outcomes = pool
+        .run(numbered(40), |sb, i| async move {
+            sb.remote(agentix_e2e::add, (i, 100)).await
+        })
+        .unwrap()
+        .collect_all()
+        .await;
+    assert_eq!(outcomes.len(), 40);
+    for outcome in &outcomes {
+        let i: i64 = outcome.task[1..].parse().unwrap();
+        assert_eq!(outcome.result, Ok(i + 100), "{}", outcome.task);
+        assert_eq!(outcome.attempts, 1);
+        assert!(outcome.sandbox.as_deref().unwrap().starts_with("local-"));
+    }
+    let stats = pool.stats();
+    assert_eq!((stats.tasks, stats.done, stats.failed), (40, 40, 0));
+    assert!(
+        (8..=12).contains(&stats.created),
+        "40 tasks, 5 per sandbox, 4 lanes: {} sandboxes",
+        stats.created
+    );
+    assert_eq!(stats.sandboxes, 0, "every sandbox deleted: {stats:?}");
+    assert!(provider.list().is_empty(), "{:?}", provider.list());
+    let lines = record_lines(&record);
+    assert_eq!(lines.len(), 40);
+    assert!(lines
+        .values()
+        .all(|(n, outcome)| *n == 1 && outcome == "done"));
+    let _ = std::fs::remove_file(record);
+}
+
+#[tokio::test]
+async fn a_tasks_own_error_is_final_and_a_dead_worker_or_server_is_retried_on_a_fresh_sandbox() {
+    let pool = Pool::new(LocalProvider::new(), support::plain(config()))
+        .max_sandboxes(3)
+        .reuse(10)
+        .retry(RetryPolicy {
+            first_backoff: Duration::from_millis(10),
+            ..RetryPolicy::default()
+        })
+        .progress(ProgressDisplay::Off);
+    let tasks = vec![
+        Task::new("divides-by-zero", 0),
+        Task::new("kills-its-worker", 1),
+        Task::new("kills-its-server", 2),
+    ];
+    // The first attempt of each task does its damage; a retry just adds.
+    let first = Arc::new(Mutex::new(HashSet::new()));
+    let run = pool.run(tasks, move |sb: Arc<Sandbox>, what: i64| {
+        let first_attempt = first.lock().unwrap().insert(what);
+        async move {
+            match (what, first_attempt) {
+                (0, _) => sb.remote(agentix_e2e::checked_div, (1, 0)).await,
+                (1, true) => sb.remote(agentix_e2e::exit_worker, 9).await.map(i64::from),
+                (2, true) => {
+                    let server = sb.server_pid().expect("a local sandbox");
+                    // SAFETY: signals the sandbox's own server process.
+                    unsafe { libc::kill(server as i32, libc::SIGKILL) };
+                    sb.remote(agentix_e2e::sleep_ms, 5_000)
+                        .await
+                        .map(|ms| ms as i64)
+                }
+                _ => sb.remote(agentix_e2e::add, (what, 40)).await,
+            }
+        }
+    });
+    let outcomes: BTreeMap<String, _> = run
+        .unwrap()
+        .collect_all()
+        .await
+        .into_iter()
+        .map(|o| (o.task.clone(), o))
+        .collect();
+
+    let div = &outcomes["divides-by-zero"];
+    let failure = div.result.as_ref().unwrap_err();
+    assert_eq!(failure.kind, FailureKind::Task, "{failure}");
+    assert_eq!(failure.error, Some(agentix::ErrorKind::Raised));
+    assert_eq!(div.attempts, 1, "a task's own error is not retried");
+
+    for (task, want) in [("kills-its-worker", 41), ("kills-its-server", 42)] {
+        let outcome = &outcomes[task];
+        assert_eq!(outcome.result, Ok(want), "{task}: {outcome:?}");
+        assert_eq!(outcome.attempts, 2, "{task}");
+        let died = &outcome.retried[0];
+        assert_eq!(died.kind, FailureKind::SandboxDied, "{task}: {died}");
+        assert_ne!(
+            died.sandbox, outcome.sandbox,
+            "{task}: retried on the sandbox that failed it"
+        );
+    }
+    let stats = pool.stats();
+    assert_eq!((stats.done, stats.failed, stats.retries), (2, 1, 2));
+}
+
+/// A provider whose first `failures` creates fail as an overloaded engine's
+/// would.
+struct Flaky {
+    inner: LocalProvider,
+    failures: AtomicU32,
+}
+
+impl Provider for Flaky {
+    fn create(&self, config: SandboxConfig) -> BoxFuture<'_, Result<Sandbox, ProviderError>> {
+        Box::pin(async move {
+            let left = self.failures.load(Ordering::SeqCst);
+            if left > 0 {
+                self.failures.store(left - 1, Ordering::SeqCst);
+                return Err(ProviderError::Backend {
+                    what: "create a sandbox".into(),
+                    reason: "the engine is overloaded".into(),
+                });
+            }
+            self.inner.create(config).await
+        })
+    }
+
+    fn sandboxes(&self) -> &SandboxRegistry {
+        self.inner.sandboxes()
+    }
+}
+
+#[tokio::test]
+async fn a_provider_that_refuses_is_retried_and_a_bad_bundle_is_not() {
+    let flaky = Flaky {
+        inner: LocalProvider::new(),
+        failures: AtomicU32::new(2),
+    };
+    let pool = Pool::new(flaky, config())
+        .max_sandboxes(1)
+        .retry(RetryPolicy {
+            first_backoff: Duration::from_millis(10),
+            ..RetryPolicy::default()
+        })
+        .progress(ProgressDisplay::Off);
+    let outcomes = pool
+        .run(numbered(1), |sb, i| async move {
+            sb.remote(agentix_e2e::add, (i, 1)).await
+        })
+        .unwrap()
+        .collect_all()
+        .await;
+    let outcome = &outcomes[0];
+    assert_eq!(outcome.result, Ok(1));
+    assert_eq!(outcome.attempts, 3);
+    assert!(outcome
+        .retried
+        .iter()
+        .all(|f| f.kind == FailureKind::Provider && f.message.contains("overloaded")));
+
+    let pool = Pool::new(
+        LocalProvider::new(),
+        SandboxConfig::new("/nonexistent/bundle"),
+    )
+    .progress(ProgressDisplay::Off);
+    let outcomes = pool
+        .run(numbered(2), |sb, i| async move {
+            sb.remote(agentix_e2e::add, (i, 1)).await
+        })
+        .unwrap()
+        .collect_all()
+        .await;
+    for outcome in outcomes {
+        let failure = outcome.result.unwrap_err();
+        assert_eq!(failure.kind, FailureKind::Setup, "{failure}");
+        assert_eq!(outcome.attempts, 1, "retrying cannot make a bundle appear");
+    }
+}
+
+#[tokio::test]
+async fn an_attempt_past_its_deadline_is_retried_and_a_task_past_its_own_ends() {
+    let pool = Pool::new(LocalProvider::new(), config())
+        .max_sandboxes(2)
+        .attempt_deadline(Duration::from_millis(300))
+        .retry(RetryPolicy {
+            max_attempts: 2,
+            first_backoff: Duration::from_millis(10),
+            ..RetryPolicy::default()
+        })
+        .progress(ProgressDisplay::Off);
+    let outcomes = pool
+        .run(vec![Task::new("slow", 5_000u64)], |sb, ms| async move {
+            sb.remote(agentix_e2e::sleep_ms, ms).await
+        })
+        .unwrap()
+        .collect_all()
+        .await;
+    let outcome = &outcomes[0];
+    assert_eq!(outcome.attempts, 2);
+    assert_eq!(outcome.retried[0].kind, FailureKind::Deadline);
+    assert_eq!(
+        outcome.result.as_ref().unwrap_err().kind,
+        FailureKind::Deadline
+    );
+    assert!(outcome.timings.call < Duration::from_secs(2), "{outcome:?}");
+
+    let pool = Pool::new(LocalProvider::new(), config())
+        .task_deadline(Duration::from_millis(400))
+        .progress(ProgressDisplay::Off);
+    let started = std::time::Instant::now();
+    let outcomes = pool
+        .run(vec![Task::new("slower", 5_000u64)], |sb, ms| async move {
+            sb.remote(agentix_e2e::sleep_ms, ms).await
+        })
+        .unwrap()
+        .collect_all()
+        .await;
+    assert_eq!(
+        outcomes[0].result.as_ref().unwrap_err().kind,
+        FailureKind::Deadline
+    );
+    assert_eq!(outcomes[0].attempts, 1, "no time was left for another");
+    assert!(started.elapsed() < Duration::from_secs(4));
+}
+
+#[tokio::test]
+async fn a_second_run_with_the_record_does_only_what_the_first_did_not_finish() {
+    let record = record_path("resume");
+    let pool = || {
+        Pool::new(LocalProvider::new(), config())
+            .max_sandboxes(2)
+            .reuse(20)
+            .record(&record)
+            .progress(ProgressDisplay::Off)
+    };
+    let work = |sb: Arc<Sandbox>, i: i64| async move { sb.remote(agentix_e2e::add, (i, 0)).await };
+    // The first run is stopped after four outcomes.
+    let first = pool();
+    let mut run = first.run(numbered(20), work).unwrap();
+    for _ in 0..4 {
+        run.next().await.unwrap();
+    }
+    drop(run);
+    let after_first = record_lines(&record);
+    assert!(
+        after_first.len() >= 4 && after_first.len() < 20,
+        "{after_first:?}"
+    );
+
+    let second = pool();
+    let outcomes = second.run(numbered(20), work).unwrap().collect_all().await;
+    let stats = second.stats();
+    assert_eq!(stats.skipped as usize, after_first.len());
+    assert_eq!(outcomes.len() + after_first.len(), 20);
+    for outcome in &outcomes {
+        assert!(
+            !after_first.contains_key(&outcome.task),
+            "{} ran twice",
+            outcome.task
+        );
+    }
+    let lines = record_lines(&record);
+    assert_eq!(lines.len(), 20);
+    assert!(lines.values().all(|(n, _)| *n == 1), "{lines:?}");
+    let _ = std::fs::remove_file(record);
+}
+
+#[tokio::test]
+async fn a_task_id_given_twice_is_refused_before_anything_runs() {
+    let pool = Pool::new(LocalProvider::new(), config()).progress(ProgressDisplay::Off);
+    let tasks = vec![Task::new("same", 1), Task::new("same", 2)];
+    let err = pool
+        .run(tasks, |sb, i: i64| async move {
+            sb.remote(agentix_e2e::add, (i, 0)).await
+        })
+        .err()
+        .expect("a duplicate id is refused");
+    assert_eq!(err.kind(), std::io::ErrorKind::InvalidInput);
+    assert!(err.to_string().contains("`same` appears twice"), "{err}");
+    assert_eq!(pool.stats().created, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chaos_every_task_ends_once_while_workers_and_servers_are_killed() {
+    let provider = Arc::new(LocalProvider::new());
+    let record = record_path("chaos");
+    let pool = Pool::shared(provider.clone(), support::plain(config()))
+        .max_sandboxes(10)
+        .reuse(20)
+        .record(&record)
+        .retry(RetryPolicy {
+            max_attempts: 4,
+            first_backoff: Duration::from_millis(10),
+            ..RetryPolicy::default()
+        })
+        .progress(ProgressDisplay::Off);
+    let tries = Arc::new(Mutex::new(BTreeMap::<i64, u32>::new()));
+    let work = move |sb: Arc<Sandbox>, i: i64| {
+        let attempt = {
+            let mut tries = tries.lock().unwrap();
+            let n = tries.entry(i).or_default();
+            *n += 1;
+            *n
+        };
+        async move {
+            // One task in ten kills its worker, one in twenty its server,
+            // on their first attempt.
+            if attempt == 1 && i % 10 == 3 {
+                return sb.remote(agentix_e2e::exit_worker, 9).await.map(i64::from);
+            }
+            if attempt == 1 && i % 20 == 7 {
+                let server = sb.server_pid().expect("a local sandbox");
+                // SAFETY: signals the sandbox's own server process.
+                unsafe { libc::kill(server as i32, libc::SIGKILL) };
+            }
+            sb.remote(agentix_e2e::add, (i, 1)).await
+        }
+    };
+    let outcomes = pool.run(numbered(200), work).unwrap().collect_all().await;
+    assert_eq!(outcomes.len(), 200);
+    let lines = record_lines(&record);
+    let lost = 200 - lines.len();
+    let duplicated = lines.values().filter(|(n, _)| *n > 1).count();
+    assert_eq!((lost, duplicated), (0, 0), "counted from the record");
+    assert!(
+        lines.values().all(|(_, outcome)| outcome == "done"),
+        "every killed task was retried to done: {lines:?}"
+    );
+    let retries = pool.stats().retries;
+    assert!(
+        retries >= 30,
+        "20 workers and 10 servers were killed: {retries} retries"
+    );
+    assert!(provider.list().is_empty(), "{:?}", provider.list());
+    let _ = std::fs::remove_file(record);
+}
+
+/// Names the record a [`doomed_fleet_host`] writes.
+const DOOMED_RECORD: &str = "AGENTIX_DOOMED_FLEET_RECORD";
+
+/// Thirty tasks of 100 ms over two sandboxes, recorded: the host that
+/// `a_host_killed_mid_run_...` starts and kills.
+#[tokio::test]
+#[ignore = "run by a_host_killed_mid_run_loses_nothing_and_the_next_run_does_only_the_rest"]
+async fn doomed_fleet_host() {
+    let record = std::env::var(DOOMED_RECORD).expect("run by the resume test");
+    let pool = Pool::new(LocalProvider::new(), config())
+        .max_sandboxes(2)
+        .reuse(30)
+        .record(record)
+        .progress(ProgressDisplay::Off);
+    pool.run(numbered(30), |sb, i| async move {
+        sb.remote(agentix_e2e::sleep_ms, 100u64).await?;
+        sb.remote(agentix_e2e::add, (i, 0)).await
+    })
+    .unwrap()
+    .collect_all()
+    .await;
+}
+
+#[tokio::test]
+async fn a_host_killed_mid_run_loses_nothing_and_the_next_run_does_only_the_rest() {
+    let record = record_path("killed");
+    let mut host = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "doomed_fleet_host", "--ignored", "--nocapture"])
+        .env(DOOMED_RECORD, &record)
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let started = std::time::Instant::now();
+    while record_lines_if_any(&record) < 6 {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "the doomed host recorded nothing"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    host.kill().unwrap();
+    host.wait().unwrap();
+    let before = record_lines(&record);
+    assert!(before.len() < 30, "the host finished before it was killed");
+
+    let pool = Pool::new(LocalProvider::new(), config())
+        .max_sandboxes(4)
+        .reuse(30)
+        .record(&record)
+        .progress(ProgressDisplay::Off);
+    let outcomes = pool
+        .run(numbered(30), |sb, i| async move {
+            sb.remote(agentix_e2e::add, (i, 0)).await
+        })
+        .unwrap()
+        .collect_all()
+        .await;
+    assert_eq!(outcomes.len() + before.len(), 30);
+    assert!(outcomes.iter().all(|o| !before.contains_key(&o.task)));
+    let lines = record_lines(&record);
+    assert_eq!(lines.len(), 30, "every task once: {lines:?}");
+    assert!(lines
+        .values()
+        .all(|(n, outcome)| *n == 1 && outcome == "done"));
+    let _ = std::fs::remove_file(record);
+}
+
+/// Complete lines in the record at `path` so far (none when it is absent).
+fn record_lines_if_any(path: &Path) -> usize {
+    std::fs::read_to_string(path)
+        .map(|text| text.lines().count())
+        .unwrap_or(0)
+}
