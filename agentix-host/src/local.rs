@@ -32,6 +32,10 @@ use agentix_actors::errors::{ErrorKind, RemoteError};
 use futures_util::future::BoxFuture;
 
 use agentix_actors::isolation_spec::{IsolationSpec, ISOLATE_ROLE, ISOLATION_REFUSED_EXIT};
+
+/// How long a server whose output closed without a ready line is given to
+/// exit, so that its status can say why.
+const EXIT_AFTER_SILENCE: std::time::Duration = std::time::Duration::from_secs(2);
 use agentix_actors::process;
 
 use crate::cgroup_limits::{self, SandboxCgroup};
@@ -280,10 +284,13 @@ impl LocalProvider {
                 reason,
                 output: tail_of(&resources.log_path()),
             };
+        let refused = |status: &str| {
+            isolation.is_some() && status == format!("exit status {ISOLATION_REFUSED_EXIT}")
+        };
         let line = tokio::select! {
             line = ready => line.ok(),
             status = resources.server.wait() => {
-                let err = if isolation.is_some() && status == format!("exit status {ISOLATION_REFUSED_EXIT}") {
+                let err = if refused(&status) {
                     ProviderError::IsolationRefused { reason: tail_of(&resources.log_path()) }
                 } else {
                     failed(format!("it exited before listening ({status})"), &resources)
@@ -308,6 +315,18 @@ impl LocalProvider {
             .as_ref()
             .and_then(|v| v["local_addr"].as_str().map(str::to_owned));
         let Some(addr) = addr else {
+            // Its output closed without a ready line: a launcher that could
+            // not isolate it is exiting, and its status says so.
+            if line.is_none() {
+                let exit = tokio::time::timeout(EXIT_AFTER_SILENCE, resources.server.wait()).await;
+                if exit.is_ok_and(|status| refused(&status)) {
+                    let err = ProviderError::IsolationRefused {
+                        reason: tail_of(&resources.log_path()),
+                    };
+                    resources.stop().await;
+                    return Err(err);
+                }
+            }
             let printed = match &line {
                 Some(line) => format!("it printed `{}`", line.trim_end()),
                 None => "it printed nothing".to_owned(),

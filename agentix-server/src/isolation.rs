@@ -89,8 +89,12 @@ pub fn run(args: Vec<OsString>) -> i32 {
                 1
             }
         };
-        for dir in &remove_after {
-            let _ = std::fs::remove_dir_all(dir);
+        // A refusal leaves the directories, its log among them, for the
+        // host to read why before it removes them.
+        if code != ISOLATION_REFUSED_EXIT {
+            for dir in &remove_after {
+                let _ = std::fs::remove_dir_all(dir);
+            }
         }
         std::process::exit(code)
     });

@@ -14,7 +14,9 @@ mod docker_support;
 mod escape_attempts;
 mod support;
 
-use agentix::{Isolation, NamespaceIsolation, Provider, SandboxConfig, SandboxLimits};
+use agentix::{
+    Isolation, LocalProvider, NamespaceIsolation, Provider, SandboxConfig, SandboxLimits,
+};
 use agentix_provider_docker::DockerProvider;
 use docker_support::{bundle_dir, tools_image, TOOLS_IMAGE};
 use escape_attempts::{self as attempts, Tier};
@@ -60,6 +62,7 @@ async fn a_local_sandbox_cannot_reach_another_sandbox_or_the_host_process() {
     let b = sandbox().await;
     let b_dir = b.local_dir().expect("a local sandbox").to_owned();
     attempts::other_sandbox_files(&a, &b_dir.join("host.sock")).await;
+    attempts::other_server(&a, &b_dir.join("host.sock"), Some(b.addr())).await;
     let mut pids = local_server_pids(&b);
     pids.push(std::process::id());
     attempts::other_processes(&a, &pids).await;
@@ -82,6 +85,7 @@ async fn a_local_sandbox_contains_a_fork_bomb_its_orphans_a_memory_hog_and_a_ful
         .isolation(Isolation::Namespaces(settings));
     let sb = sandbox_with(config).await;
     attempts::fill_tmp(&sb, 8).await;
+    attempts::fill_workdir(&sb, 16, false).await;
     attempts::memory(&sb).await;
     attempts::fork_bomb(&sb, 64).await;
     sb.delete().await;
@@ -113,6 +117,7 @@ async fn a_container_keeps_its_code_from_the_host_other_sandboxes_and_the_kernel
     attempts::orphans(&a).await;
     let b_socket = std::path::PathBuf::from(b.addr().strip_prefix("unix:").expect("by socket"));
     attempts::other_sandbox_files(&a, &b_socket).await;
+    attempts::other_server(&a, &b_socket, None).await;
     let b_pids = docker_support::host_pids(provider.docker(), b.id()).await;
     assert!(!b_pids.is_empty());
     let mut pids = b_pids;
@@ -131,6 +136,7 @@ async fn a_container_contains_a_fork_bomb_its_orphans_a_memory_hog_and_a_full_tm
     let bundle = bundle_dir("escape-limits");
     let sb = container(&provider, &bundle, small_limits()).await;
     attempts::fill_tmp(&sb, 128).await;
+    attempts::fill_workdir(&sb, 256, true).await;
     attempts::memory(&sb).await;
     attempts::fork_bomb(&sb, 64).await;
     sb.delete().await;
@@ -190,6 +196,60 @@ async fn a_local_sandbox_as_root_on_a_root_host_is_refused_saying_how_to_opt_out
         );
         assert!(text.contains("Isolation::None"), "{text}");
     }
+}
+
+/// Set for the child test that plays a host on a kernel refusing user
+/// namespaces.
+const REFUSING_KERNEL: &str = "AGENTIX_ESCAPE_REFUSING_KERNEL";
+
+/// The host of `a_kernel_that_refuses_...`: it refuses itself and its
+/// children new namespaces (the isolated tier's own seccomp filter), as a
+/// kernel without unprivileged user namespaces would.
+#[tokio::test]
+#[ignore = "run by a_kernel_that_refuses_user_namespaces_gets_an_error_saying_so_and_how_to_opt_out"]
+async fn host_on_a_refusing_kernel() {
+    std::env::var(REFUSING_KERNEL).expect("run by the refusing-kernel test");
+    agentix::server::syscall_filter::deny_kernel_attack_surface().expect("the filter applies");
+    let err = LocalProvider::new()
+        .create(SandboxConfig::new(bundle_path()))
+        .await
+        .map(|_| ())
+        .expect_err("no namespace can be made");
+    let text = err.to_string();
+    assert!(
+        matches!(err, agentix::ProviderError::IsolationRefused { .. }),
+        "{text}"
+    );
+    assert!(text.contains("user namespaces"), "says why: {text}");
+    assert!(
+        text.contains("Isolation::None"),
+        "says how to opt out: {text}"
+    );
+    // The plain tier, asked for, still runs.
+    let plain = sandbox_with(support::plain(SandboxConfig::new(bundle_path()))).await;
+    assert_eq!(plain.remote(agentix_e2e::add, (2, 3)).await.unwrap(), 5);
+    plain.delete().await;
+    println!("refused as it should be");
+}
+
+#[test]
+fn a_kernel_that_refuses_user_namespaces_gets_an_error_saying_so_and_how_to_opt_out() {
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "host_on_a_refusing_kernel",
+            "--ignored",
+            "--nocapture",
+        ])
+        .env(REFUSING_KERNEL, "1")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("refused as it should be"),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 #[test]

@@ -132,6 +132,7 @@ async fn a_gvisor_sandbox_keeps_its_code_from_the_host_other_sandboxes_and_the_k
     attempts::orphans(&a).await;
     let b_socket = std::path::PathBuf::from(b.addr().strip_prefix("unix:").expect("by socket"));
     attempts::other_sandbox_files(&a, &b_socket).await;
+    attempts::other_server(&a, &b_socket, None).await;
     let mut pids = docker_support::host_pids(provider.docker(), b.id()).await;
     assert!(!pids.is_empty());
     pids.push(std::process::id());
@@ -176,6 +177,7 @@ async fn a_full_tmp_is_a_full_disk_and_a_fork_bomb_or_memory_hog_ends_a_gvisor_s
     // A full /tmp is a full disk: gVisor keeps a tmpfs's size.
     let sb = gvisor_sandbox(&provider, &bundle, limits.clone()).await;
     attempts::fill_tmp(&sb, 128).await;
+    attempts::fill_workdir(&sb, 256, true).await;
     // A fork bomb without end: gVisor's own threads count against the same
     // limit, and no fork inside is refused before the limit stops it whole.
     let bomb = sb

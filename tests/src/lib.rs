@@ -259,7 +259,8 @@ pub async fn fill_memory(mib: usize) -> usize {
 
 /// Tries to reach `target` from sandbox code: `tcp:HOST:PORT`, `unix:PATH`
 /// or `abstract:NAME` (a Unix socket in the abstract namespace); `read:PATH`
-/// reads a file, `mount:PATH` mounts a tmpfs there, and `syscall:NAME` makes
+/// reads a file, `mount:PATH` mounts a tmpfs there, `ptrace:PID` attaches
+/// to a process as a debugger would, and `syscall:NAME` makes
 /// the kernel call `keyctl`, `bpf`, `io_uring` or `unshare` as an exploit
 /// would start. Returns `reached` or the error met, for the escape suite.
 #[agentix::remote]
@@ -290,6 +291,14 @@ pub async fn try_reach(target: String) -> String {
             }
         }
         Some(("syscall", name)) => kernel_call(name),
+        Some(("ptrace", pid)) => match pid.parse::<libc::pid_t>() {
+            // SAFETY: PTRACE_ATTACH takes a pid and no memory of ours.
+            Ok(pid) => match unsafe { libc::ptrace(libc::PTRACE_ATTACH, pid, 0, 0) } {
+                0 => Ok(()),
+                _ => Err(std::io::Error::last_os_error()),
+            },
+            Err(e) => return format!("not a pid: {e}"),
+        },
         _ => return format!("unknown target {target}"),
     };
     match outcome {

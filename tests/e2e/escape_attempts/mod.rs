@@ -38,7 +38,7 @@ pub(crate) const WRITE_OUTSIDE: &str = "write outside its working directory and 
 pub(crate) const READ_SHADOW: &str = "read `/etc/shadow`";
 pub(crate) const OTHER_SANDBOX_FILES: &str = "read another sandbox's files";
 pub(crate) const OTHER_PROCESSES: &str =
-    "see, signal or read another sandbox's or the host's processes";
+    "see, signal, ptrace or read another sandbox's or the host's processes";
 pub(crate) const HOST_ENVIRONMENT: &str = "read the host's environment variables";
 pub(crate) const HOST_LOOPBACK: &str = "connect to a service on the host's 127.0.0.1";
 pub(crate) const HOST_ABSTRACT_SOCKET: &str = "connect to the host's abstract Unix sockets";
@@ -50,6 +50,8 @@ pub(crate) const FORK_BOMB: &str = "start processes without end";
 pub(crate) const ORPHANS: &str = "leave orphans and zombies behind";
 pub(crate) const MEMORY: &str = "use memory without end";
 pub(crate) const FILL_TMP: &str = "fill `/tmp`";
+pub(crate) const FILL_WORKDIR: &str = "fill its working directory";
+pub(crate) const OTHER_SERVER: &str = "connect to another sandbox's server";
 
 /// The fork bomb of [`fork_bomb`]: 200 children that each wait 3 s on a
 /// pipe nobody writes (the test image has no `sleep`); the shell gives up
@@ -90,6 +92,12 @@ pub(crate) const CELLS: &[Cell] = &[
         local: "refused: not there",
         container: "refused: not there",
         gvisor: "refused: not there",
+    },
+    Cell {
+        attempt: OTHER_SERVER,
+        local: "refused: its socket is not there, its port is on the host's 127.0.0.1",
+        container: "refused: its socket is not there, no network",
+        gvisor: "refused: its socket is not there, no network",
     },
     Cell {
         attempt: OTHER_PROCESSES,
@@ -162,6 +170,12 @@ pub(crate) const CELLS: &[Cell] = &[
         local: "contained: `/tmp` is `NamespaceIsolation::tmp_bytes` of tmpfs",
         container: "contained: `/tmp` is a tmpfs of half the memory limit",
         gvisor: "contained: `/tmp` is a tmpfs of half the memory limit",
+    },
+    Cell {
+        attempt: FILL_WORKDIR,
+        local: "not limited: its directory is on the host's disk",
+        container: "contained: `/workspace` is a tmpfs of half the memory limit",
+        gvisor: "contained: `/workspace` is a tmpfs of half the memory limit",
     },
 ];
 
@@ -340,6 +354,35 @@ pub(crate) async fn other_sandbox_files(a: &Sandbox, b_path: &std::path::Path) {
     );
 }
 
+/// [`OTHER_SERVER`]: another sandbox's socket (`b_socket`, a host path)
+/// and its address on the host (`b_addr`, `127.0.0.1:PORT` when it has one)
+/// lead nowhere from `a`.
+pub(crate) async fn other_server(a: &Sandbox, b_socket: &std::path::Path, b_addr: Option<&str>) {
+    let err = reach(a, &format!("unix:{}", b_socket.display())).await;
+    assert!(err.contains("No such file"), "{OTHER_SERVER}: {err}");
+    if let Some(addr) = b_addr {
+        let err = reach(a, &format!("tcp:{addr}")).await;
+        assert!(
+            err.contains("Connection refused") || err.contains("unreachable"),
+            "{OTHER_SERVER}: {addr}: {err}"
+        );
+    }
+}
+
+/// [`FILL_WORKDIR`]: `mib` MiB written to the working directory; `limited`
+/// says whether the tier stops it with a full disk.
+pub(crate) async fn fill_workdir(sb: &Sandbox, mib: usize, limited: bool) {
+    let script =
+        format!("dd if=/dev/zero of=fill bs=1M count={mib} 2>&1; s=$?; echo > fill; exit $s");
+    match limited {
+        true => refused(sb, FILL_WORKDIR, &script, &["No space left"]).await,
+        false => {
+            let (code, text) = sh(sb, &script).await;
+            assert_eq!(code, Some(0), "{FILL_WORKDIR}: {text}");
+        }
+    }
+}
+
 /// [`OTHER_PROCESSES`]: the host's `pids` (another sandbox's, the host's
 /// own) cannot be signalled or read from `sb`, and every process `sb` sees
 /// is its own.
@@ -355,7 +398,12 @@ pub(crate) async fn other_processes(sb: &Sandbox, pids: &[u32]) {
             continue;
         }
         refused(sb, OTHER_PROCESSES, &format!("kill -0 {pid}"), &["No such"]).await;
-        for file in ["environ", "cmdline", "fd"] {
+        let err = reach(sb, &format!("ptrace:{pid}")).await;
+        assert!(
+            err.contains("No such process") || err.contains("Operation not permitted"),
+            "{OTHER_PROCESSES}: ptrace {pid}: {err}"
+        );
+        for file in ["environ", "cmdline", "fd", "mem"] {
             let err = reach(sb, &format!("read:/proc/{pid}/{file}")).await;
             assert!(err.contains("No such file"), "{OTHER_PROCESSES}: {err}");
         }
