@@ -212,6 +212,7 @@ impl Pool {
         *self.current.lock().unwrap_or_else(|p| p.into_inner()) = (stats.clone(), throttle.clone());
 
         let lanes = self.max_sandboxes.min(queue.len());
+        warn_if_fds_run_out(lanes);
         let shared = Arc::new(Shared {
             provider: self.provider.clone(),
             config: self.config.clone(),
@@ -539,6 +540,23 @@ where
                     "the outcome could not be recorded; a resumed run will run the task again"
                 );
             }
+        }
+    }
+}
+
+/// Warns when the open-file limit cannot hold `sandboxes` local sandboxes
+/// at once: creates would then fail for want of descriptors.
+fn warn_if_fds_run_out(sandboxes: usize) {
+    let needed = sandboxes as u64 * agentix_host::fd_limit::FDS_PER_SANDBOX + 64;
+    if let Ok(limit) = agentix_host::fd_limit() {
+        if limit < needed {
+            tracing::warn!(
+                target: "agentix_fleet",
+                limit,
+                needed,
+                "the open-file limit holds fewer sandboxes than the pool runs at once; \
+                 call agentix::raise_fd_limit() first, or lower max_sandboxes"
+            );
         }
     }
 }

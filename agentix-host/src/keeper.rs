@@ -1,13 +1,18 @@
-//! The keeper: one thread that starts, watches and reaps local server processes.
+//! The keepers: a few threads that start, watch and reap local server
+//! processes.
 //!
-//! Every local server is started from this one long-lived thread, because the
-//! kernel's parent-death signal (which makes a server shut down when the host
-//! dies, even by SIGKILL or an unhandled SIGTERM) fires when the *thread* that
-//! forked it exits. The thread runs a small runtime of its own that waits on
-//! each child, so exits are noticed and zombies reaped whatever the user's
-//! runtime is doing, and `Drop` can hand it a shutdown without blocking.
+//! Every local server is started from one of these long-lived threads,
+//! because the kernel's parent-death signal (which makes a server shut down
+//! when the host dies, even by SIGKILL or an unhandled SIGTERM) fires when
+//! the *thread* that forked it exits. Each runs a small runtime of its own
+//! that waits on its children, so exits are noticed and zombies reaped
+//! whatever the user's runtime is doing, and `Drop` can hand it a shutdown
+//! without blocking. There are several (2 to 4, by the machine's cores) so
+//! that starts run side by side: each blocks its thread until the child has
+//! exec'd.
 
 use std::io;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::OnceLock;
 use std::time::Duration;
 
@@ -16,23 +21,40 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
 use tokio::runtime::Handle;
 use tokio::sync::{oneshot, watch};
 
+/// How many keeper threads start servers side by side: a start blocks its
+/// thread until the child has exec'd (its cgroup join included, ~10 ms on a
+/// root host with cgroup v1), so one thread made starts serial.
+fn keeper_count() -> usize {
+    std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+        .clamp(2, 4)
+}
+
+/// The next keeper thread's runtime, round robin.
 fn keeper() -> &'static Handle {
-    static KEEPER: OnceLock<Handle> = OnceLock::new();
-    KEEPER.get_or_init(|| {
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::Builder::new()
-            .name("agentix-keeper".into())
-            .spawn(move || {
-                let rt = tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                    .expect("the keeper runtime starts");
-                let _ = tx.send(rt.handle().clone());
-                rt.block_on(std::future::pending::<()>());
-            })
-            .expect("the keeper thread starts");
-        rx.recv().expect("the keeper thread reports its runtime")
-    })
+    static KEEPERS: OnceLock<Vec<Handle>> = OnceLock::new();
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    let keepers = KEEPERS.get_or_init(|| (0..keeper_count()).map(start_keeper).collect());
+    &keepers[NEXT.fetch_add(1, Ordering::Relaxed) % keepers.len()]
+}
+
+/// Starts keeper thread `n`: a small runtime of its own that runs forever
+/// (its exit would fire every child's parent-death signal).
+fn start_keeper(n: usize) -> Handle {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::Builder::new()
+        .name(format!("agentix-keeper-{n}"))
+        .spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("the keeper runtime starts");
+            let _ = tx.send(rt.handle().clone());
+            rt.block_on(std::future::pending::<()>());
+        })
+        .expect("the keeper thread starts");
+    rx.recv().expect("the keeper thread reports its runtime")
 }
 
 /// A child process the keeper started and watches.

@@ -14,6 +14,7 @@
 //!   host; [`sandbox_limits`]: [`SandboxLimits`], what a sandbox may use;
 //!   `cgroup_limits`: a root host's cgroup per sandbox; `port_forward`: an
 //!   isolated sandbox's TCP address on the host.
+//! - [`fd_limit`]: the process's open-file limit, which many sandboxes reach.
 //! - [`keeper`]: the thread that starts, watches and reaps local server processes.
 //! - [`sandbox`]: [`Sandbox`], the handle user code calls through;
 //!   [`sandbox_actor`]: [`SandboxActor`], the same sandbox behind a mailbox;
@@ -41,6 +42,7 @@ pub mod connect;
 pub mod connection;
 pub mod container_settings;
 pub mod endpoint;
+pub mod fd_limit;
 mod health;
 pub mod isolation;
 pub mod keeper;
@@ -73,6 +75,7 @@ pub mod trace_replay;
 pub use call::Call;
 pub use config::{SandboxConfig, BASE_ENV};
 pub use container_settings::{ContainerMount, ContainerNetwork, ContainerSettings};
+pub use fd_limit::{fd_limit, raise_fd_limit};
 pub use isolation::{Isolation, NamespaceIsolation};
 pub use local::LocalProvider;
 pub use log_replay::LogTap;

@@ -57,11 +57,11 @@ pub use agentix_host::sandbox_actor::{
 pub use agentix_host::sandbox_supervisor::{SandboxRestarts, SandboxSupervisor, StopSupervising};
 pub use agentix_host::sandbox_user::{host_is_root, SANDBOX_UID_BASE};
 pub use agentix_host::{
-    configure_logging, last_lines, provider, provider_names, secret::random_hex, Call, CallStream,
-    ContainerMount, ContainerNetwork, ContainerSettings, HostNamespace, HostNamespaceHandle,
-    Isolation, LocalProvider, LogTap, NamespaceIsolation, Provider, ProviderError, RunAs, Sandbox,
-    SandboxConfig, SandboxInfo, SandboxLimits, SandboxLog, SandboxRegistry, SandboxResources,
-    StreamCall, BASE_ENV,
+    configure_logging, fd_limit, last_lines, provider, provider_names, raise_fd_limit,
+    secret::random_hex, Call, CallStream, ContainerMount, ContainerNetwork, ContainerSettings,
+    HostNamespace, HostNamespaceHandle, Isolation, LocalProvider, LogTap, NamespaceIsolation,
+    Provider, ProviderError, RunAs, Sandbox, SandboxConfig, SandboxInfo, SandboxLimits, SandboxLog,
+    SandboxRegistry, SandboxResources, StreamCall, BASE_ENV,
 };
 pub use agentix_macros::remote;
 pub use agentix_server as server;

@@ -70,6 +70,12 @@ pub(crate) async fn emit_spans(n: u64) -> u64 {
 static BENCH_NS: std::sync::OnceLock<agentix::SandboxNamespaceHandle> = std::sync::OnceLock::new();
 
 /// Runs in every bench worker: registers `/bench-plugin`.
+/// Ends the worker at once, as a crash would.
+#[agentix::remote]
+pub(crate) async fn exit_worker() -> u64 {
+    std::process::exit(9)
+}
+
 pub(crate) fn worker_setup() {
     if let Ok(ns) = agentix::register_namespace(agentix::SandboxNamespace::new("/bench-plugin")) {
         let _ = BENCH_NS.set(ns);

@@ -2,7 +2,8 @@
 //! [--untuned-host]`: measures Agentix on this machine with the embedded
 //! local provider.
 //! Sections: boot, echo, inflight, blob, blob64, loaded, stream, cancel, bash, files,
-//! abridge, rss, kill, side, ns, faults, docker.
+//! abridge, rss, kill, side, ns, faults, docker; and, only when named,
+//! fleet (thousands of sandboxes: minutes).
 //!
 //! The binary is its own bundle (it calls `agentix::bundle::dispatch` first),
 //! so the sandbox runs exactly the code measured here. It prints a table; with
@@ -18,6 +19,7 @@ mod bench_fns;
 mod cpu_time;
 mod docker;
 mod faults;
+mod fleet;
 mod plugins;
 mod report;
 
@@ -59,6 +61,12 @@ impl Sections {
     fn wants(&self, name: &str) -> bool {
         self.0.as_ref().is_none_or(|s| s.iter().any(|n| n == name))
     }
+
+    /// Whether `--only` names `name`: for sections too long for the
+    /// default run.
+    fn named(&self, name: &str) -> bool {
+        self.0.as_ref().is_some_and(|s| s.iter().any(|n| n == name))
+    }
 }
 
 /// A sandbox of this binary in the plain tier (`Isolation::None`): what the
@@ -90,6 +98,9 @@ async fn run(sections: Sections) -> Report {
     let config = plain_config;
     let provider = LocalProvider::new();
 
+    if sections.named("fleet") {
+        fleet::fleet(&mut report).await;
+    }
     if sections.wants("boot") {
         boot(&provider, &mut report).await;
     }
@@ -695,6 +706,11 @@ pub(crate) fn rss_kib(pid: u32) -> f64 {
 }
 
 /// The `field: N kB` line of `/proc/<pid>/<file>`, in KiB.
+/// The peak resident set of process `pid` (`VmHWM`).
+pub(crate) fn peak_rss_kib(pid: u32) -> f64 {
+    proc_kib(pid, "status", "VmHWM")
+}
+
 fn proc_kib(pid: u32, file: &str, field: &str) -> f64 {
     let text = std::fs::read_to_string(format!("/proc/{pid}/{file}")).unwrap_or_default();
     text.lines()

@@ -1,0 +1,259 @@
+//! The `fleet` section (only with `--only fleet`): a pool of local
+//! sandboxes in the default isolated tier beside the provider alone, task
+//! throughput over reused sandboxes, and chaos counted from the record.
+//! `AGENTIX_BENCH_FLEET_SIZE` sets how many sandboxes live at once (1000).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use agentix::fleet::{Pool, ProgressDisplay, RetryPolicy, Task};
+use agentix::{LocalProvider, Provider, Sandbox, SandboxConfig};
+use agentix_bash::BashOptions;
+use tokio::sync::Barrier;
+
+use crate::bench_fns;
+use crate::report::Report;
+
+/// Sandboxes live at once in the `_ready_s` figures.
+fn fleet_size() -> usize {
+    std::env::var("AGENTIX_BENCH_FLEET_SIZE")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(1000)
+}
+
+/// This binary as a bundle, in the default (isolated) tier.
+fn config() -> SandboxConfig {
+    SandboxConfig::current_exe().expect("the bench knows its own path")
+}
+
+/// What every sandbox answers before it counts as ready: one call and one
+/// bash command.
+async fn ready(sb: &Sandbox, i: u64) -> Result<(), agentix::RemoteError> {
+    sb.remote(bench_fns::add_one, i).await?;
+    let out = sb
+        .remote(
+            agentix_bash::run,
+            ("echo hi".to_string(), BashOptions::new()),
+        )
+        .await?;
+    assert_eq!(out.stdout_lossy(), "hi\n");
+    Ok(())
+}
+
+pub(crate) async fn fleet(report: &mut Report) {
+    if let Err(e) = agentix::raise_fd_limit() {
+        eprintln!("fleet: cannot raise the open-file limit: {e}");
+    }
+    let n = fleet_size();
+    raw(n, report).await;
+    pooled(n, report).await;
+    throughput(report).await;
+    chaos(report).await;
+}
+
+/// The provider alone: `n` sessions at once, each ready, then all deleted.
+async fn raw(n: usize, report: &mut Report) {
+    let provider = LocalProvider::new();
+    let start = Instant::now();
+    let sandboxes = futures_util::future::join_all((0..n).map(|i| {
+        let provider = &provider;
+        async move {
+            let sb = provider.session(config()).await.ok()?;
+            ready(&sb, i as u64).await.ok()?;
+            Some(sb)
+        }
+    }))
+    .await;
+    let ready_s = start.elapsed().as_secs_f64();
+    let failures = sandboxes.iter().filter(|s| s.is_none()).count();
+    let start = Instant::now();
+    futures_util::future::join_all(sandboxes.into_iter().flatten().map(Sandbox::delete)).await;
+    report.add(
+        format!("fleet_local_{n}_raw_s"),
+        "the provider alone: that many sessions at once, a call and a bash command each",
+        "s",
+        ready_s,
+    );
+    report.add(
+        format!("fleet_local_{n}_raw_delete_s"),
+        "deleting them all at once",
+        "s",
+        start.elapsed().as_secs_f64(),
+    );
+    report.add(
+        format!("fleet_local_{n}_raw_failures"),
+        "sandboxes of the raw run that did not start or answer (must be 0)",
+        "sandboxes",
+        failures as f64,
+    );
+}
+
+/// The same through a pool: every task waits at a barrier until all `n`
+/// sandboxes are ready, so all live at once.
+async fn pooled(n: usize, report: &mut Report) {
+    let provider = Arc::new(LocalProvider::new());
+    let pool = Pool::shared(provider.clone(), config())
+        .max_sandboxes(n)
+        .max_starting(64)
+        .progress(ProgressDisplay::Off);
+    let all_ready = Arc::new(Barrier::new(n));
+    let ready_at = Arc::new(std::sync::Mutex::new(None));
+    let start = Instant::now();
+    let tasks = (0..n as u64).map(|i| Task::new(i.to_string(), i));
+    let (barrier, at) = (all_ready.clone(), ready_at.clone());
+    let run = pool
+        .run(tasks, move |sb, i| {
+            let (barrier, at) = (barrier.clone(), at.clone());
+            async move {
+                ready(&sb, i).await?;
+                if barrier.wait().await.is_leader() {
+                    *at.lock().unwrap() = Some(Instant::now());
+                }
+                Ok(())
+            }
+        })
+        .expect("the pool runs");
+    let outcomes = run.collect_all().await;
+    let ended = Instant::now();
+    let ready = ready_at.lock().unwrap().unwrap_or(ended);
+    let failures = outcomes.iter().filter(|o| !o.is_done()).count();
+    report.add(
+        format!("fleet_local_{n}_ready_s"),
+        "through a pool (isolated tier): first create until every sandbox answered a call and a bash command",
+        "s",
+        (ready - start).as_secs_f64(),
+    );
+    report.add(
+        format!("fleet_local_{n}_delete_s"),
+        "from all ready until the pool's run ended with every sandbox deleted",
+        "s",
+        (ended - ready).as_secs_f64(),
+    );
+    report.add(
+        format!("fleet_local_{n}_failures"),
+        "tasks of the pool that failed (must be 0)",
+        "tasks",
+        failures as f64,
+    );
+    report.add(
+        format!("fleet_local_{n}_host_rss_mib"),
+        "the host's peak RSS (VmHWM) so far",
+        "MiB",
+        crate::peak_rss_kib(std::process::id()) / 1024.0,
+    );
+    report.add(
+        format!("fleet_local_{n}_left"),
+        "sandboxes the provider still lists after the run (must be 0)",
+        "sandboxes",
+        provider.list().len() as f64,
+    );
+}
+
+/// 20,000 small echo tasks over 64 reused sandboxes, the record on.
+async fn throughput(report: &mut Report) {
+    let record = std::env::temp_dir().join(format!("agentix-bench-fleet-{}", std::process::id()));
+    let _ = std::fs::remove_file(&record);
+    let pool = Pool::new(LocalProvider::new(), config())
+        .max_sandboxes(64)
+        .reuse(usize::MAX)
+        .record(&record)
+        .progress(ProgressDisplay::Off);
+    let tasks = (0..20_000u64).map(|i| Task::new(i.to_string(), i));
+    let start = Instant::now();
+    let outcomes = pool
+        .run(tasks, |sb, i| async move {
+            sb.remote(bench_fns::add_one, i).await
+        })
+        .expect("the pool runs")
+        .collect_all()
+        .await;
+    let took = start.elapsed();
+    assert!(outcomes.iter().all(|o| o.is_done()));
+    report.add(
+        "fleet_tasks_per_s",
+        "one small call per task over 64 reused sandboxes, record on (starts included)",
+        "tasks/s",
+        outcomes.len() as f64 / took.as_secs_f64(),
+    );
+    let _ = std::fs::remove_file(record);
+}
+
+/// 2,000 tasks over 100 sandboxes while a tenth of the workers and a
+/// twentieth of the servers are killed; counted from the record.
+async fn chaos(report: &mut Report) {
+    let record = std::env::temp_dir().join(format!("agentix-bench-chaos-{}", std::process::id()));
+    let _ = std::fs::remove_file(&record);
+    let pool = Pool::new(LocalProvider::new(), config())
+        .max_sandboxes(100)
+        .reuse(50)
+        .record(&record)
+        .retry(RetryPolicy {
+            max_attempts: 5,
+            first_backoff: Duration::from_millis(20),
+            ..RetryPolicy::default()
+        })
+        .progress(ProgressDisplay::Off);
+    let tasks = (0..2_000u64).map(|i| Task::new(i.to_string(), i));
+    let seed = std::process::id() as u64;
+    let struck = Arc::new(std::sync::Mutex::new(std::collections::HashSet::new()));
+    let outcomes = pool
+        .run(tasks, move |sb, i| {
+            // A cheap scramble of the task and the run picks the victims,
+            // each struck on its first attempt only.
+            let first = struck.lock().unwrap().insert(i);
+            let roll = match first {
+                true => (i ^ seed).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 54,
+                false => u64::MAX,
+            };
+            async move {
+                if roll < 102 {
+                    sb.remote(bench_fns::exit_worker, ()).await?;
+                } else if roll < 153 {
+                    if let Some(pid) = sb.server_pid() {
+                        // SAFETY: signals the sandbox's own launcher, whose
+                        // server and worker die with it.
+                        unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+                    }
+                }
+                sb.remote(bench_fns::add_one, i).await
+            }
+        })
+        .expect("the pool runs")
+        .collect_all()
+        .await;
+    let mut lines: BTreeMap<String, usize> = BTreeMap::new();
+    for line in std::fs::read_to_string(&record).unwrap_or_default().lines() {
+        if let Ok(value) = serde_json::from_str::<serde_json::Value>(line) {
+            *lines
+                .entry(value["task"].as_str().unwrap_or_default().to_owned())
+                .or_default() += 1;
+        }
+    }
+    report.add(
+        "fleet_chaos_lost",
+        "tasks of 2,000 with no line in the record (must be 0)",
+        "tasks",
+        (2_000 - lines.len()) as f64,
+    );
+    report.add(
+        "fleet_chaos_duplicated",
+        "tasks with more than one line in the record (must be 0)",
+        "tasks",
+        lines.values().filter(|&&n| n > 1).count() as f64,
+    );
+    report.add(
+        "fleet_chaos_retries",
+        "attempts retried after a killed worker or server",
+        "attempts",
+        pool.stats().retries as f64,
+    );
+    report.add(
+        "fleet_chaos_failed",
+        "tasks that ended failed (retries ran out)",
+        "tasks",
+        outcomes.iter().filter(|o| !o.is_done()).count() as f64,
+    );
+    let _ = std::fs::remove_file(record);
+}
