@@ -10,7 +10,8 @@
 //! to `reuse` tasks, reset between them by the reset hook when there is
 //! one; one whose task failed otherwise than by itself is never reused.
 //! Deletions run beside the lanes and the outcome stream ends only once
-//! every sandbox the run started is gone.
+//! every sandbox the run started is gone. Before its first create, a run
+//! has the provider reap what hosts that died left behind.
 
 use std::collections::{HashSet, VecDeque};
 use std::future::Future;
@@ -189,7 +190,12 @@ impl Pool {
         F: Fn(Arc<Sandbox>, I) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<O, RemoteError>> + Send + 'static,
     {
-        let record = self.record.as_ref().map(RunRecord::open).transpose()?;
+        let record = self
+            .record
+            .as_ref()
+            .map(RunRecord::open)
+            .transpose()?
+            .map(Arc::new);
         let mut seen = HashSet::new();
         let mut queue = VecDeque::new();
         let mut skipped = 0u64;
@@ -223,7 +229,7 @@ impl Pool {
             task_deadline: self.task_deadline,
             queue: Mutex::new(queue),
             work,
-            record,
+            record: record.clone(),
             stats: stats.clone(),
             throttle: throttle.clone(),
             started: Instant::now(),
@@ -232,6 +238,21 @@ impl Pool {
         let (tx, rx) = mpsc::channel(lanes.max(1) * 2);
         let display = self.progress;
         let driver = tokio::spawn(async move {
+            // What hosts that died left (a SIGKILL runs no cleanup) goes
+            // before this run adds its own.
+            match shared.provider.reap().await {
+                Ok(0) => {}
+                Ok(reaped) => tracing::info!(
+                    target: "agentix_fleet",
+                    reaped,
+                    "removed sandboxes that hosts which died left behind"
+                ),
+                Err(error) => tracing::warn!(
+                    target: "agentix_fleet",
+                    %error,
+                    "cannot look for sandboxes that dead hosts left behind"
+                ),
+            }
             let mut running = tokio::task::JoinSet::new();
             for _ in 0..lanes {
                 running.spawn(lane(shared.clone(), tx.clone()));
@@ -249,17 +270,20 @@ impl Pool {
             driver,
             stats,
             throttle,
+            record,
         })
     }
 }
 
 /// A run's outcomes, as tasks end; dropping it stops the run (its sandboxes
-/// are deleted as their handles drop).
+/// are deleted as their handles drop, and its record gets nothing more, so
+/// that a next run does the unfinished tasks exactly once).
 pub struct Run<O> {
     outcomes: mpsc::Receiver<Outcome<O>>,
     driver: tokio::task::JoinHandle<()>,
     stats: Arc<StatsCounters>,
     throttle: Arc<StartThrottle>,
+    record: Option<Arc<RunRecord>>,
 }
 
 impl<O> Run<O> {
@@ -288,6 +312,11 @@ impl<O> futures_util::Stream for Run<O> {
 
 impl<O> Drop for Run<O> {
     fn drop(&mut self) {
+        // Lanes may finish a task before the abort reaches them: what they
+        // finish now is nobody's, and must not be recorded as done.
+        if let Some(record) = &self.record {
+            record.close();
+        }
         self.driver.abort();
     }
 }
@@ -303,7 +332,7 @@ struct Shared<I, F> {
     task_deadline: Option<Duration>,
     queue: Mutex<VecDeque<Task<I>>>,
     work: F,
-    record: Option<RunRecord>,
+    record: Option<Arc<RunRecord>>,
     stats: Arc<StatsCounters>,
     throttle: Arc<StartThrottle>,
     started: Instant,

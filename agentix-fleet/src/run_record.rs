@@ -23,7 +23,8 @@ use crate::outcome::Outcome;
 #[derive(Debug)]
 pub struct RunRecord {
     path: PathBuf,
-    file: Mutex<File>,
+    /// `None` once closed: nothing more is written.
+    file: Mutex<Option<File>>,
     finished: HashSet<String>,
     unreadable_lines: usize,
 }
@@ -80,7 +81,7 @@ impl RunRecord {
         }
         Ok(RunRecord {
             path,
-            file: Mutex::new(file),
+            file: Mutex::new(Some(file)),
             finished,
             unreadable_lines,
         })
@@ -106,7 +107,14 @@ impl RunRecord {
         self.unreadable_lines
     }
 
-    /// Appends `outcome` as one line.
+    /// Closes the record: once this returns, nothing more is written to it
+    /// (a stopped run's last tasks are then run again by the next run,
+    /// never recorded twice).
+    pub fn close(&self) {
+        *self.file.lock().unwrap_or_else(|p| p.into_inner()) = None;
+    }
+
+    /// Appends `outcome` as one line (nothing once the record is closed).
     pub fn write<O: Serialize>(&self, outcome: &Outcome<O>) -> std::io::Result<()> {
         let (output, failure) = match &outcome.result {
             Ok(value) => (Some(value), None),
@@ -128,10 +136,10 @@ impl RunRecord {
         };
         let mut bytes = serde_json::to_vec(&line).map_err(std::io::Error::other)?;
         bytes.push(b'\n');
-        self.file
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .write_all(&bytes)
+        match self.file.lock().unwrap_or_else(|p| p.into_inner()).as_mut() {
+            Some(file) => file.write_all(&bytes),
+            None => Ok(()),
+        }
     }
 }
 

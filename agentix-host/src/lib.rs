@@ -15,7 +15,8 @@
 //!   `cgroup_limits`: a root host's cgroup per sandbox; `port_forward`: an
 //!   isolated sandbox's TCP address on the host.
 //! - [`fd_limit`]: the process's open-file limit, which many sandboxes reach.
-//! - [`keeper`]: the thread that starts, watches and reaps local server processes.
+//! - [`owner`]: [`OwnerId`], the host process a sandbox belongs to, for reaping.
+//! - [`keeper`]: the threads that start, watch and reap local server processes.
 //! - [`sandbox`]: [`Sandbox`], the handle user code calls through;
 //!   [`sandbox_actor`]: [`SandboxActor`], the same sandbox behind a mailbox;
 //!   [`sandbox_supervisor`]: [`SandboxSupervisor`], which starts another when its server dies.
@@ -52,6 +53,7 @@ pub mod log_sink;
 pub mod logging;
 pub mod namespace;
 pub mod namespace_budget;
+pub mod owner;
 mod pending_calls;
 pub(crate) mod port_forward;
 pub mod provider;
@@ -83,6 +85,7 @@ pub use log_sink::SandboxLog;
 pub use logging::configure_logging;
 pub use namespace::{HostNamespace, HostNamespaceHandle};
 pub use namespace_budget::NamespaceLoad;
+pub use owner::{Liveness, OwnerId};
 pub use provider::Provider;
 pub use provider_error::{last_lines, ProviderError};
 pub use provider_registry::{provider, provider_names, ProviderFactory};

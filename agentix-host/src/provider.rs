@@ -66,4 +66,12 @@ pub trait Provider: Send + Sync {
     fn delete<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<(), ProviderError>> {
         Box::pin(self.sandboxes().delete(id))
     }
+
+    /// Removes what hosts that died left of this provider's sandboxes on
+    /// this machine (see `OwnerId`), never a live host's; returns how many
+    /// sandboxes. A pool calls it before its first create. Providers whose
+    /// sandboxes end with their host (the local one) have nothing to do.
+    fn reap(&self) -> BoxFuture<'_, Result<usize, ProviderError>> {
+        Box::pin(std::future::ready(Ok(0)))
+    }
 }

@@ -51,6 +51,7 @@ pub use agentix_actors::wire::Window;
 pub use agentix_actors::wire::ENV_FILES_ROOT;
 pub use agentix_fleet as fleet;
 pub use agentix_host::namespace_budget::{self, NamespaceLoad};
+pub use agentix_host::owner;
 pub use agentix_host::sandbox_actor::{
     CallJson, RemoteCall, SandboxActor, SandboxHealth, StreamItem, StreamTo,
 };
@@ -59,9 +60,10 @@ pub use agentix_host::sandbox_user::{host_is_root, SANDBOX_UID_BASE};
 pub use agentix_host::{
     configure_logging, fd_limit, last_lines, provider, provider_names, raise_fd_limit,
     secret::random_hex, Call, CallStream, ContainerMount, ContainerNetwork, ContainerSettings,
-    HostNamespace, HostNamespaceHandle, Isolation, LocalProvider, LogTap, NamespaceIsolation,
-    Provider, ProviderError, RunAs, Sandbox, SandboxConfig, SandboxInfo, SandboxLimits, SandboxLog,
-    SandboxRegistry, SandboxResources, StreamCall, BASE_ENV,
+    HostNamespace, HostNamespaceHandle, Isolation, Liveness, LocalProvider, LogTap,
+    NamespaceIsolation, OwnerId, Provider, ProviderError, RunAs, Sandbox, SandboxConfig,
+    SandboxInfo, SandboxLimits, SandboxLog, SandboxRegistry, SandboxResources, StreamCall,
+    BASE_ENV,
 };
 pub use agentix_macros::remote;
 pub use agentix_server as server;

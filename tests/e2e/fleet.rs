@@ -4,6 +4,8 @@
 //! retried on a fresh sandbox; deadlines end attempts; the record lets a
 //! second run (after a stop or a SIGKILL) do only what the first did not.
 
+#[allow(dead_code)]
+mod docker_support;
 mod support;
 
 use std::collections::{BTreeMap, HashSet};
@@ -457,4 +459,116 @@ fn record_lines_if_any(path: &Path) -> usize {
     std::fs::read_to_string(path)
         .map(|text| text.lines().count())
         .unwrap_or(0)
+}
+
+/// Names the bundle a [`doomed_docker_fleet_host`] runs.
+const DOOMED_DOCKER_BUNDLE: &str = "AGENTIX_DOOMED_DOCKER_FLEET_BUNDLE";
+
+/// Thirty container sandboxes busy for ten minutes: the host that
+/// `a_docker_pool_whose_host_is_killed_...` starts and kills.
+#[tokio::test]
+#[ignore = "run by a_docker_pool_whose_host_is_killed_leaves_nothing_once_the_next_pool_starts"]
+async fn doomed_docker_fleet_host() {
+    use agentix_provider_docker::DockerProvider;
+    let bundle = std::env::var(DOOMED_DOCKER_BUNDLE).expect("run by the reap test");
+    let config = SandboxConfig::new(bundle).image(docker_support::EMPTY_IMAGE);
+    let pool = Arc::new(
+        Pool::new(DockerProvider::connect().unwrap(), config)
+            .max_sandboxes(30)
+            .max_starting(16)
+            .progress(ProgressDisplay::Off),
+    );
+    let run = pool
+        .run(numbered(30), |sb, _| async move {
+            sb.remote(agentix_e2e::sleep_ms, 600_000u64)
+                .await
+                .map(|_| 0i64)
+        })
+        .unwrap();
+    while pool.stats().running < 30 {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    println!("all running");
+    run.collect_all().await;
+}
+
+#[tokio::test]
+async fn a_docker_pool_whose_host_is_killed_leaves_nothing_once_the_next_pool_starts() {
+    use agentix_provider_docker::{DockerProvider, LABEL_OWNER};
+    use std::io::BufRead;
+    let provider = DockerProvider::connect().expect("a Docker engine");
+    docker_support::empty_image(&provider).await;
+    let bundle = docker_support::bundle_dir("fleet-reap");
+    let config = SandboxConfig::new(&bundle).image(docker_support::EMPTY_IMAGE);
+    // A live host's sandbox, which no reap may touch.
+    let mine = provider.session(config.clone()).await.unwrap();
+
+    let mut host = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "doomed_docker_fleet_host",
+            "--ignored",
+            "--nocapture",
+        ])
+        .env(DOOMED_DOCKER_BUNDLE, &bundle)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = std::io::BufReader::new(host.stdout.take().unwrap());
+    let said = tokio::task::spawn_blocking(move || {
+        out.lines()
+            .map_while(Result::ok)
+            .any(|line| line.contains("all running"))
+    });
+    assert!(
+        tokio::time::timeout(Duration::from_secs(120), said)
+            .await
+            .expect("the doomed host's thirty sandboxes run within 2 minutes")
+            .unwrap(),
+        "the doomed host ended before its sandboxes ran"
+    );
+    let owner = agentix::OwnerId {
+        pid: host.id(),
+        start: agentix::owner::process_start(host.id()).unwrap(),
+        ..agentix::OwnerId::current()
+    };
+    let owned = |owner: String| {
+        let docker = provider.docker().clone();
+        async move {
+            let options = bollard::query_parameters::ListContainersOptions {
+                all: true,
+                filters: Some(
+                    [("label".to_owned(), vec![format!("{LABEL_OWNER}={owner}")])].into(),
+                ),
+                ..Default::default()
+            };
+            docker.list_containers(Some(options)).await.unwrap().len()
+        }
+    };
+    assert_eq!(owned(owner.to_string()).await, 30);
+    // Killed, and not yet waited for: a zombie, whose /proc entry stays.
+    host.kill().unwrap();
+
+    let pool = Pool::new(DockerProvider::connect().unwrap(), config).progress(ProgressDisplay::Off);
+    let outcomes = pool
+        .run(numbered(1), |sb, i| async move {
+            sb.remote(agentix_e2e::add, (i, 1)).await
+        })
+        .unwrap()
+        .collect_all()
+        .await;
+    assert_eq!(outcomes[0].result, Ok(1));
+    assert_eq!(
+        owned(owner.to_string()).await,
+        0,
+        "the dead host's containers outlived the next pool's start"
+    );
+    assert_eq!(
+        mine.remote(agentix_e2e::add, (2, 2)).await.unwrap(),
+        4,
+        "a live host's sandbox was left alone"
+    );
+    host.wait().unwrap();
+    mine.delete().await;
+    let _ = std::fs::remove_dir_all(bundle);
 }

@@ -34,7 +34,9 @@ pub mod runtime_check;
 
 use std::sync::Arc;
 
-use agentix::{Provider, ProviderError, Sandbox, SandboxConfig, SandboxRegistry};
+use agentix::{
+    Liveness, OwnerId, Provider, ProviderError, Sandbox, SandboxConfig, SandboxRegistry,
+};
 use bollard::query_parameters::{
     CreateImageOptions, ListContainersOptions, ListVolumesOptions, RemoveContainerOptions,
 };
@@ -56,7 +58,8 @@ agentix::register_provider!("docker", from_env);
 
 /// Label naming the sandbox a container belongs to.
 pub const LABEL_SANDBOX: &str = "agentix.sandbox";
-/// Label naming the host process that owns a container (`<pid>@<boot id>`).
+/// Label naming the host process that owns a container (an
+/// `agentix::OwnerId`: `<pid>.<start>@<boot id>@<machine id>`).
 pub const LABEL_OWNER: &str = "agentix.owner";
 
 /// An empty root filesystem as a tar archive (just its two end-of-archive
@@ -158,32 +161,39 @@ impl DockerProvider {
     }
 
     /// Removes the containers Agentix hosts left behind: those whose owner
-    /// process is gone, and those whose server has stopped (by its idle
-    /// exit, or a crash), with their socket volumes; returns how many
-    /// containers.
+    /// process has ended (gone, a zombie, its PID recycled, an earlier boot)
+    /// and those of this machine's owners whose server has stopped (by its
+    /// idle exit, or a crash), with their socket volumes, all at once;
+    /// returns how many containers. Another machine's containers on a
+    /// shared engine are never touched.
     pub async fn reap(&self) -> Result<usize, ProviderError> {
         let owners = self.list_labelled(LABEL_OWNER).await?;
-        let mut removed = 0;
-        let mut gone = std::collections::HashSet::new();
-        for (id, owner, stopped, sandbox) in owners {
-            if stopped || !owner_alive(&owner) {
-                let options = RemoveContainerOptions {
-                    force: true,
-                    ..Default::default()
-                };
-                if self
-                    .docker
-                    .remove_container(&id, Some(options))
-                    .await
-                    .is_ok()
-                {
-                    removed += 1;
-                    gone.extend(sandbox);
-                }
-            }
-        }
+        let doomed: Vec<(String, Option<String>)> = owners
+            .into_iter()
+            .filter(|(_, owner, stopped, _)| match owner_liveness(owner) {
+                Liveness::Dead => true,
+                Liveness::Alive => *stopped,
+                Liveness::Elsewhere => false,
+            })
+            .map(|(id, _, _, sandbox)| (id, sandbox))
+            .collect();
+        let removals = doomed.into_iter().map(|(id, sandbox)| async move {
+            let options = RemoveContainerOptions {
+                force: true,
+                ..Default::default()
+            };
+            let removed = self.docker.remove_container(&id, Some(options)).await;
+            removed.is_ok().then_some(sandbox)
+        });
+        let removed: Vec<Option<String>> = futures_util::stream::iter(removals)
+            .buffer_unordered(REAP_AT_ONCE)
+            .filter_map(|done| async move { done })
+            .collect()
+            .await;
+        let count = removed.len();
+        let gone = removed.into_iter().flatten().collect();
         self.reap_volumes(&gone).await?;
-        Ok(removed)
+        Ok(count)
     }
 
     /// Removes the socket volumes of the sandboxes in `gone` and of owners
@@ -203,7 +213,8 @@ impl DockerProvider {
             .map_err(|e| engine_error(&e))?;
         for volume in volumes.volumes.unwrap_or_default() {
             let label = |key: &str| volume.labels.get(key).cloned().unwrap_or_default();
-            if gone.contains(&label(LABEL_SANDBOX)) || !owner_alive(&label(LABEL_OWNER)) {
+            let dead = owner_liveness(&label(LABEL_OWNER)) == Liveness::Dead;
+            if gone.contains(&label(LABEL_SANDBOX)) || dead {
                 run_volume::remove_volume(&self.docker, &volume.name).await;
             }
         }
@@ -265,26 +276,24 @@ impl Provider for DockerProvider {
     fn sandboxes(&self) -> &SandboxRegistry {
         &self.sandboxes
     }
+
+    fn reap(&self) -> BoxFuture<'_, Result<usize, ProviderError>> {
+        Box::pin(DockerProvider::reap(self))
+    }
 }
+
+/// Removals a reap has in flight at once.
+const REAP_AT_ONCE: usize = 16;
 
 /// This host process, as the owner label names it.
 pub(crate) fn owner_label() -> String {
-    format!("{}@{}", std::process::id(), boot_id())
+    OwnerId::current().to_string()
 }
 
-fn boot_id() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
-        .map(|s| s.trim().to_owned())
-        .unwrap_or_default()
-}
-
-/// Whether the host process `owner` names still runs (an owner from
-/// another boot does not).
-fn owner_alive(owner: &str) -> bool {
-    let Some((pid, boot)) = owner.split_once('@') else {
-        return false;
-    };
-    boot == boot_id() && std::path::Path::new(&format!("/proc/{pid}")).exists()
+/// What the owner label `owner` names now. A label this provider cannot
+/// read is another version's or another tool's: left alone.
+fn owner_liveness(owner: &str) -> Liveness {
+    OwnerId::parse(owner).map_or(Liveness::Elsewhere, |owner| owner.liveness())
 }
 
 /// What a failed engine request means: the engine refused it (and says
