@@ -57,11 +57,6 @@ impl FailureKind {
     /// The class of a provider's refusal to start a sandbox.
     pub fn of_start(error: &ProviderError) -> FailureKind {
         match error {
-            // Running out of file descriptors is reported as a bundle that
-            // cannot run, but passes once others close theirs.
-            ProviderError::BadBundle { reason, .. } if reason.contains("Too many open files") => {
-                FailureKind::Provider
-            }
             ProviderError::BadBundle { .. }
             | ProviderError::IsolationRefused { .. }
             | ProviderError::UnknownProvider { .. }
@@ -128,6 +123,11 @@ impl std::fmt::Display for Failure {
 mod tests {
     use super::*;
 
+    /// `EMFILE`, too many open files, on Linux.
+    fn libc_emfile() -> i32 {
+        24
+    }
+
     #[test]
     fn a_raised_error_is_the_tasks_and_a_dead_worker_the_sandboxs() {
         let raised = RemoteError::new(ErrorKind::Raised, "division by zero");
@@ -148,9 +148,9 @@ mod tests {
 
     #[test]
     fn fd_exhaustion_is_retried_and_a_bad_bundle_is_not() {
-        let fds = ProviderError::BadBundle {
-            path: "b".into(),
-            reason: "cannot run it: Too many open files (os error 24)".into(),
+        let fds = ProviderError::Io {
+            what: "cannot start the sandbox's server".into(),
+            source: std::io::Error::from_raw_os_error(libc_emfile()),
         };
         assert_eq!(FailureKind::of_start(&fds), FailureKind::Provider);
         let missing = ProviderError::BadBundle {

@@ -94,6 +94,8 @@ impl Provider for LocalProvider {
 
 impl LocalProvider {
     async fn start(&self, config: SandboxConfig) -> Result<Sandbox, ProviderError> {
+        // The whole wait counts, a start queued behind others included.
+        let ready_by = tokio::time::Instant::now() + config.ready_timeout;
         let bundle = &config.bundle;
         match std::fs::metadata(bundle) {
             Ok(m) if m.is_file() => {}
@@ -270,6 +272,17 @@ impl LocalProvider {
                     ),
                     None => String::new(),
                 };
+                // Out of descriptors or processes: the host's state, which
+                // passes, not the bundle's fault.
+                if matches!(
+                    e.raw_os_error(),
+                    Some(libc::EMFILE | libc::ENFILE | libc::EAGAIN)
+                ) {
+                    return Err(io_error(
+                        format!("cannot start the sandbox's server{who}"),
+                        e,
+                    ));
+                }
                 return Err(bad_bundle(bundle, &format!("cannot run it{who}: {e}")));
             }
         };
@@ -298,7 +311,7 @@ impl LocalProvider {
                 resources.stop().await;
                 return Err(err);
             }
-            _ = tokio::time::sleep(config.ready_timeout) => {
+            _ = tokio::time::sleep_until(ready_by) => {
                 let err = failed(format!("it did not listen within {:?}", config.ready_timeout), &resources);
                 resources.stop().await;
                 return Err(err);
@@ -446,7 +459,7 @@ impl SandboxResources for LocalResources {
         // stopping and waits for the same exit.
         let removing = cgroup.clone();
         self.server.terminate(STOP_GRACE, move || {
-            let _ = std::fs::remove_dir_all(&dir);
+            remove_dir_reporting(&dir);
             removing.as_ref().map(SandboxCgroup::remove_soon);
             let _ = done_tx.send(());
         });
@@ -485,6 +498,45 @@ impl SandboxResources for LocalResources {
 }
 
 /// The last lines of the file at `path` (empty if it cannot be read).
+/// Removes a sandbox's directory. When that fails (a file a process that
+/// is still exiting holds), it is tried again a few times on a thread of
+/// its own (this runs on a keeper thread, which starts the next sandbox),
+/// and a directory that stays is said in the log: a leak is never silent.
+fn remove_dir_reporting(dir: &Path) {
+    let removed = |result: std::io::Result<()>| match result {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e),
+    };
+    if removed(std::fs::remove_dir_all(dir)).is_ok() {
+        return;
+    }
+    let dir = dir.to_owned();
+    let retry = move || {
+        let mut last = None;
+        for attempt in 0..5u32 {
+            std::thread::sleep(std::time::Duration::from_millis(20 << attempt));
+            match removed(std::fs::remove_dir_all(&dir)) {
+                Ok(()) => return,
+                Err(e) => last = Some(e),
+            }
+        }
+        if let Some(error) = last {
+            tracing::error!(
+                dir = %dir.display(),
+                %error,
+                "a deleted sandbox's directory could not be removed"
+            );
+        }
+    };
+    if let Err(e) = std::thread::Builder::new()
+        .name("agentix-remove-dir".into())
+        .spawn(retry)
+    {
+        tracing::error!(%e, "cannot start a thread to remove a sandbox's directory");
+    }
+}
+
 pub(crate) fn tail_of(path: &Path) -> String {
     let mut text = String::new();
     if let Ok(mut f) = std::fs::File::open(path) {

@@ -572,3 +572,54 @@ async fn a_docker_pool_whose_host_is_killed_leaves_nothing_once_the_next_pool_st
     mine.delete().await;
     let _ = std::fs::remove_dir_all(bundle);
 }
+
+/// Set for the child that plays a host out of file descriptors.
+const FEW_FDS: &str = "AGENTIX_FLEET_FEW_FDS";
+
+/// A host with a limit of 64 open files starts sandboxes until it cannot:
+/// the failure must read as the host's passing state, retried by a pool.
+#[tokio::test]
+#[ignore = "run by running_out_of_file_descriptors_is_a_transient_provider_failure"]
+async fn host_with_few_fds() {
+    std::env::var(FEW_FDS).expect("run by the fd test");
+    let limit = libc::rlimit {
+        rlim_cur: 64,
+        rlim_max: 4096,
+    };
+    // SAFETY: sets this process's own limit from a valid struct.
+    assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &limit) }, 0);
+    let provider = LocalProvider::new();
+    let mut held = Vec::new();
+    let err = loop {
+        match provider.create(support::plain(config())).await {
+            Ok(sb) => held.push(sb),
+            Err(err) => break err,
+        }
+        assert!(held.len() < 64, "64 sandboxes on 64 descriptors");
+    };
+    let kind = agentix::fleet::FailureKind::of_start(&err);
+    assert!(
+        !matches!(err, ProviderError::BadBundle { .. }),
+        "out of descriptors reads as a bad bundle: {err}"
+    );
+    assert_eq!(kind, FailureKind::Provider, "{err}");
+    println!("transient after {} sandboxes: {err}", held.len());
+    for sb in held {
+        sb.delete().await;
+    }
+}
+
+#[test]
+fn running_out_of_file_descriptors_is_a_transient_provider_failure() {
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "host_with_few_fds", "--ignored", "--nocapture"])
+        .env(FEW_FDS, "1")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("transient after"),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
