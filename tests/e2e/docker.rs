@@ -817,3 +817,46 @@ async fn an_agent_in_a_container_on_network_none_calls_an_llm_through_abridge() 
     sb.delete().await;
     assert_eq!(containers_of(provider.docker(), &id).await, 0);
 }
+
+#[tokio::test]
+async fn importing_an_image_again_leaves_no_dangling_image() {
+    let provider = DockerProvider::connect().expect("a Docker engine");
+    let name = "agentix-test-reimport";
+    let id = |provider: &DockerProvider| {
+        let docker = provider.docker().clone();
+        async move { docker.inspect_image(name).await.unwrap().id.unwrap() }
+    };
+    let rootfs = |extra: &str| {
+        let mut tar = tar::Builder::new(Vec::new());
+        let mut header = tar::Header::new_gnu();
+        header.set_size(extra.len() as u64);
+        header.set_mode(0o644);
+        header.set_cksum();
+        tar.append_data(&mut header, "marker", extra.as_bytes())
+            .unwrap();
+        tar.into_inner().unwrap()
+    };
+    provider.import_image(name, rootfs("one")).await.unwrap();
+    let first = id(&provider).await;
+    provider.import_image(name, rootfs("one")).await.unwrap();
+    assert_eq!(
+        id(&provider).await,
+        first,
+        "the same archive is not imported again"
+    );
+    provider.import_image(name, rootfs("two")).await.unwrap();
+    let second = id(&provider).await;
+    assert_ne!(second, first);
+    assert!(
+        provider.docker().inspect_image(&first).await.is_err(),
+        "the replaced image {first} is left dangling"
+    );
+    let _ = provider
+        .docker()
+        .remove_image(
+            &second,
+            None::<bollard::query_parameters::RemoveImageOptions>,
+            None,
+        )
+        .await;
+}

@@ -211,9 +211,12 @@ impl Container {
             None
         })
         .await;
-        // The rest of the output is the engine's to keep (`docker logs`);
-        // the durable log inside the container has it too.
-        drop(attached.output);
+        // The rest of the output is the engine's to keep (`docker logs`;
+        // the durable log inside the container has it too), but the attach
+        // is read to its end: an attach dropped midway makes the engine log
+        // a broken pipe for every container.
+        let mut rest = attached.output;
+        tokio::spawn(async move { while rest.next().await.is_some() {} });
         let failed = |reason: String, tail: &str| ProviderError::ServerStartFailed {
             reason,
             output: agentix::last_lines(tail),

@@ -39,6 +39,7 @@ use agentix::{
 };
 use bollard::query_parameters::{
     CreateImageOptions, ListContainersOptions, ListVolumesOptions, RemoveContainerOptions,
+    RemoveImageOptions,
 };
 use bollard::Docker;
 use futures_util::future::BoxFuture;
@@ -61,6 +62,10 @@ pub const LABEL_SANDBOX: &str = "agentix.sandbox";
 /// Label naming the host process that owns a container (an
 /// `agentix::OwnerId`: `<pid>.<start>@<boot id>@<machine id>`).
 pub const LABEL_OWNER: &str = "agentix.owner";
+
+/// Label of an image [`DockerProvider::import_image`] made: the SHA-256 of
+/// its filesystem archive, so the same archive is not imported twice.
+pub const LABEL_ROOTFS: &str = "agentix.rootfs";
 
 /// An empty root filesystem as a tar archive (just its two end-of-archive
 /// blocks): [`DockerProvider::import_image`] of it makes an image with
@@ -132,16 +137,34 @@ impl DockerProvider {
 
     /// Makes the image `name` (`repo` or `repo:tag`) from `rootfs`, a tar
     /// archive of a root filesystem, as `docker import` does: base images
-    /// without a registry.
+    /// without a registry. The same archive again changes nothing; the
+    /// image a new archive replaces is removed (unless a container uses
+    /// it), so imports leave no dangling images.
     pub async fn import_image(&self, name: &str, rootfs: Vec<u8>) -> Result<(), ProviderError> {
+        use sha2::Digest;
         let (repo, tag) = match name.rsplit_once(':') {
             Some((repo, tag)) if !tag.contains('/') => (repo, tag),
             _ => (name, "latest"),
         };
+        let digest: String = sha2::Sha256::digest(&rootfs)
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        // The same filesystem again is the image already there: importing
+        // it anew would only leave the old one dangling.
+        let before = self.docker.inspect_image(name).await.ok();
+        let label = |image: &bollard::models::ImageInspect| {
+            let labels = image.config.as_ref()?.labels.as_ref()?;
+            labels.get(LABEL_ROOTFS).cloned()
+        };
+        if before.as_ref().and_then(label).as_deref() == Some(digest.as_str()) {
+            return Ok(());
+        }
         let options = CreateImageOptions {
             from_src: Some("-".into()),
             repo: Some(repo.to_owned()),
             tag: Some(tag.to_owned()),
+            changes: vec![format!("LABEL {LABEL_ROOTFS}={digest}")],
             ..Default::default()
         };
         let body = bollard::body_full(rootfs.into());
@@ -151,6 +174,13 @@ impl DockerProvider {
                 what: format!("cannot import the image {name}"),
                 reason: e.to_string(),
             })?;
+        }
+        // The image the name left, unless a container still uses it.
+        if let Some(old) = before.and_then(|image| image.id) {
+            let _ = self
+                .docker
+                .remove_image(&old, None::<RemoveImageOptions>, None)
+                .await;
         }
         Ok(())
     }
