@@ -6,18 +6,11 @@
 //! seen cuts it by a fifth, any other adds one, up to the pool's
 //! `max_starting`. A Docker engine under load answers slower long before it
 //! fails, so the pool backs off before the errors start, and comes back as
-//! soon as creates are fast again. No fixed sleep anywhere.
-//!
-//! A create's time is judged per create in flight beside it (the most at
-//! any moment of its life): a
-//! provider that is merely busy (local starts on every core) takes longer
-//! in proportion to how many run at once, and gets as many as before; one
-//! that is overloaded takes longer than that, and gets fewer. The fastest
+//! soon as creates are fast again. No fixed sleep anywhere. The fastest
 //! create seen drifts up by 1% a create, so a provider that is slower for
 //! good becomes the new normal.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::Notify;
@@ -44,8 +37,6 @@ struct State {
     limit: f64,
     in_flight: usize,
     fastest: Option<Duration>,
-    /// Each create in flight's count of the most creates it has run beside.
-    peaks: Vec<Weak<AtomicUsize>>,
 }
 
 /// One create's place under the limit; say how it went with
@@ -53,9 +44,6 @@ struct State {
 #[derive(Debug)]
 pub struct StartPermit {
     throttle: Arc<StartThrottle>,
-    /// The most creates in flight at once while this one was, itself
-    /// included.
-    peak: Arc<AtomicUsize>,
 }
 
 impl StartThrottle {
@@ -68,7 +56,6 @@ impl StartThrottle {
                 limit: max as f64,
                 in_flight: 0,
                 fastest: None,
-                peaks: Vec::new(),
             }),
             freed: Notify::new(),
         })
@@ -82,19 +69,8 @@ impl StartThrottle {
                 let mut state = self.lock();
                 if (state.in_flight as f64) < state.limit.floor().max(1.0) {
                     state.in_flight += 1;
-                    let now = state.in_flight;
-                    state.peaks.retain(|peak| match peak.upgrade() {
-                        Some(peak) => {
-                            peak.fetch_max(now, Ordering::Relaxed);
-                            true
-                        }
-                        None => false,
-                    });
-                    let peak = Arc::new(AtomicUsize::new(now));
-                    state.peaks.push(Arc::downgrade(&peak));
                     return StartPermit {
                         throttle: self.clone(),
-                        peak,
                     };
                 }
             }
@@ -116,8 +92,7 @@ impl StartThrottle {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn learn(&self, took: Duration, alongside: usize, failed: bool) {
-        let took = took / alongside.max(1) as u32;
+    fn learn(&self, took: Duration, failed: bool) {
         let mut state = self.lock();
         let fastest = match state.fastest {
             Some(fastest) => fastest.mul_f64(BASELINE_DRIFT).min(took),
@@ -138,8 +113,7 @@ impl StartPermit {
     /// Ends the create: it took `took`, and `failed` says whether the
     /// provider refused or failed it (which cuts the limit hardest).
     pub fn finished(self, took: Duration, failed: bool) {
-        let alongside = self.peak.load(Ordering::Relaxed);
-        self.throttle.learn(took, alongside, failed);
+        self.throttle.learn(took, failed);
     }
 }
 
@@ -174,24 +148,6 @@ mod tests {
         assert_eq!(throttle.limit(), 32, "recovered");
         creates(&throttle, 3, 10, true).await;
         assert_eq!(throttle.limit(), 4, "halved by each failure");
-    }
-
-    #[tokio::test]
-    async fn a_provider_slower_only_in_proportion_to_its_load_keeps_its_creates() {
-        let throttle = StartThrottle::new(16);
-        creates(&throttle, 10, 10, false).await;
-        // Sixteen at once, each taking sixteen times as long: busy, not
-        // overloaded.
-        for round in 0..5 {
-            let all = futures_util::future::join_all((0..16).map(|_| throttle.acquire()));
-            let permits = tokio::time::timeout(Duration::from_secs(5), all)
-                .await
-                .unwrap_or_else(|_| panic!("round {round}: the limit fell below 16"));
-            for permit in permits {
-                permit.finished(Duration::from_millis(160), false);
-            }
-        }
-        assert_eq!(throttle.limit(), 16);
     }
 
     #[tokio::test]
