@@ -78,7 +78,7 @@ pub(crate) async fn docker(local: &Sandbox, report: &mut Report) {
         us(echo_p50(&ported).await),
     );
     ported.delete().await;
-    let pids = container_pids(provider.docker(), &sb).await;
+    let pids = provider.host_pids(sb.id()).await;
     report.add(
         "docker_rss_kib",
         "server + worker RSS inside the container",
@@ -235,23 +235,4 @@ async fn run_true(docker: &bollard::Docker, bundle: &std::path::Path) -> Duratio
     };
     let _ = docker.remove_container(&id, Some(options)).await;
     took
-}
-
-/// Host pids of the processes in `sb`'s container.
-async fn container_pids(docker: &bollard::Docker, sb: &Sandbox) -> Vec<u32> {
-    let name = format!("agentix-{}", sb.id());
-    let top = docker
-        .top_processes(&name, None::<bollard::query_parameters::TopOptions>)
-        .await;
-    let Ok(top) = top else { return Vec::new() };
-    let pid_column = top
-        .titles
-        .as_ref()
-        .and_then(|t| t.iter().position(|c| c == "PID"))
-        .unwrap_or(1);
-    top.processes
-        .unwrap_or_default()
-        .iter()
-        .filter_map(|p| p.get(pid_column)?.parse().ok())
-        .collect()
 }

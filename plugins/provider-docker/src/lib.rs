@@ -185,6 +185,27 @@ impl DockerProvider {
         Ok(())
     }
 
+    /// Host pids of the processes in sandbox `id`'s container, as the
+    /// engine lists them; none when it has no running container.
+    pub async fn host_pids(&self, id: &str) -> Vec<u32> {
+        let name = format!("agentix-{id}");
+        let top = self
+            .docker
+            .top_processes(&name, None::<bollard::query_parameters::TopOptions>)
+            .await;
+        let Ok(top) = top else { return Vec::new() };
+        let pid_column = top
+            .titles
+            .as_ref()
+            .and_then(|t| t.iter().position(|c| c == "PID"))
+            .unwrap_or(1);
+        top.processes
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|p| p.get(pid_column)?.parse().ok())
+            .collect()
+    }
+
     /// The engine client, for what this provider does not cover.
     pub fn docker(&self) -> &Docker {
         &self.docker

@@ -72,26 +72,6 @@ pub(crate) async fn tools_image(provider: &DockerProvider) {
         .expect("the tools image imports");
 }
 
-/// Host pids of the processes in the container of the sandbox `id`, as the
-/// engine lists them; none when it has no running container.
-pub(crate) async fn host_pids(docker: &bollard::Docker, id: &str) -> Vec<u32> {
-    let name = format!("agentix-{id}");
-    let top = docker
-        .top_processes(&name, None::<bollard::query_parameters::TopOptions>)
-        .await;
-    let Ok(top) = top else { return Vec::new() };
-    let pid_column = top
-        .titles
-        .as_ref()
-        .and_then(|t| t.iter().position(|c| c == "PID"))
-        .unwrap_or(1);
-    top.processes
-        .unwrap_or_default()
-        .iter()
-        .filter_map(|p| p.get(pid_column)?.parse().ok())
-        .collect()
-}
-
 /// How many containers, stopped ones too, are labelled as sandbox `id`'s.
 pub(crate) async fn containers_of(docker: &bollard::Docker, id: &str) -> usize {
     list_of(docker, id, true).await

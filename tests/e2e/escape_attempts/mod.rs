@@ -621,3 +621,25 @@ pub(crate) async fn fill_tmp(sb: &Sandbox, bound_mib: usize) {
         "{FILL_TMP}"
     );
 }
+
+/// Every cell two sandboxes of a container tier show each other and the
+/// host: `a` tries, `b` (whose processes the host numbers `b_pids`) is the
+/// other sandbox, and serves on untouched.
+pub(crate) async fn container_pair(a: &Sandbox, b: &Sandbox, b_pids: Vec<u32>, tier: Tier) {
+    files(a, tier).await;
+    environment(a).await;
+    network(a).await;
+    kernel(a, tier).await;
+    orphans(a).await;
+    let b_socket = std::path::PathBuf::from(b.addr().strip_prefix("unix:").expect("by socket"));
+    other_sandbox_files(a, &b_socket).await;
+    other_server(a, &b_socket, None).await;
+    assert!(
+        !b_pids.is_empty(),
+        "the other sandbox's processes are listed"
+    );
+    let mut pids = b_pids;
+    pids.push(std::process::id());
+    other_processes(a, &pids).await;
+    assert_eq!(b.remote(agentix_e2e::add, (2, 3)).await.unwrap(), 5);
+}
