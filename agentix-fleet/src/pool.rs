@@ -28,6 +28,7 @@ use agentix_host::{Provider, Sandbox, SandboxConfig};
 use futures_util::future::BoxFuture;
 use serde::Serialize;
 use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::failure::{Failure, FailureKind};
@@ -76,6 +77,16 @@ pub struct Pool {
     record: Option<PathBuf>,
     progress: ProgressDisplay,
     current: Mutex<(Arc<StatsCounters>, Arc<StartThrottle>)>,
+    runs: Arc<Mutex<Vec<RunControl>>>,
+}
+
+/// How [`Pool::shutdown`] stops a run and knows when it has stopped.
+#[derive(Clone)]
+struct RunControl {
+    /// Cancelled: the lanes stop and drop their sandboxes.
+    cancel: CancellationToken,
+    /// The run's driver, lanes and deletions: empty once all have ended.
+    tracker: TaskTracker,
 }
 
 impl Pool {
@@ -100,6 +111,7 @@ impl Pool {
             record: None,
             progress: ProgressDisplay::Auto,
             current: Mutex::new((Arc::default(), StartThrottle::new(8))),
+            runs: Arc::default(),
         }
     }
 
@@ -170,6 +182,42 @@ impl Pool {
         self
     }
 
+    /// Stops every run of this pool and waits until each sandbox it started
+    /// is deleted. The tasks that were running end without an outcome (a
+    /// run with a record does them again when resumed); their streams end.
+    pub async fn shutdown(&self) {
+        shutdown_runs(&self.runs).await;
+    }
+
+    /// On SIGINT (Ctrl-C) or SIGTERM, shuts the pool down (see
+    /// [`Pool::shutdown`]) and then exits the process with status 130 or
+    /// 143, as the signal would have; a second signal while sandboxes are
+    /// being deleted exits at once. For applications: a library installs
+    /// no handler by itself. Call it inside a tokio runtime.
+    pub fn shutdown_on_signals(&self) -> std::io::Result<()> {
+        use tokio::signal::unix::{signal, SignalKind};
+        let mut interrupt = signal(SignalKind::interrupt())?;
+        let mut terminate = signal(SignalKind::terminate())?;
+        let runs = self.runs.clone();
+        tokio::spawn(async move {
+            let status = tokio::select! {
+                _ = interrupt.recv() => 130,
+                _ = terminate.recv() => 143,
+            };
+            tracing::warn!(
+                target: "agentix_fleet",
+                "stopping: deleting the pool's sandboxes (signal again to exit at once)"
+            );
+            tokio::select! {
+                _ = shutdown_runs(&runs) => {}
+                _ = interrupt.recv() => {}
+                _ = terminate.recv() => {}
+            }
+            std::process::exit(status);
+        });
+        Ok(())
+    }
+
     /// The counters of the current (or last) run.
     pub fn stats(&self) -> PoolStats {
         let current = self.current.lock().unwrap_or_else(|p| p.into_inner());
@@ -219,6 +267,15 @@ impl Pool {
 
         let lanes = self.max_sandboxes.min(queue.len());
         warn_if_fds_run_out(lanes);
+        let control = RunControl {
+            cancel: CancellationToken::new(),
+            tracker: TaskTracker::new(),
+        };
+        {
+            let mut runs = self.runs.lock().unwrap_or_else(|p| p.into_inner());
+            runs.retain(|run| !(run.tracker.is_closed() && run.tracker.is_empty()));
+            runs.push(control.clone());
+        }
         let shared = Arc::new(Shared {
             provider: self.provider.clone(),
             config: self.config.clone(),
@@ -233,11 +290,14 @@ impl Pool {
             stats: stats.clone(),
             throttle: throttle.clone(),
             started: Instant::now(),
-            deletions: TaskTracker::new(),
+            cancel: control.cancel.clone(),
+            tracker: control.tracker.clone(),
         });
         let (tx, rx) = mpsc::channel(lanes.max(1) * 2);
         let display = self.progress;
+        let driving = shared.tracker.token();
         let driver = tokio::spawn(async move {
+            let _driving = driving;
             // What hosts that died left (a SIGKILL runs no cleanup) goes
             // before this run adds its own.
             match shared.provider.reap().await {
@@ -254,6 +314,11 @@ impl Pool {
                 ),
             }
             let mut running = tokio::task::JoinSet::new();
+            let lanes = if shared.cancel.is_cancelled() {
+                0
+            } else {
+                lanes
+            };
             for _ in 0..lanes {
                 running.spawn(lane(shared.clone(), tx.clone()));
             }
@@ -261,8 +326,9 @@ impl Pool {
             let snapshot = || shared.stats.snapshot(shared.throttle.limit());
             progress::show(display, snapshot, lanes_done).await;
             // The stream ends (the last sender goes) once every sandbox is.
-            shared.deletions.close();
-            shared.deletions.wait().await;
+            shared.tracker.close();
+            drop(_driving);
+            shared.tracker.wait().await;
             drop(tx);
         });
         Ok(Run {
@@ -336,13 +402,61 @@ struct Shared<I, F> {
     stats: Arc<StatsCounters>,
     throttle: Arc<StartThrottle>,
     started: Instant,
-    deletions: TaskTracker,
+    cancel: CancellationToken,
+    /// The driver, the lanes and the deletions, so that a shutdown can wait
+    /// for all of them.
+    tracker: TaskTracker,
 }
 
-/// The sandbox a lane holds between tasks, and how many it has run.
+/// A sandbox a lane holds (between tasks, or for the attempt running on
+/// it), and how many tasks it has run. Dropping it deletes the sandbox
+/// beside the lanes, on every path: a task that ends, a run stopped, a
+/// lane aborted.
 struct Held {
-    sandbox: Arc<Sandbox>,
+    /// Always there; taken only by `drop`, so that the deletion holds the
+    /// last handle.
+    sandbox: Option<Arc<Sandbox>>,
     uses: usize,
+    retire: Retire,
+}
+
+impl Held {
+    fn sandbox(&self) -> &Arc<Sandbox> {
+        self.sandbox.as_ref().expect("taken only when dropped")
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        if let Some(sandbox) = self.sandbox.take() {
+            self.retire.delete(sandbox);
+        }
+    }
+}
+
+/// Deletes sandboxes beside the lanes, tracked so the run ends after.
+#[derive(Clone)]
+struct Retire {
+    tracker: TaskTracker,
+    stats: Arc<StatsCounters>,
+}
+
+impl Retire {
+    fn delete(&self, sandbox: Arc<Sandbox>) {
+        let stats = self.stats.clone();
+        let deletion = async move {
+            // A handle the work function kept deletes it when dropped.
+            if let Ok(sandbox) = Arc::try_unwrap(sandbox) {
+                sandbox.delete().await;
+            }
+            stats.sandboxes.fetch_sub(1, Ordering::Relaxed);
+        };
+        // Outside a runtime (its shutdown dropping the lanes) the handle's
+        // own drop stops the sandbox, unwaited.
+        if tokio::runtime::Handle::try_current().is_ok() {
+            self.tracker.spawn(deletion);
+        }
+    }
 }
 
 /// One lane: tasks from the queue, one at a time, until it is empty or
@@ -354,23 +468,28 @@ where
     F: Fn(Arc<Sandbox>, I) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = Result<O, RemoteError>> + Send + 'static,
 {
+    let _alive = shared.tracker.token();
     let mut held = None;
-    loop {
+    while !shared.cancel.is_cancelled() {
         let next = shared
             .queue
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .pop_front();
         let Some(task) = next else { break };
-        let outcome = shared.run_task(task, &mut held).await;
+        // A shutdown drops the attempt, and with it its sandbox: the task
+        // gets no outcome, so a resumed run does it again.
+        let outcome = tokio::select! {
+            biased;
+            _ = shared.cancel.cancelled() => break,
+            outcome = shared.run_task(task, &mut held) => outcome,
+        };
         shared.ended(&outcome);
         if outcomes.send(outcome).await.is_err() {
             break;
         }
     }
-    if let Some(held) = held {
-        shared.retire(held.sandbox);
-    }
+    drop(held);
 }
 
 impl<I, O, F, Fut> Shared<I, F>
@@ -452,13 +571,13 @@ where
             Ok(sandbox) => sandbox,
             Err(failure) => return (Err(failure), None),
         };
-        let id = sandbox.sandbox.id().to_owned();
+        let id = sandbox.sandbox().id().to_owned();
         let now = Instant::now();
         let limit = match (self.attempt_deadline, deadline) {
             (Some(attempt), Some(task)) => Some(attempt.min(task.saturating_duration_since(now))),
             (attempt, task) => attempt.or(task.map(|d| d.saturating_duration_since(now))),
         };
-        let call = (self.work)(sandbox.sandbox.clone(), task.input.clone());
+        let call = (self.work)(sandbox.sandbox().clone(), task.input.clone());
         let ended = {
             let _running = Gauge::up(&self.stats.running);
             match limit {
@@ -482,9 +601,8 @@ where
             Err(failure) => failure.kind == FailureKind::Task,
         };
         sandbox.uses += 1;
-        match sound && sandbox.uses < self.reuse {
-            true => *held = Some(sandbox),
-            false => self.retire(sandbox.sandbox),
+        if sound && sandbox.uses < self.reuse {
+            *held = Some(sandbox);
         }
         (result, Some(id))
     }
@@ -494,7 +612,7 @@ where
     async fn sandbox(&self, held: &mut Option<Held>) -> Result<Held, Failure> {
         if let Some(reused) = held.take() {
             let reset = match &self.reset {
-                Some(reset) => reset(reused.sandbox.clone()).await,
+                Some(reset) => reset(reused.sandbox().clone()).await,
                 None => Ok(()),
             };
             match reset {
@@ -502,11 +620,11 @@ where
                 Err(error) => {
                     tracing::warn!(
                         target: "agentix_fleet",
-                        sandbox = %reused.sandbox.id(),
+                        sandbox = %reused.sandbox().id(),
                         %error,
                         "a sandbox's reset failed; it is replaced"
                     );
-                    self.retire(reused.sandbox);
+                    drop(reused);
                 }
             }
         }
@@ -523,24 +641,16 @@ where
                 self.stats.sandboxes.fetch_add(1, Ordering::Relaxed);
                 self.stats.created.fetch_add(1, Ordering::Relaxed);
                 Ok(Held {
-                    sandbox: Arc::new(sandbox),
+                    sandbox: Some(Arc::new(sandbox)),
                     uses: 0,
+                    retire: Retire {
+                        tracker: self.tracker.clone(),
+                        stats: self.stats.clone(),
+                    },
                 })
             }
             Err(error) => Err(Failure::of_start(&error)),
         }
-    }
-
-    /// Deletes `sandbox` beside the lanes; the run ends after it is gone.
-    fn retire(&self, sandbox: Arc<Sandbox>) {
-        let stats = self.stats.clone();
-        self.deletions.spawn(async move {
-            // A handle the work function kept deletes it when dropped.
-            if let Ok(sandbox) = Arc::try_unwrap(sandbox) {
-                sandbox.delete().await;
-            }
-            stats.sandboxes.fetch_sub(1, Ordering::Relaxed);
-        });
     }
 
     /// Counts and records an outcome.
@@ -570,6 +680,19 @@ where
                 );
             }
         }
+    }
+}
+
+/// Cancels every run in `runs` and waits until each has ended and deleted
+/// its sandboxes.
+async fn shutdown_runs(runs: &Mutex<Vec<RunControl>>) {
+    let runs = std::mem::take(&mut *runs.lock().unwrap_or_else(|p| p.into_inner()));
+    for run in &runs {
+        run.cancel.cancel();
+    }
+    for run in runs {
+        run.tracker.close();
+        run.tracker.wait().await;
     }
 }
 

@@ -118,6 +118,30 @@ impl SandboxCgroup {
         Ok(cgroup)
     }
 
+    /// The cgroup a marker recorded, by its directories.
+    pub(crate) fn from_dirs(dirs: Vec<PathBuf>) -> SandboxCgroup {
+        SandboxCgroup { dirs }
+    }
+
+    /// Its directories, one per hierarchy.
+    pub(crate) fn dirs(&self) -> &[PathBuf] {
+        &self.dirs
+    }
+
+    /// Sends SIGKILL to every process in it (cgroup v1 has no
+    /// `cgroup.kill`; the list is read and signalled, which a fork between
+    /// the two can outrun, so a caller waits and tries again).
+    pub(crate) fn kill_all(&self) {
+        for dir in &self.dirs {
+            let Ok(procs) = std::fs::read_to_string(dir.join("cgroup.procs")) else {
+                continue;
+            };
+            for pid in procs.lines().filter_map(|l| l.trim().parse::<u32>().ok()) {
+                agentix_actors::process::signal_pid(pid, libc::SIGKILL);
+            }
+        }
+    }
+
     /// Files that move the process writing `0` to them into this cgroup,
     /// opened now (by the host) for a child to write between fork and exec.
     pub(crate) fn join_files(&self) -> std::io::Result<Vec<File>> {

@@ -41,10 +41,12 @@ use agentix_actors::process;
 use crate::cgroup_limits::{self, SandboxCgroup};
 use crate::config::SandboxConfig;
 use crate::keeper::{self, KeptProcess};
+use crate::owner::{Liveness, OwnerId};
 use crate::port_forward::PortForward;
 use crate::provider::Provider;
 use crate::provider_error::ProviderError;
 use crate::sandbox::Sandbox;
+use crate::sandbox_marker::{self, MarkerDir, SandboxMarker};
 use crate::sandbox_registry::SandboxRegistry;
 use crate::sandbox_resources::SandboxResources;
 use crate::secret::random_hex;
@@ -53,6 +55,9 @@ use crate::secret::random_hex;
 /// the server's default shutdown grace plus time to stop the worker.
 const STOP_GRACE: Duration = Duration::from_secs(7);
 
+/// The provider's name in markers and the provider registry.
+pub const PROVIDER_NAME: &str = "local";
+
 /// Room for a path in a Unix socket address (`sun_path`, with its NUL).
 const MAX_SOCKET_PATH: usize = 108;
 
@@ -60,7 +65,25 @@ const MAX_SOCKET_PATH: usize = 108;
 #[derive(Debug, Clone, Default)]
 pub struct LocalProvider {
     base_dir: Option<PathBuf>,
+    markers: MarkerDir,
+    owner: Arc<OwnerIdText>,
     sandboxes: SandboxRegistry,
+}
+
+/// This host's [`OwnerId`], as markers record it: read once per provider.
+#[derive(Debug)]
+struct OwnerIdText(String);
+
+impl Default for OwnerIdText {
+    fn default() -> Self {
+        OwnerIdText(OwnerId::current().to_string())
+    }
+}
+
+impl std::fmt::Display for OwnerIdText {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
 }
 
 impl LocalProvider {
@@ -73,8 +96,21 @@ impl LocalProvider {
     pub fn with_base_dir(dir: impl Into<PathBuf>) -> Self {
         LocalProvider {
             base_dir: Some(dir.into()),
-            sandboxes: SandboxRegistry::new(),
+            ..LocalProvider::default()
         }
+    }
+
+    /// Keeps the sandboxes' markers (see [`crate::sandbox_marker`]) in `dir`
+    /// instead of the default; [`Provider::reap`] and the `agentix`
+    /// command look there.
+    pub fn marker_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.markers = MarkerDir::new(dir);
+        self
+    }
+
+    /// Where this provider keeps its sandboxes' markers.
+    pub fn markers(&self) -> &MarkerDir {
+        &self.markers
     }
 }
 
@@ -90,7 +126,86 @@ impl Provider for LocalProvider {
     fn sandboxes(&self) -> &SandboxRegistry {
         &self.sandboxes
     }
+
+    /// Removes what dead hosts left, by their markers: a server still
+    /// running (its process group and cgroup are killed), its directory,
+    /// its cgroup, the marker. A live host's sandboxes are never touched;
+    /// a marker whose owner cannot be read is left alone.
+    fn reap(&self) -> BoxFuture<'_, Result<usize, ProviderError>> {
+        Box::pin(async move {
+            let markers = self.markers.list().map_err(|e| {
+                io_error(format!("cannot read {}", self.markers.path().display()), e)
+            })?;
+            let dead: Vec<SandboxMarker> = markers
+                .into_iter()
+                .filter(|m| m.provider == PROVIDER_NAME)
+                .filter(|m| m.owner_id().map(|o| o.liveness()) == Some(Liveness::Dead))
+                .collect();
+            if dead.is_empty() {
+                return Ok(0);
+            }
+            let markers = self.markers.clone();
+            let reaped = tokio::task::spawn_blocking(move || {
+                dead.iter().filter(|m| reap_one(m, &markers)).count()
+            })
+            .await
+            .unwrap_or(0);
+            Ok(reaped)
+        })
+    }
 }
+
+/// Removes one dead owner's sandbox; true when nothing of it is left.
+fn reap_one(marker: &SandboxMarker, markers: &MarkerDir) -> bool {
+    let cgroup = SandboxCgroup::from_dirs(marker.cgroup.clone());
+    // Killed until nothing of it runs (a process forking as its cgroup's
+    // list is read outruns one round) and its cgroup is gone.
+    let deadline = std::time::Instant::now() + REAP_WAIT;
+    let cgroup_gone = loop {
+        if marker.process_alive() {
+            process::signal_group(marker.pid, libc::SIGKILL);
+        }
+        cgroup.kill_all();
+        if !marker.process_alive() && cgroup.try_remove() {
+            break true;
+        }
+        if std::time::Instant::now() >= deadline {
+            tracing::warn!(
+                sandbox = %marker.id,
+                cgroup = ?marker.cgroup,
+                "a dead host's sandbox does not end; its marker stays"
+            );
+            break false;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let dir_gone = match std::fs::remove_dir_all(&marker.dir) {
+        Ok(()) => true,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => true,
+        Err(error) => {
+            tracing::warn!(
+                sandbox = %marker.id,
+                dir = %marker.dir.display(),
+                %error,
+                "a dead host's sandbox directory cannot be removed; its marker stays"
+            );
+            false
+        }
+    };
+    if !dir_gone || !cgroup_gone {
+        return false;
+    }
+    match markers.remove(&marker.id) {
+        Ok(()) => true,
+        Err(error) => {
+            tracing::warn!(sandbox = %marker.id, %error, "cannot remove a reaped sandbox's marker");
+            false
+        }
+    }
+}
+
+/// How long a dead host's sandbox is given to go once killed.
+const REAP_WAIT: Duration = Duration::from_secs(5);
 
 impl LocalProvider {
     async fn start(&self, config: SandboxConfig) -> Result<Sandbox, ProviderError> {
@@ -258,6 +373,25 @@ impl LocalProvider {
             .envs(config.env.iter().map(|(k, v)| (k, v)))
             .current_dir(&dir)
             .stderr(log);
+        // Before the start: a host killed from here on leaves a marker by
+        // which the next one removes what is left.
+        let mut marker = SandboxMarker {
+            id: format!("local-{id}"),
+            provider: PROVIDER_NAME.to_owned(),
+            owner: self.owner.to_string(),
+            dir: dir.clone(),
+            addr: String::new(),
+            local_addr: None,
+            token: token.clone(),
+            pid: 0,
+            pid_start: 0,
+            cgroup: cgroup
+                .as_ref()
+                .map(|c| c.dirs().to_vec())
+                .unwrap_or_default(),
+            created_ms: sandbox_marker::now_ms(),
+        };
+        self.write_marker(&marker);
         let started = keeper::start(cmd, format!("{token}\n").into_bytes()).await;
         drop(program);
         let (server, ready) = match started {
@@ -265,6 +399,7 @@ impl LocalProvider {
             Err(e) => {
                 cgroup.as_ref().map(SandboxCgroup::remove_soon);
                 let _ = std::fs::remove_dir_all(&dir);
+                let _ = self.markers.remove(&marker.id);
                 let who = match uid {
                     Some(uid) => format!(
                         " as uid {uid}, the sandbox's own (the host is root; \
@@ -291,6 +426,8 @@ impl LocalProvider {
             dir,
             cgroup,
             forward: None,
+            markers: self.markers.clone(),
+            id: marker.id.clone(),
         };
         let failed =
             |reason: String, resources: &LocalResources| ProviderError::ServerStartFailed {
@@ -391,6 +528,11 @@ impl LocalProvider {
                 }
             }
         }
+        marker.addr = addr.clone();
+        marker.local_addr = local_addr.clone();
+        marker.pid = resources.server.pid;
+        marker.pid_start = crate::owner::process_start(marker.pid).unwrap_or_default();
+        self.write_marker(&marker);
         let sandbox = Sandbox::from_parts(
             format!("local-{id}"),
             addr,
@@ -402,6 +544,22 @@ impl LocalProvider {
             Some(local) => sandbox.with_local_addr(local, server_pid),
             None => sandbox,
         })
+    }
+}
+
+impl LocalProvider {
+    /// Writes `marker`; a host that cannot is told in its log, and its
+    /// sandboxes run on unmarked (only a SIGKILLed host's cleanup and the
+    /// operator's view lack them).
+    fn write_marker(&self, marker: &SandboxMarker) {
+        if let Err(error) = self.markers.write(marker) {
+            tracing::warn!(
+                sandbox = %marker.id,
+                dir = %self.markers.path().display(),
+                %error,
+                "cannot write the sandbox's marker"
+            );
+        }
     }
 }
 
@@ -428,6 +586,8 @@ struct LocalResources {
     dir: PathBuf,
     cgroup: Option<SandboxCgroup>,
     forward: Option<PortForward>,
+    markers: MarkerDir,
+    id: String,
 }
 
 impl LocalResources {
@@ -458,8 +618,13 @@ impl SandboxResources for LocalResources {
         // Started now; a second call signals a process that is already
         // stopping and waits for the same exit.
         let removing = cgroup.clone();
+        let (markers, id) = (self.markers.clone(), self.id.clone());
         self.server.terminate(STOP_GRACE, move || {
-            remove_dir_reporting(&dir);
+            // The marker goes with the directory: one that stays keeps it,
+            // for a later reap.
+            remove_dir_reporting(&dir, move || {
+                let _ = markers.remove(&id);
+            });
             removing.as_ref().map(SandboxCgroup::remove_soon);
             let _ = done_tx.send(());
         });
@@ -497,18 +662,18 @@ impl SandboxResources for LocalResources {
     }
 }
 
-/// The last lines of the file at `path` (empty if it cannot be read).
-/// Removes a sandbox's directory. When that fails (a file a process that
+/// Removes a sandbox's directory, then runs `removed_then`. When that fails (a file a process that
 /// is still exiting holds), it is tried again a few times on a thread of
 /// its own (this runs on a keeper thread, which starts the next sandbox),
 /// and a directory that stays is said in the log: a leak is never silent.
-fn remove_dir_reporting(dir: &Path) {
+fn remove_dir_reporting(dir: &Path, removed_then: impl FnOnce() + Send + 'static) {
     let removed = |result: std::io::Result<()>| match result {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
         Err(e) => Err(e),
     };
     if removed(std::fs::remove_dir_all(dir)).is_ok() {
+        removed_then();
         return;
     }
     let dir = dir.to_owned();
@@ -517,7 +682,10 @@ fn remove_dir_reporting(dir: &Path) {
         for attempt in 0..5u32 {
             std::thread::sleep(std::time::Duration::from_millis(20 << attempt));
             match removed(std::fs::remove_dir_all(&dir)) {
-                Ok(()) => return,
+                Ok(()) => {
+                    removed_then();
+                    return;
+                }
                 Err(e) => last = Some(e),
             }
         }
@@ -537,6 +705,7 @@ fn remove_dir_reporting(dir: &Path) {
     }
 }
 
+/// The last lines of the file at `path` (empty if it cannot be read).
 pub(crate) fn tail_of(path: &Path) -> String {
     let mut text = String::new();
     if let Ok(mut f) = std::fs::File::open(path) {

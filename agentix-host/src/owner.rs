@@ -112,6 +112,12 @@ pub fn process_start(pid: u32) -> Option<u64> {
     process_state(pid).map(|(_, start)| start)
 }
 
+/// Whether process `pid` runs and is the one that started at `start` (not
+/// a zombie, not another process under a recycled PID).
+pub fn process_running(pid: u32, start: u64) -> bool {
+    matches!(process_state(pid), Some((state, at)) if state != 'Z' && at == start)
+}
+
 /// Process `pid`'s state letter and start time, from `/proc/PID/stat`.
 fn process_state(pid: u32) -> Option<(char, u64)> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;

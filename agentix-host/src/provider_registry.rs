@@ -67,7 +67,7 @@ fn local() -> Result<Box<dyn Provider>, ProviderError> {
 }
 
 inventory::submit! {
-    ProviderFactory { name: "local", registered_by: module_path!(), make: local }
+    ProviderFactory { name: crate::local::PROVIDER_NAME, registered_by: module_path!(), make: local }
 }
 
 #[cfg(test)]

@@ -55,6 +55,7 @@ pub use agentix_host::owner;
 pub use agentix_host::sandbox_actor::{
     CallJson, RemoteCall, SandboxActor, SandboxHealth, StreamItem, StreamTo,
 };
+pub use agentix_host::sandbox_marker::{self, MarkerDir, SandboxMarker};
 pub use agentix_host::sandbox_supervisor::{SandboxRestarts, SandboxSupervisor, StopSupervising};
 pub use agentix_host::sandbox_user::{host_is_root, SANDBOX_UID_BASE};
 pub use agentix_host::{
