@@ -1,13 +1,20 @@
 //! `agentix`: the command line. `agentix build` makes a self-contained
-//! bundle from a cargo package (`agentix build --help` says everything).
+//! bundle from a cargo package; `ps`, `logs`, `exec`, `call` and `reap` let
+//! an operator see and act on the sandboxes of this machine; `serve` starts
+//! one by hand. `agentix --help` and `agentix <command> --help` say
+//! everything.
+//!
+//! The binary is a bundle too (it links the bash plugin): a provider
+//! starts it as `serve --host …`, `serve --unix …`, `worker` or `isolate`,
+//! which [`bundle_role`] tells from the operator's `agentix serve`.
 
-use std::collections::BTreeMap;
-use std::path::PathBuf;
+mod commands;
+
 use std::process::ExitCode;
 
-use agentix_cli::cargo_package::{self, PackageRef};
-use agentix_cli::{assemble, BuildError, BundleSpec};
 use clap::{Parser, Subcommand};
+
+use commands::{build, call, exec, logs, ps, reap, serve};
 
 /// Agentix's command line.
 #[derive(Parser)]
@@ -30,101 +37,83 @@ enum Commands {
     /// from /agentix/lib, where providers mount the bundle, so the bundle
     /// runs in any base image of this architecture, an empty one included.
     /// Needs `ldd` (glibc's) on this machine.
-    Build(BuildArgs),
-}
-
-#[derive(clap::Args)]
-struct BuildArgs {
-    /// The package whose binary to bundle (default: the current directory's).
-    #[arg(short, long)]
-    package: Option<String>,
-    /// The binary to bundle (default: the package's only one).
-    #[arg(long)]
-    bin: Option<String>,
-    /// Cargo.toml of the package or workspace (default: the current directory's).
-    #[arg(long)]
-    manifest_path: Option<PathBuf>,
-    /// Where to write the bundle (default: agentix-bundle/<bin>); an earlier
-    /// bundle there is replaced.
-    #[arg(short, long)]
-    out: Option<PathBuf>,
-    /// An extra system tool to carry, found on PATH (repeatable).
-    #[arg(long = "tool")]
-    tools: Vec<String>,
-    /// Also load the bundle into the Docker engine (DOCKER_HOST's, or the
-    /// local one) as the image NAME (no registry), for
-    /// ContainerSettings::bundle_image.
-    #[arg(long, value_name = "NAME")]
-    image: Option<String>,
+    Build(build::BuildArgs),
+    /// Lists the sandboxes of this machine: every one a host recorded (local
+    /// and Docker), and Docker containers of Agentix that no host recorded.
+    Ps(ps::PsArgs),
+    /// Prints a sandbox's log: what it logged and printed.
+    Logs(logs::LogsArgs),
+    /// Runs a shell command in a sandbox (through its bash plugin), with
+    /// its output live; exits with the command's status.
+    Exec(exec::ExecArgs),
+    /// Calls a sandbox's function by name with JSON arguments; prints the
+    /// JSON result.
+    Call(call::CallArgs),
+    /// Removes what hosts that died left: their local sandboxes (processes,
+    /// directories, cgroups) and their containers.
+    Reap(reap::ReapArgs),
+    /// Starts a local sandbox from a bundle (by default this binary, a
+    /// sandbox with the bash plugin), prints its id, and keeps it until
+    /// Ctrl-C.
+    Serve(serve::ServeArgs),
 }
 
 fn main() -> ExitCode {
-    let Commands::Build(args) = Cli::parse().command;
-    match build(args) {
-        Ok(()) => ExitCode::SUCCESS,
+    if bundle_role() {
+        agentix::bundle::dispatch_with(announce_worker);
+    }
+    let cli = Cli::parse();
+    let (name, result) = match cli.command {
+        Commands::Build(args) => ("build", build::run(args)),
+        Commands::Ps(args) => ("ps", run_async(ps::run(args))),
+        Commands::Logs(args) => ("logs", run_async(logs::run(args))),
+        Commands::Exec(args) => ("exec", run_async(exec::run(args))),
+        Commands::Call(args) => ("call", run_async(call::run(args))),
+        Commands::Reap(args) => ("reap", run_async(reap::run(args))),
+        Commands::Serve(args) => ("serve", run_async(serve::run(args))),
+    };
+    match result {
+        Ok(code) => code,
         Err(e) => {
-            eprintln!("agentix build: {e}");
+            eprintln!("agentix {name}: {e}");
             ExitCode::FAILURE
         }
     }
 }
 
-fn build(args: BuildArgs) -> Result<(), BuildError> {
-    let package = PackageRef {
-        manifest_path: args.manifest_path,
-        package: args.package,
-    };
-    let facts = cargo_package::facts(&package)?;
-    let bin = match (args.bin, facts.binaries.as_slice()) {
-        (Some(bin), _) => bin,
-        (None, [only]) => only.clone(),
-        (None, many) => {
-            return Err(BuildError::Command {
-                command: "agentix build".into(),
-                why: format!(
-                    "`{}` has {} binaries ({}); pick one with --bin",
-                    facts.name,
-                    many.len(),
-                    many.join(", ")
-                ),
-            })
-        }
-    };
-    eprintln!("building {} (bin {bin}) in release", facts.name);
-    let binary = cargo_package::build_release(&package, &facts.name, &bin)?;
-    let mut tools = BTreeMap::new();
-    let declared = facts.tools.into_iter();
-    let extra = args.tools.into_iter().map(|t| (t, "--tool".to_owned()));
-    for (tool, declared_by) in declared.chain(extra) {
-        let path = cargo_package::find_on_path(&tool).ok_or_else(|| BuildError::ToolMissing {
-            tool: tool.clone(),
-            declared_by,
-        })?;
-        tools.insert(tool, path);
+/// Whether a provider started this binary as a bundle: `worker`, `isolate`,
+/// or `serve` followed by one of the server's listening flags (which every
+/// provider puts first); the operator's `agentix serve` takes a bundle path
+/// or its own flags instead.
+fn bundle_role() -> bool {
+    let args: Vec<String> = std::env::args().skip(1).take(2).collect();
+    match args.first().map(String::as_str) {
+        Some("worker" | "isolate") => true,
+        Some("serve") => matches!(
+            args.get(1).map(String::as_str),
+            Some("--host" | "--port" | "--unix" | "--local-socket")
+        ),
+        _ => false,
     }
-    let out = args
-        .out
-        .unwrap_or_else(|| PathBuf::from("agentix-bundle").join(&bin));
-    let spec = BundleSpec {
-        binary,
-        name: bin,
-        version: facts.version,
-        target: cargo_package::host_target()?,
-        tools,
-        out: cargo_package::absolute(&out),
-    };
-    let bundle = assemble(&spec, &mut |step| eprintln!("{step}"))?;
-    println!(
-        "{}: {} files, {:.1} MiB, digest sha256:{}",
-        bundle.dir.display(),
-        bundle.manifest.files.len(),
-        bundle.size as f64 / (1 << 20) as f64,
-        bundle.manifest.digest()
+}
+
+/// Run in each worker of a sandbox of this binary: its first log line, so
+/// that `agentix logs` shows when each worker started (a restart adds one).
+fn announce_worker() {
+    eprintln!(
+        "agentix shell sandbox: worker {} ready, with the bash plugin",
+        std::process::id()
     );
-    if let Some(image) = args.image {
-        eprintln!("loading the bundle into the engine as {image}");
-        agentix_cli::bundle_image::load_image(&bundle, &image)?;
-        println!("image {image}");
-    }
-    Ok(())
+}
+
+/// Runs an async command on a runtime of its own.
+fn run_async(
+    command: impl std::future::Future<Output = Result<ExitCode, String>>,
+) -> Result<ExitCode, String> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start a runtime: {e}"))?
+        .block_on(command)
 }

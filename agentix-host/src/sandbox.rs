@@ -226,6 +226,13 @@ impl Sandbox {
         StreamCall::new(self, target.to_owned(), cbor::to_vec(&args))
     }
 
+    /// Opens the connection now, joining `/log`, `/trace` and the plugin
+    /// namespaces, instead of at the first call: for a handle that only
+    /// listens (to logs, to a namespace's events).
+    pub async fn connect(&self) -> Result<(), RemoteError> {
+        self.connection().await.map(drop)
+    }
+
     /// Calls `target` by name with CBOR-encoded arguments; returns CBOR.
     pub async fn call_cbor(&self, target: &str, args: &[u8]) -> Result<Vec<u8>, RemoteError> {
         self.call_bytes(target, args.to_vec()).await.map(Vec::from)

@@ -184,8 +184,8 @@ pub fn default_path() -> PathBuf {
     std::env::temp_dir().join(format!("agentix-runtime-{uid}"))
 }
 
-/// Milliseconds since the Unix epoch, now.
-pub(crate) fn now_ms() -> u64 {
+/// Milliseconds since the Unix epoch, now (for [`SandboxMarker::created_ms`]).
+pub fn now_ms() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis() as u64)

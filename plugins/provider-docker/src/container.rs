@@ -4,7 +4,8 @@
 use std::time::Duration;
 
 use agentix::{
-    ContainerNetwork, ErrorKind, ProviderError, RemoteError, SandboxConfig, SandboxResources,
+    ContainerNetwork, ErrorKind, MarkerDir, ProviderError, RemoteError, SandboxConfig,
+    SandboxResources,
 };
 use bollard::container::LogOutput;
 use bollard::query_parameters::{
@@ -34,6 +35,8 @@ pub struct Container {
     /// The volume holding the server's socket, removed with the container
     /// (none when the port is published).
     run_volume: Option<String>,
+    /// Its marker (see `agentix::sandbox_marker`), removed with it.
+    marker: Option<(MarkerDir, String)>,
 }
 
 impl Container {
@@ -148,6 +151,7 @@ impl Container {
             name: created.id,
             ended,
             run_volume: volume,
+            marker: None,
         };
         Ok((container, tx))
     }
@@ -286,16 +290,31 @@ impl Container {
         });
     }
 
+    /// The same container, whose marker `id` in `markers` goes when it does.
+    pub fn marked(mut self, markers: MarkerDir, id: String) -> Self {
+        self.marker = Some((markers, id));
+        self
+    }
+
+    /// Removes its marker, if it has one.
+    fn unmark(marker: &Option<(MarkerDir, String)>) {
+        if let Some((markers, id)) = marker {
+            let _ = markers.remove(id);
+        }
+    }
+
     /// Deletes the container after `lifetime`, unless it is gone by then.
     pub fn delete_after(&self, lifetime: Duration) {
-        let (docker, name, volume) = (
+        let (docker, name, volume, marker) = (
             self.docker.clone(),
             self.name.clone(),
             self.run_volume.clone(),
+            self.marker.clone(),
         );
         tokio::spawn(async move {
             tokio::time::sleep(lifetime).await;
             remove(&docker, &name, volume.as_deref()).await;
+            Container::unmark(&marker);
         });
     }
 
@@ -333,6 +352,7 @@ impl SandboxResources for Container {
         // On a thread and a client of its own: a handle dropped while the
         // caller's runtime shuts down must still remove its container.
         let (name, volume) = (self.name.clone(), self.run_volume.clone());
+        let marker = self.marker.clone();
         let (done_tx, done_rx) = tokio::sync::oneshot::channel();
         let spawned = std::thread::Builder::new()
             .name("agentix-docker-rm".into())
@@ -343,6 +363,7 @@ impl SandboxResources for Container {
                 if let (Ok(runtime), Ok(docker)) = (runtime, Docker::connect_with_defaults()) {
                     runtime.block_on(remove(&docker, &name, volume.as_deref()));
                 }
+                Container::unmark(&marker);
                 let _ = done_tx.send(());
             });
         Box::pin(async move {

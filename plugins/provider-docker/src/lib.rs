@@ -35,7 +35,8 @@ pub mod runtime_check;
 use std::sync::Arc;
 
 use agentix::{
-    Liveness, OwnerId, Provider, ProviderError, Sandbox, SandboxConfig, SandboxRegistry,
+    Liveness, MarkerDir, OwnerId, Provider, ProviderError, Sandbox, SandboxConfig, SandboxMarker,
+    SandboxRegistry,
 };
 use bollard::query_parameters::{
     CreateImageOptions, ListContainersOptions, ListVolumesOptions, RemoveContainerOptions,
@@ -55,7 +56,7 @@ fn from_env() -> Result<Box<dyn Provider>, ProviderError> {
 }
 
 // `agentix::provider("docker")`, configured by DOCKER_HOST like the docker CLI.
-agentix::register_provider!("docker", from_env);
+agentix::register_provider!(PROVIDER_NAME, from_env);
 
 /// Label naming the sandbox a container belongs to.
 pub const LABEL_SANDBOX: &str = "agentix.sandbox";
@@ -107,7 +108,11 @@ pub struct DockerProvider {
     docker: Docker,
     sandboxes: SandboxRegistry,
     reach: ServerReach,
+    markers: MarkerDir,
 }
+
+/// The provider's name in markers and the provider registry.
+pub const PROVIDER_NAME: &str = "docker";
 
 impl DockerProvider {
     /// A provider for the engine `DOCKER_HOST` names, or the local one,
@@ -125,7 +130,15 @@ impl DockerProvider {
             docker,
             sandboxes: SandboxRegistry::new(),
             reach: ServerReach::for_engine(),
+            markers: MarkerDir::default(),
         }
+    }
+
+    /// Keeps the sandboxes' markers (`agentix::sandbox_marker`, by which
+    /// the `agentix` command reaches them) in `dir` instead of the default.
+    pub fn marker_dir(mut self, dir: impl Into<std::path::PathBuf>) -> Self {
+        self.markers = MarkerDir::new(dir);
+        self
     }
 
     /// The same provider, reaching the servers of the sandboxes it creates
@@ -244,7 +257,22 @@ impl DockerProvider {
         let count = removed.len();
         let gone = removed.into_iter().flatten().collect();
         self.reap_volumes(&gone).await?;
+        self.reap_markers(&gone);
         Ok(count)
+    }
+
+    /// Removes the markers of the sandboxes in `gone` and of owners that
+    /// are gone.
+    fn reap_markers(&self, gone: &std::collections::HashSet<String>) {
+        let Ok(markers) = self.markers.list() else {
+            return;
+        };
+        for marker in markers.iter().filter(|m| m.provider == PROVIDER_NAME) {
+            let dead = owner_liveness(&marker.owner) == Liveness::Dead;
+            if dead || gone.contains(&marker.id) {
+                let _ = self.markers.remove(&marker.id);
+            }
+        }
     }
 
     /// Removes the socket volumes of the sandboxes in `gone` and of owners
@@ -313,6 +341,26 @@ impl Provider for DockerProvider {
             let token = agentix::random_hex(32);
             let (container, addr) =
                 Container::start(&self.docker, &id, &token, &config, self.reach).await?;
+            let marker = SandboxMarker {
+                id: id.clone(),
+                provider: PROVIDER_NAME.to_owned(),
+                owner: owner_label(),
+                dir: Default::default(),
+                addr: addr.clone(),
+                local_addr: None,
+                token: token.clone(),
+                pid: 0,
+                pid_start: 0,
+                cgroup: Vec::new(),
+                created_ms: agentix::sandbox_marker::now_ms(),
+            };
+            let container = match self.markers.write(&marker) {
+                Ok(()) => container.marked(self.markers.clone(), id.clone()),
+                Err(error) => {
+                    tracing::warn!(sandbox = %id, %error, "cannot write the sandbox's marker");
+                    container
+                }
+            };
             let lifetime = config.container.lifetime;
             let container = Arc::new(container);
             if let Some(lifetime) = lifetime {

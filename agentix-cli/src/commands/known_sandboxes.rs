@@ -1,0 +1,67 @@
+//! The sandboxes this machine's hosts recorded, by their markers
+//! (`agentix::sandbox_marker`), and a handle on one of them.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use agentix::{MarkerDir, Sandbox, SandboxConfig, SandboxMarker};
+
+/// Where the markers are, for the commands that read them.
+#[derive(clap::Args, Debug, Clone)]
+pub(crate) struct MarkerArgs {
+    /// The marker directory (default: `$XDG_RUNTIME_DIR/agentix`, else
+    /// `/run/agentix` for root, else `<temp>/agentix-runtime-<uid>`, as
+    /// hosts use).
+    #[arg(long, value_name = "DIR", global = true)]
+    markers: Option<PathBuf>,
+}
+
+impl MarkerArgs {
+    /// The marker directory these arguments name.
+    pub(crate) fn dir(&self) -> MarkerDir {
+        match &self.markers {
+            Some(dir) => MarkerDir::new(dir),
+            None => MarkerDir::default(),
+        }
+    }
+}
+
+/// Every recorded sandbox.
+pub(crate) fn all(markers: &MarkerDir) -> Result<Vec<SandboxMarker>, String> {
+    markers
+        .list()
+        .map_err(|e| format!("cannot read {}: {e}", markers.path().display()))
+}
+
+/// The sandbox `id` names: its id, or the start of exactly one id.
+pub(crate) fn find(markers: &MarkerDir, id: &str) -> Result<SandboxMarker, String> {
+    let all = all(markers)?;
+    if let Some(exact) = all.iter().find(|m| m.id == id) {
+        return Ok(exact.clone());
+    }
+    let mut matching = all.into_iter().filter(|m| m.id.starts_with(id));
+    match (matching.next(), matching.next()) {
+        (Some(only), None) => Ok(only),
+        (Some(a), Some(b)) => Err(format!(
+            "`{id}` names more than one sandbox ({}, {}, ...): give more of the id",
+            a.id, b.id
+        )),
+        (None, _) => Err(format!(
+            "no sandbox `{id}` is recorded in {} (`agentix ps` lists them)",
+            markers.path().display()
+        )),
+    }
+}
+
+/// A handle on the sandbox `marker` records, by its Unix socket when it
+/// has one (the TCP port of an isolated sandbox is its host's forward,
+/// which ends with the host); dropping it leaves the sandbox running.
+pub(crate) fn attach(marker: &SandboxMarker) -> Sandbox {
+    let addr = marker.local_addr.as_deref().unwrap_or(&marker.addr);
+    let mut config = SandboxConfig::new("");
+    config.connect_timeout = CONNECT_TIMEOUT;
+    Sandbox::attach_with(addr, marker.token.clone(), config)
+}
+
+/// How long a command waits to reach a sandbox's server.
+pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
