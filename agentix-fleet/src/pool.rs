@@ -485,7 +485,13 @@ where
             outcome = shared.run_task(task, &mut held) => outcome,
         };
         shared.ended(&outcome);
-        if outcomes.send(outcome).await.is_err() {
+        // A reader that stops reading must not keep a shutdown waiting.
+        let sent = tokio::select! {
+            biased;
+            _ = shared.cancel.cancelled() => break,
+            sent = outcomes.send(outcome) => sent,
+        };
+        if sent.is_err() {
             break;
         }
     }

@@ -623,3 +623,100 @@ fn running_out_of_file_descriptors_is_a_transient_provider_failure() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// A provider whose creates take as long as the test says and start
+/// nothing: sandboxes the work function never calls.
+struct Timed {
+    create_ms: Arc<std::sync::atomic::AtomicU64>,
+    registry: SandboxRegistry,
+}
+
+/// What a [`Timed`] sandbox holds: nothing to delete.
+struct NothingToDelete;
+
+impl agentix::SandboxResources for NothingToDelete {
+    fn shutdown(&self) -> BoxFuture<'static, ()> {
+        Box::pin(std::future::ready(()))
+    }
+}
+
+impl Provider for Timed {
+    fn create(&self, config: SandboxConfig) -> BoxFuture<'_, Result<Sandbox, ProviderError>> {
+        Box::pin(async move {
+            let ms = self.create_ms.load(Ordering::SeqCst);
+            tokio::time::sleep(Duration::from_millis(ms)).await;
+            let id = format!("timed-{}", agentix::random_hex(8));
+            Ok(Sandbox::from_parts(id, "127.0.0.1:9", "t", config, Arc::new(NothingToDelete)))
+        })
+    }
+
+    fn sandboxes(&self) -> &SandboxRegistry {
+        &self.registry
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn creates_in_flight_fall_when_the_provider_slows_and_rise_when_it_recovers() {
+    let create_ms = Arc::new(std::sync::atomic::AtomicU64::new(20));
+    let provider = Timed {
+        create_ms: create_ms.clone(),
+        registry: SandboxRegistry::new(),
+    };
+    let pool = Pool::new(provider, config())
+        .max_sandboxes(64)
+        .max_starting(16)
+        .progress(ProgressDisplay::Off);
+    let tasks = (0..1_000_000).map(|i| Task::new(format!("t{i}"), i));
+    let mut run = pool
+        .run(tasks, |_, i: i64| async move { Ok::<i64, agentix::RemoteError>(i) })
+        .unwrap();
+    let reader = tokio::spawn(async move { while run.next().await.is_some() {} });
+    // Creates in flight, sampled every 5 ms for `window`.
+    let sample = |window: Duration| {
+        let pool = &pool;
+        async move {
+            let mut seen = Vec::new();
+            let end = tokio::time::Instant::now() + window;
+            while tokio::time::Instant::now() < end {
+                seen.push(pool.stats().starting);
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            seen
+        }
+    };
+    let steady = sample(Duration::from_secs(1)).await;
+    let steady_mean = steady.iter().sum::<u64>() as f64 / steady.len() as f64;
+    create_ms.store(40, Ordering::SeqCst);
+    let slowed = sample(Duration::from_millis(600)).await;
+    create_ms.store(20, Ordering::SeqCst);
+    let recovered = sample(Duration::from_secs(2)).await;
+    pool.shutdown().await;
+    reader.await.unwrap();
+    assert!(steady_mean >= 12.0, "a steady provider keeps ~16 creates going: {steady:?}");
+    let least = slowed.iter().skip(10).min().copied().unwrap();
+    assert!(least <= 4, "twice as slow, creates in flight fell only to {least}: {slowed:?}");
+    let most = recovered.iter().skip(100).max().copied().unwrap();
+    assert!(most >= 14, "recovered, creates in flight rose only to {most}: {recovered:?}");
+}
+
+#[tokio::test]
+async fn a_shutdown_ends_a_run_whose_outcomes_nobody_reads() {
+    let provider = Timed {
+        create_ms: Arc::new(std::sync::atomic::AtomicU64::new(1)),
+        registry: SandboxRegistry::new(),
+    };
+    let pool = Pool::new(provider, config())
+        .max_sandboxes(4)
+        .progress(ProgressDisplay::Off);
+    let tasks = (0..10_000).map(|i| Task::new(format!("t{i}"), i));
+    let run = pool
+        .run(tasks, |_, i: i64| async move { Ok::<i64, agentix::RemoteError>(i) })
+        .unwrap();
+    // The outcome channel fills and every lane waits to send.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    tokio::time::timeout(Duration::from_secs(10), pool.shutdown())
+        .await
+        .expect("the shutdown waits for no reader");
+    assert_eq!(pool.stats().sandboxes, 0);
+    drop(run);
+}
