@@ -24,6 +24,7 @@ pub mod retry_policy;
 pub mod run_record;
 pub mod start_throttle;
 pub mod task;
+mod warm_set;
 
 pub use failure::{Failure, FailureKind};
 pub use outcome::{Outcome, Timings};

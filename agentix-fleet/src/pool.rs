@@ -39,6 +39,7 @@ use crate::retry_policy::RetryPolicy;
 use crate::run_record::RunRecord;
 use crate::start_throttle::StartThrottle;
 use crate::task::Task;
+use crate::warm_set::WarmSet;
 
 /// Resets a sandbox between two tasks; an error retires it instead.
 type ResetHook =
@@ -70,6 +71,7 @@ pub struct Pool {
     max_sandboxes: usize,
     max_starting: usize,
     reuse: usize,
+    warm: usize,
     reset: Option<ResetHook>,
     retry: RetryPolicy,
     attempt_deadline: Option<Duration>,
@@ -104,6 +106,7 @@ impl Pool {
             max_sandboxes: 16,
             max_starting: 8,
             reuse: 1,
+            warm: 0,
             reset: None,
             retry: RetryPolicy::default(),
             attempt_deadline: None,
@@ -132,6 +135,16 @@ impl Pool {
     /// default, is a fresh sandbox per task).
     pub fn reuse(mut self, tasks: usize) -> Self {
         self.reuse = tasks.max(1);
+        self
+    }
+
+    /// Keeps up to `k` started sandboxes idle beside those running tasks,
+    /// so that a task that needs a fresh sandbox claims one at once instead
+    /// of waiting for a create. Sandboxes busy or warm stay within
+    /// `max_sandboxes + k` (those being deleted aside); the warm ones go
+    /// when the queue is empty.
+    pub fn warm(mut self, k: usize) -> Self {
+        self.warm = k;
         self
     }
 
@@ -290,6 +303,7 @@ impl Pool {
             stats: stats.clone(),
             throttle: throttle.clone(),
             started: Instant::now(),
+            warm: WarmSet::new(self.warm),
             cancel: control.cancel.clone(),
             tracker: control.tracker.clone(),
         });
@@ -322,9 +336,23 @@ impl Pool {
             for _ in 0..lanes {
                 running.spawn(lane(shared.clone(), tx.clone()));
             }
+            let mut warming = tokio::task::JoinSet::new();
+            let warmers = if lanes == 0 { 0 } else { shared.warm.target() };
+            for _ in 0..warmers {
+                warming.spawn(keep_warm(shared.clone()));
+            }
             let lanes_done = async { while running.join_next().await.is_some() {} };
             let snapshot = || shared.stats.snapshot(shared.throttle.limit());
             progress::show(display, snapshot, lanes_done).await;
+            // A warmer stopped mid-create leaves nothing (see `create`).
+            warming.abort_all();
+            while warming.join_next().await.is_some() {}
+            let left = shared.warm.drain();
+            shared
+                .stats
+                .warm
+                .fetch_sub(left.len() as u64, Ordering::Relaxed);
+            drop(left);
             // The stream ends (the last sender goes) once every sandbox is.
             shared.tracker.close();
             drop(_driving);
@@ -402,6 +430,7 @@ struct Shared<I, F> {
     stats: Arc<StatsCounters>,
     throttle: Arc<StartThrottle>,
     started: Instant,
+    warm: WarmSet<Held>,
     cancel: CancellationToken,
     /// The driver, the lanes and the deletions, so that a shutdown can wait
     /// for all of them.
@@ -458,6 +487,48 @@ impl Retire {
         }
     }
 }
+
+/// One warmer: keeps a place of the warm set filled while tasks wait.
+async fn keep_warm<I, O, F, Fut>(shared: Arc<Shared<I, F>>)
+where
+    I: Clone + Send + Sync + 'static,
+    O: Serialize + Send + Sync + 'static,
+    F: Fn(Arc<Sandbox>, I) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<O, RemoteError>> + Send + 'static,
+{
+    let queue_empty = || {
+        shared
+            .queue
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_empty()
+    };
+    while !shared.cancel.is_cancelled() && !queue_empty() {
+        if !shared.warm.reserve() {
+            tokio::select! {
+                _ = shared.cancel.cancelled() => return,
+                _ = shared.warm.place_freed() => continue,
+            }
+        }
+        match shared.create().await {
+            Ok(sandbox) => {
+                // Counted first: a claim right after the fill subtracts.
+                shared.stats.warm.fetch_add(1, Ordering::Relaxed);
+                shared.warm.fill(sandbox);
+            }
+            Err(failure) => {
+                shared.warm.release();
+                tracing::debug!(target: "agentix_fleet", %failure, "a warm sandbox did not start");
+                // The throttle has backed off; a refused create is not
+                // tried again at once.
+                tokio::time::sleep(WARM_RETRY_PAUSE).await;
+            }
+        }
+    }
+}
+
+/// How long a warmer waits after a create failed.
+const WARM_RETRY_PAUSE: Duration = Duration::from_millis(200);
 
 /// One lane: tasks from the queue, one at a time, until it is empty or
 /// nobody listens for outcomes.
@@ -634,14 +705,43 @@ where
                 }
             }
         }
+        if let Some(warm) = self.warm.claim() {
+            self.stats.warm.fetch_sub(1, Ordering::Relaxed);
+            return Ok(warm);
+        }
+        self.create().await
+    }
+
+    /// A new sandbox, through the throttle. The create runs as a task of
+    /// its own, so that an attempt or a warmer stopped while it runs (a
+    /// shutdown, a deadline) leaves no sandbox behind: one nobody waits for
+    /// any more is deleted there, and the run's end waits for that.
+    async fn create(&self) -> Result<Held, Failure> {
         let permit = self.throttle.acquire().await;
-        let starting = Gauge::up(&self.stats.starting);
-        let began = Instant::now();
-        let created = self.provider.session(self.config.clone()).await;
-        drop(starting);
-        let failed =
-            matches!(&created, Err(e) if FailureKind::of_start(e) == FailureKind::Provider);
-        permit.finished(began.elapsed(), failed);
+        let (created_tx, created_rx) = tokio::sync::oneshot::channel();
+        let (provider, config, stats) = (
+            self.provider.clone(),
+            self.config.clone(),
+            self.stats.clone(),
+        );
+        self.tracker.spawn(async move {
+            stats.starting.fetch_add(1, Ordering::Relaxed);
+            let began = Instant::now();
+            let created = provider.session(config).await;
+            stats.starting.fetch_sub(1, Ordering::Relaxed);
+            let failed =
+                matches!(&created, Err(e) if FailureKind::of_start(e) == FailureKind::Provider);
+            permit.finished(began.elapsed(), failed);
+            if let Err(Ok(unwanted)) = created_tx.send(created) {
+                unwanted.delete().await;
+            }
+        });
+        let created = created_rx.await.unwrap_or_else(|_| {
+            Err(agentix_host::ProviderError::Backend {
+                what: "create a sandbox".into(),
+                reason: "the create's task ended without a result".into(),
+            })
+        });
         match created {
             Ok(sandbox) => {
                 self.stats.sandboxes.fetch_add(1, Ordering::Relaxed);

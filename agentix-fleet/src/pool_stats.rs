@@ -26,8 +26,10 @@ pub struct PoolStats {
     pub starting: u64,
     /// The throttle's current limit on creates in flight.
     pub start_limit: u64,
-    /// Sandboxes alive now, busy or idle.
+    /// Sandboxes alive now, busy or idle (warm ones included).
     pub sandboxes: u64,
+    /// Warm sandboxes: started, idle, ready for a task to claim.
+    pub warm: u64,
     /// Sandboxes created over the run.
     pub created: u64,
 }
@@ -51,6 +53,7 @@ pub(crate) struct StatsCounters {
     pub(crate) running: AtomicU64,
     pub(crate) starting: AtomicU64,
     pub(crate) sandboxes: AtomicU64,
+    pub(crate) warm: AtomicU64,
     pub(crate) created: AtomicU64,
 }
 
@@ -69,6 +72,7 @@ impl StatsCounters {
             starting: get(&self.starting),
             start_limit: start_limit as u64,
             sandboxes: get(&self.sandboxes),
+            warm: get(&self.warm),
             created: get(&self.created),
         }
     }

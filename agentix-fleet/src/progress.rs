@@ -37,7 +37,7 @@ pub fn describe(stats: &PoolStats, elapsed: Duration) -> String {
     };
     format!(
         "{ended}/{} ended: {} done, {} failed, {} retrying, {} running, {} starting \
-         (limit {}), {} sandboxes; {rate:.1}/s, eta {eta}",
+         (limit {}), {} warm, {} sandboxes; {rate:.1}/s, eta {eta}",
         stats.tasks,
         stats.done,
         stats.failed,
@@ -45,6 +45,7 @@ pub fn describe(stats: &PoolStats, elapsed: Duration) -> String {
         stats.running,
         stats.starting,
         stats.start_limit,
+        stats.warm,
         stats.sandboxes,
     )
 }
@@ -86,6 +87,7 @@ pub(crate) async fn show(
                 running = now.running,
                 starting = now.starting,
                 start_limit = now.start_limit,
+                warm = now.warm,
                 sandboxes = now.sandboxes,
                 "fleet progress"
             );

@@ -646,7 +646,13 @@ impl Provider for Timed {
             let ms = self.create_ms.load(Ordering::SeqCst);
             tokio::time::sleep(Duration::from_millis(ms)).await;
             let id = format!("timed-{}", agentix::random_hex(8));
-            Ok(Sandbox::from_parts(id, "127.0.0.1:9", "t", config, Arc::new(NothingToDelete)))
+            Ok(Sandbox::from_parts(
+                id,
+                "127.0.0.1:9",
+                "t",
+                config,
+                Arc::new(NothingToDelete),
+            ))
         })
     }
 
@@ -668,7 +674,9 @@ async fn creates_in_flight_fall_when_the_provider_slows_and_rise_when_it_recover
         .progress(ProgressDisplay::Off);
     let tasks = (0..1_000_000).map(|i| Task::new(format!("t{i}"), i));
     let mut run = pool
-        .run(tasks, |_, i: i64| async move { Ok::<i64, agentix::RemoteError>(i) })
+        .run(tasks, |_, i: i64| async move {
+            Ok::<i64, agentix::RemoteError>(i)
+        })
         .unwrap();
     let reader = tokio::spawn(async move { while run.next().await.is_some() {} });
     // Creates in flight, sampled every 5 ms for `window`.
@@ -692,11 +700,20 @@ async fn creates_in_flight_fall_when_the_provider_slows_and_rise_when_it_recover
     let recovered = sample(Duration::from_secs(2)).await;
     pool.shutdown().await;
     reader.await.unwrap();
-    assert!(steady_mean >= 12.0, "a steady provider keeps ~16 creates going: {steady:?}");
+    assert!(
+        steady_mean >= 12.0,
+        "a steady provider keeps ~16 creates going: {steady:?}"
+    );
     let least = slowed.iter().skip(10).min().copied().unwrap();
-    assert!(least <= 4, "twice as slow, creates in flight fell only to {least}: {slowed:?}");
+    assert!(
+        least <= 4,
+        "twice as slow, creates in flight fell only to {least}: {slowed:?}"
+    );
     let most = recovered.iter().skip(100).max().copied().unwrap();
-    assert!(most >= 14, "recovered, creates in flight rose only to {most}: {recovered:?}");
+    assert!(
+        most >= 14,
+        "recovered, creates in flight rose only to {most}: {recovered:?}"
+    );
 }
 
 #[tokio::test]
@@ -710,7 +727,9 @@ async fn a_shutdown_ends_a_run_whose_outcomes_nobody_reads() {
         .progress(ProgressDisplay::Off);
     let tasks = (0..10_000).map(|i| Task::new(format!("t{i}"), i));
     let run = pool
-        .run(tasks, |_, i: i64| async move { Ok::<i64, agentix::RemoteError>(i) })
+        .run(tasks, |_, i: i64| async move {
+            Ok::<i64, agentix::RemoteError>(i)
+        })
         .unwrap();
     // The outcome channel fills and every lane waits to send.
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -719,4 +738,75 @@ async fn a_shutdown_ends_a_run_whose_outcomes_nobody_reads() {
         .expect("the shutdown waits for no reader");
     assert_eq!(pool.stats().sandboxes, 0);
     drop(run);
+}
+
+#[tokio::test]
+async fn tasks_claim_warm_sandboxes_instead_of_waiting_for_a_create() {
+    // Each create takes 200 ms at least: a task that got its sandbox
+    // sooner claimed a warm one.
+    let create = Duration::from_millis(200);
+    let provider = Timed {
+        create_ms: Arc::new(std::sync::atomic::AtomicU64::new(create.as_millis() as u64)),
+        registry: SandboxRegistry::new(),
+    };
+    let pool = Pool::new(provider, config())
+        .max_sandboxes(2)
+        .warm(3)
+        .progress(ProgressDisplay::Off);
+    let run = pool
+        .run(numbered(12), |_, i| async move {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            Ok::<i64, agentix::RemoteError>(i)
+        })
+        .unwrap();
+    let outcomes = run.collect_all().await;
+    assert_eq!(outcomes.len(), 12);
+    let claimed = outcomes.iter().filter(|o| o.timings.start < create).count();
+    assert!(claimed >= 6, "{claimed} of 12 tasks claimed a warm sandbox");
+    let stats = pool.stats();
+    assert_eq!(
+        (stats.done, stats.warm, stats.sandboxes),
+        (12, 0, 0),
+        "{stats:?}"
+    );
+}
+
+#[tokio::test]
+async fn warm_local_sandboxes_stay_within_their_bound_and_go_with_the_run() {
+    let provider = Arc::new(LocalProvider::new());
+    let pool = Pool::shared(provider.clone(), config())
+        .max_sandboxes(2)
+        .warm(2)
+        .progress(ProgressDisplay::Off);
+    let mut run = pool
+        .run(numbered(8), |sb, i| async move {
+            sb.remote(agentix_e2e::sleep_ms, 150u64).await?;
+            sb.remote(agentix_e2e::add, (i, 1)).await
+        })
+        .unwrap();
+    let (mut most_warm, mut most_running, mut done) = (0, 0, 0);
+    loop {
+        tokio::select! {
+            outcome = run.next() => match outcome {
+                Some(outcome) => {
+                    assert!(outcome.is_done(), "{:?}", outcome.result);
+                    done += 1;
+                }
+                None => break,
+            },
+            _ = tokio::time::sleep(Duration::from_millis(5)) => {
+                let stats = pool.stats();
+                most_warm = most_warm.max(stats.warm);
+                most_running = most_running.max(stats.running);
+            }
+        }
+    }
+    assert_eq!(done, 8);
+    assert!(most_warm >= 1, "no sandbox was ever warm");
+    assert!(
+        most_warm <= 2 && most_running <= 2,
+        "warm {most_warm}, running {most_running}"
+    );
+    assert!(provider.list().is_empty(), "{:?}", provider.list());
+    assert_eq!(pool.stats().warm, 0);
 }
