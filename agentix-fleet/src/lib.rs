@@ -9,7 +9,9 @@
 //! ([`run_record`]), and progress on the terminal or in the log
 //! ([`progress`], [`pool_stats`]).
 //!
-//! Layout: [`pool`] is the pool and its run loop; [`task`] what goes in,
+//! Layout: [`pool`] is the pool and its run loop, [`pool_actor`] the same
+//! as an actix actor that takes jobs and answers with messages; [`task`]
+//! what goes in,
 //! [`outcome`] what comes out; the rest are the pool's parts, each
 //! testable alone. This crate sits above `agentix-host` (it only uses the
 //! `Provider` trait and the `Sandbox` handle) and below the facade, which
@@ -18,6 +20,7 @@
 pub mod failure;
 pub mod outcome;
 pub mod pool;
+pub mod pool_actor;
 pub mod pool_stats;
 pub mod progress;
 pub mod retry_policy;
@@ -29,6 +32,7 @@ mod warm_set;
 pub use failure::{Failure, FailureKind};
 pub use outcome::{Outcome, Timings};
 pub use pool::{Pool, Run};
+pub use pool_actor::{GetPoolStats, JobEvent, PoolActor, RunJob, ShutdownPool};
 pub use pool_stats::PoolStats;
 pub use progress::ProgressDisplay;
 pub use retry_policy::RetryPolicy;

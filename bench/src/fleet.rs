@@ -50,6 +50,7 @@ pub(crate) async fn fleet(report: &mut Report) {
     raw(n, report).await;
     pooled(n, report).await;
     throughput(report).await;
+    warm_claim(report).await;
     chaos(report).await;
 }
 
@@ -178,6 +179,38 @@ async fn throughput(report: &mut Report) {
         outcomes.len() as f64 / took.as_secs_f64(),
     );
     let _ = std::fs::remove_file(record);
+}
+
+/// 200 tasks of 50 ms, each on a fresh sandbox, over 4 lanes and 8 warm
+/// sandboxes: how long a task waits for its sandbox.
+async fn warm_claim(report: &mut Report) {
+    let pool = Pool::new(LocalProvider::new(), config())
+        .max_sandboxes(4)
+        .warm(8)
+        .progress(ProgressDisplay::Off);
+    let tasks = (0..200u64).map(|i| Task::new(i.to_string(), i));
+    let outcomes = pool
+        .run(tasks, |sb, i| async move {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            sb.remote(bench_fns::add_one, i).await
+        })
+        .expect("the pool runs")
+        .collect_all()
+        .await;
+    assert!(outcomes.iter().all(|o| o.is_done()));
+    // The first tasks start before anything is warm.
+    let mut waits: Vec<f64> = outcomes
+        .iter()
+        .filter(|o| o.task.parse::<u64>().is_ok_and(|i| i >= 8))
+        .map(|o| o.timings.start.as_secs_f64() * 1e3)
+        .collect();
+    waits.sort_by(f64::total_cmp);
+    report.add(
+        "fleet_warm_claim_p50_ms",
+        "a task's wait for its sandbox with 8 warm (200 tasks of 50 ms, 4 at once, fresh sandbox each)",
+        "ms",
+        waits[waits.len() / 2],
+    );
 }
 
 /// 2,000 tasks over 100 sandboxes while a tenth of the workers and a

@@ -222,3 +222,45 @@ async fn a_service_keeps_its_sandboxes_apart_and_within_its_limit() {
     let (status, _) = http("POST", &format!("{base}/sandboxes"), None).await;
     assert_eq!(status, 201, "room again once deleted");
 }
+
+#[actix_rt::test]
+async fn a_job_runs_many_calls_over_the_services_pool_and_reports_each() {
+    let base = service(3).await;
+    let args: Vec<Value> = (0..20).map(|i| json!([i, 100])).collect();
+    let mut args = args;
+    args.push(json!(["not a number", 1]));
+    let (status, body) = http(
+        "POST",
+        &format!("{base}/jobs"),
+        Some(json!({ "target": "agentix_e2e::add", "args": args })),
+    )
+    .await;
+    assert_eq!(status, 201, "{body}");
+    let id = body["id"].as_str().unwrap().to_owned();
+    let url = format!("{base}/jobs/{id}");
+    let mut seen_running = false;
+    let job = loop {
+        let (status, job) = http("GET", &url, None).await;
+        assert_eq!(status, 200, "{job}");
+        seen_running |= !job["finished"].as_bool().unwrap();
+        if job["finished"] == true {
+            break job;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert!(seen_running, "the job was never seen in progress");
+    assert_eq!(job["stats"]["done"], 20, "{job}");
+    assert_eq!(job["stats"]["failed"], 1, "{job}");
+    assert_eq!(job["stats"]["sandboxes"], 0, "every sandbox deleted: {job}");
+    let results = job["results"].as_array().unwrap();
+    assert_eq!(results.len(), 21);
+    for result in results {
+        let task: i64 = result["task"].as_str().unwrap().parse().unwrap();
+        match task {
+            20 => assert_eq!(result["kind"], "Task", "{result}"),
+            n => assert_eq!(result["value"], n + 100, "{result}"),
+        }
+    }
+    let (status, _) = http("GET", &format!("{base}/jobs/nosuch"), None).await;
+    assert_eq!(status, 404);
+}

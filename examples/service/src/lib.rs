@@ -13,7 +13,10 @@
 //! | `GET /sandboxes/{id}/logs` | what the sandbox logs and prints, live, as server-sent events (one JSON record per `data:`) |
 //! | `DELETE /sandboxes/{id}` | lets calls in flight finish, stops the sandbox; `204` |
 //!
+//! and [`jobs`]' routes: many calls at once over a pool of sandboxes.
 //! The remote functions below are what this binary's workers serve.
+
+pub mod jobs;
 
 use std::collections::HashMap;
 use std::ffi::OsString;
@@ -94,17 +97,26 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
         .route("/sandboxes/{id}", web::delete().to(delete));
 }
 
-/// The service on `listener`, not yet awaited: await it (or spawn it) to serve.
+/// The service on `listener`, not yet awaited: await it (or spawn it) to
+/// serve. Call it inside an actix system: the jobs' pool is an actor of it.
 pub fn start(
     listener: std::net::TcpListener,
     config: ServiceConfig,
 ) -> std::io::Result<actix_web::dev::Server> {
+    let bundle = config
+        .worker_command
+        .first()
+        .map(std::path::PathBuf::from)
+        .unwrap_or_default();
+    let jobs = web::Data::new(jobs::Jobs::start(&bundle, config.max_sandboxes));
     let sandboxes = web::Data::new(Sandboxes::new(config));
     let server = actix_web::HttpServer::new(move || {
         actix_web::App::new()
             .app_data(sandboxes.clone())
+            .app_data(jobs.clone())
             .app_data(web::JsonConfig::default().limit(16 << 20))
             .configure(routes)
+            .configure(jobs::routes)
     })
     .listen(listener)?
     .run();

@@ -7,6 +7,8 @@
 //! curl -X POST localhost:8080/sandboxes/ID/calls/sandbox_service::work -H 'content-type: application/json' -d '[3]'
 //! curl localhost:8080/sandboxes/ID/health
 //! curl -X DELETE localhost:8080/sandboxes/ID
+//! curl -X POST localhost:8080/jobs -H 'content-type: application/json' -d '{"target": "sandbox_service::greet", "args": ["a", "b", "c"]}'
+//! curl localhost:8080/jobs/JOB                                # progress and results
 //! ```
 
 use sandbox_service::ServiceConfig;
