@@ -15,7 +15,7 @@ use futures_util::StreamExt;
 use crate::report::Report;
 use crate::{bench_fns, median, ms, rss_kib, us};
 
-const IMAGE: &str = "agentix-bench-empty";
+pub(crate) const IMAGE: &str = "agentix-bench-empty";
 
 pub(crate) async fn docker(local: &Sandbox, report: &mut Report) {
     let provider = match DockerProvider::connect() {
@@ -190,7 +190,7 @@ async fn echo_p50(sb: &Sandbox) -> Duration {
 }
 
 /// This very program as a bundle, with bash (it is its own bundle).
-fn assemble_self() -> std::path::PathBuf {
+pub(crate) fn assemble_self() -> std::path::PathBuf {
     let out = std::env::temp_dir().join(format!("agentix-bench-bundle-{}", std::process::id()));
     let binary = std::env::current_exe().expect("own path");
     let version = env!("CARGO_PKG_VERSION");
@@ -203,7 +203,7 @@ fn assemble_self() -> std::path::PathBuf {
 
 /// The engine's own cost: create, start and wait for a container that
 /// runs `bash -c true` from the same bundle in the same image.
-async fn run_true(docker: &bollard::Docker, bundle: &std::path::Path) -> Duration {
+pub(crate) async fn run_true(docker: &bollard::Docker, bundle: &std::path::Path) -> Duration {
     let start = Instant::now();
     let body = ContainerCreateBody {
         image: Some(IMAGE.into()),

@@ -52,6 +52,109 @@ pub(crate) async fn fleet(report: &mut Report) {
     throughput(report).await;
     warm_claim(report).await;
     chaos(report).await;
+    docker_pool(report).await;
+}
+
+/// Containers live at once in `fleet_docker_N_ready_s`.
+fn docker_fleet_size() -> usize {
+    std::env::var("AGENTIX_BENCH_FLEET_DOCKER_SIZE")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(200)
+}
+
+/// `n` container sandboxes live at once through a pool, beside the
+/// engine's own floor: `n` containers running `true`, created and started
+/// at concurrency 8, 16 and 32, the best of the three.
+async fn docker_pool(report: &mut Report) {
+    use agentix_provider_docker::DockerProvider;
+    let provider = match DockerProvider::connect() {
+        Ok(p) if p.docker().ping().await.is_ok() => Arc::new(p),
+        _ => {
+            eprintln!("fleet: no Docker engine answers; the docker pool is skipped");
+            return;
+        }
+    };
+    let n = docker_fleet_size();
+    provider
+        .import_image(
+            crate::docker::IMAGE,
+            agentix_provider_docker::EMPTY_ROOTFS.to_vec(),
+        )
+        .await
+        .expect("the empty image imports");
+    let bundle = crate::docker::assemble_self();
+    let mut floor = f64::INFINITY;
+    for concurrency in [8, 16, 32] {
+        let start = Instant::now();
+        futures_util::StreamExt::collect::<Vec<_>>(futures_util::StreamExt::buffer_unordered(
+            futures_util::stream::iter(
+                (0..n).map(|_| crate::docker::run_true(provider.docker(), &bundle)),
+            ),
+            concurrency,
+        ))
+        .await;
+        floor = floor.min(start.elapsed().as_secs_f64());
+    }
+    let pool = Pool::shared(
+        provider.clone(),
+        SandboxConfig::new(&bundle).image(crate::docker::IMAGE),
+    )
+    .max_sandboxes(n)
+    .max_starting(32)
+    .progress(ProgressDisplay::Off);
+    let all_ready = Arc::new(Barrier::new(n));
+    let ready_at = Arc::new(std::sync::Mutex::new(None));
+    let start = Instant::now();
+    let tasks = (0..n as u64).map(|i| Task::new(i.to_string(), i));
+    let (barrier, at) = (all_ready.clone(), ready_at.clone());
+    let outcomes = pool
+        .run(tasks, move |sb, i| {
+            let (barrier, at) = (barrier.clone(), at.clone());
+            async move {
+                ready(&sb, i).await?;
+                if barrier.wait().await.is_leader() {
+                    *at.lock().unwrap() = Some(Instant::now());
+                }
+                Ok(())
+            }
+        })
+        .expect("the pool runs")
+        .collect_all()
+        .await;
+    let ended = Instant::now();
+    let ready = ready_at.lock().unwrap().unwrap_or(ended);
+    report.add(
+        format!("fleet_docker_{n}_ready_s"),
+        "containers through a pool: first create until every sandbox answered a call and a bash command",
+        "s",
+        (ready - start).as_secs_f64(),
+    );
+    report.add(
+        format!("fleet_docker_{n}_floor_s"),
+        "the engine alone: as many containers running `true`, created and started, best of concurrency 8, 16, 32",
+        "s",
+        floor,
+    );
+    report.add(
+        format!("fleet_docker_{n}_delete_s"),
+        "from all ready until every container was deleted",
+        "s",
+        (ended - ready).as_secs_f64(),
+    );
+    report.add(
+        format!("fleet_docker_{n}_failures"),
+        "tasks of the pool that failed (must be 0)",
+        "tasks",
+        outcomes.iter().filter(|o| !o.is_done()).count() as f64,
+    );
+    report.add(
+        format!("fleet_docker_{n}_left"),
+        "sandboxes the provider still lists after the run (must be 0)",
+        "sandboxes",
+        provider.list().len() as f64,
+    );
+    let _ = std::fs::remove_dir_all(bundle);
 }
 
 /// The provider alone: `n` sessions at once, each ready, then all deleted.
