@@ -455,22 +455,10 @@ impl Connect for Sandbox {
         self.call_timeout
     }
 
-    fn why_lost(&self, lost: RemoteError) -> BoxFuture<'_, RemoteError> {
-        Box::pin(async move {
-            let Some(resources) = &self.resources else {
-                return lost;
-            };
-            tokio::time::timeout(ENDED_GRACE, resources.ended())
-                .await
-                .unwrap_or(lost)
-        })
+    fn server_ended(&self) -> Option<BoxFuture<'static, RemoteError>> {
+        self.ended()
     }
 }
-
-/// How long a call whose connection was lost waits for the provider to say
-/// whether the server ended, so that it ends with that cause
-/// (`ServerExited`, an OOM kill) rather than with the reset it saw first.
-const ENDED_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
 
 impl Drop for Sandbox {
     fn drop(&mut self) {

@@ -16,6 +16,7 @@ use std::time::Duration;
 use agentix_actors::cbor;
 use agentix_actors::errors::{ErrorKind, RemoteError};
 use agentix_actors::wire::Window;
+use futures_util::future::BoxFuture;
 use futures_util::Stream;
 use serde::de::DeserializeOwned;
 use serde_bytes::ByteBuf;
@@ -23,7 +24,7 @@ use tokio::sync::mpsc;
 use tokio::time::Sleep;
 
 use crate::call::{decode_result, timed_out};
-use crate::connect::Connect;
+use crate::connect::{explain_lost, Connect};
 use crate::connection::{CallGuard, StreamEvent};
 
 /// A streaming call yielding items of type `T`, ready to be started with `.await`.
@@ -83,6 +84,8 @@ impl<'a, T: DeserializeOwned + 'a> IntoFuture for StreamCall<'a, T> {
             let conn = self.sandbox.connection().await?;
             let (guard, events) = conn.open_stream(&self.target, args, self.window).await?;
             Ok(CallStream {
+                server_ended: self.sandbox.server_ended(),
+                explaining: None,
                 target: self.target,
                 guard: Some(guard),
                 events,
@@ -107,10 +110,35 @@ pub struct CallStream<T> {
     unacked: (u64, u64),
     window: Window,
     deadline: Option<(Duration, Pin<Box<Sleep>>)>,
+    /// Why the sandbox's server ended, once it has (see `Connect::why_lost`).
+    server_ended: Option<BoxFuture<'static, RemoteError>>,
+    /// The connection was lost: the error the stream ends with, once the
+    /// provider has had its moment to say why.
+    explaining: Option<BoxFuture<'static, RemoteError>>,
     _item: PhantomData<fn() -> T>,
 }
 
 impl<T> CallStream<T> {
+    /// Ends the stream with `error`, or, for a lost connection, with why
+    /// the server ended when the provider can tell.
+    fn fail(
+        &mut self,
+        error: RemoteError,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<T, RemoteError>>> {
+        if error.kind != ErrorKind::ConnectionLost {
+            return Poll::Ready(Some(Err(error)));
+        }
+        let mut explaining = explain_lost(error, self.server_ended.take());
+        match explaining.as_mut().poll(cx) {
+            Poll::Ready(error) => Poll::Ready(Some(Err(error))),
+            Poll::Pending => {
+                self.explaining = Some(explaining);
+                Poll::Pending
+            }
+        }
+    }
+
     /// Counts one consumed item and acknowledges a group of them.
     fn consumed(&mut self, bytes: usize) {
         self.unacked.0 += 1;
@@ -144,6 +172,11 @@ impl<T: DeserializeOwned> Stream for CallStream<T> {
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let this = self.get_mut();
+        if let Some(explaining) = &mut this.explaining {
+            let error = ready!(explaining.as_mut().poll(cx));
+            this.explaining = None;
+            return Poll::Ready(Some(Err(error)));
+        }
         loop {
             if let Some(item) = this.batch.next() {
                 this.consumed(item.len());
@@ -178,7 +211,7 @@ impl<T: DeserializeOwned> Stream for CallStream<T> {
                 }
                 Some(StreamEvent::Error(e)) => {
                     this.ended();
-                    return Poll::Ready(Some(Err(e)));
+                    return this.fail(e, cx);
                 }
                 None => {
                     let err = guard
@@ -188,7 +221,7 @@ impl<T: DeserializeOwned> Stream for CallStream<T> {
                             RemoteError::new(ErrorKind::ConnectionLost, "the connection is closed")
                         });
                     this.ended();
-                    return Poll::Ready(Some(Err(err)));
+                    return this.fail(err, cx);
                 }
             }
         }

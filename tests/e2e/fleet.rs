@@ -810,3 +810,62 @@ async fn warm_local_sandboxes_stay_within_their_bound_and_go_with_the_run() {
     assert!(provider.list().is_empty(), "{:?}", provider.list());
     assert_eq!(pool.stats().warm, 0);
 }
+
+#[tokio::test]
+async fn a_container_oom_kill_is_a_sandbox_death_retried_on_a_fresh_container() {
+    use agentix_provider_docker::DockerProvider;
+    let provider = Arc::new(DockerProvider::connect().expect("a Docker engine"));
+    docker_support::empty_image(&provider).await;
+    let bundle = docker_support::bundle_dir("fleet-oom");
+    let mut config = SandboxConfig::new(&bundle).image(docker_support::EMPTY_IMAGE);
+    config.container.memory_bytes = Some(256 << 20);
+    let pool = Pool::shared(provider.clone(), config)
+        .max_sandboxes(2)
+        .retry(RetryPolicy {
+            first_backoff: Duration::from_millis(10),
+            ..RetryPolicy::default()
+        })
+        .progress(ProgressDisplay::Off);
+    // Task t0's first attempt asks for a gigabyte: the kernel kills it.
+    let struck = Arc::new(AtomicU32::new(0));
+    let outcomes = pool
+        .run(numbered(3), move |sb, i| {
+            let struck = struck.clone();
+            async move {
+                if i == 0 && struck.fetch_add(1, Ordering::SeqCst) == 0 {
+                    sb.remote(agentix_e2e::fill_memory, 1024usize).await?;
+                }
+                sb.remote(agentix_e2e::add, (i, 10)).await
+            }
+        })
+        .unwrap()
+        .collect_all()
+        .await;
+    assert_eq!(outcomes.len(), 3);
+    for outcome in &outcomes {
+        assert_eq!(
+            outcome.result,
+            Ok(outcome.task[1..].parse::<i64>().unwrap() + 10)
+        );
+    }
+    let oomed = outcomes.iter().find(|o| o.task == "t0").unwrap();
+    assert_eq!(oomed.attempts, 2, "{oomed:?}");
+    assert_eq!(
+        oomed.retried[0].kind,
+        FailureKind::SandboxDied,
+        "{:?}",
+        oomed.retried
+    );
+    assert!(
+        oomed.retried[0].message.contains("OOM"),
+        "{:?}",
+        oomed.retried
+    );
+    assert_ne!(
+        oomed.retried[0].sandbox.as_deref(),
+        oomed.sandbox.as_deref(),
+        "retried in the container that was killed"
+    );
+    assert!(provider.list().is_empty(), "{:?}", provider.list());
+    let _ = std::fs::remove_dir_all(bundle);
+}

@@ -172,3 +172,23 @@ async fn sigterm_stops_calls_that_outlast_the_grace_period() {
     )
     .await;
 }
+
+#[tokio::test]
+async fn a_stream_whose_server_is_killed_ends_with_why_the_server_ended() {
+    use futures_util::StreamExt;
+    let sb = plain_sandbox().await;
+    let server = sb.server_pid().unwrap();
+    let mut ticks = sb.stream(agentix_e2e::tick, 20u64).await.unwrap();
+    ticks.next().await.unwrap().unwrap();
+    signal_pid(server, libc::SIGKILL);
+    let err = loop {
+        match ticks.next().await {
+            Some(Ok(_)) => continue,
+            Some(Err(err)) => break err,
+            None => panic!("the stream ended without an error"),
+        }
+    };
+    assert_eq!(err.kind, ErrorKind::ServerExited, "{err}");
+    assert!(err.message.contains("signal 9"), "{err}");
+    assert!(ticks.next().await.is_none(), "an error is the last item");
+}
