@@ -344,9 +344,8 @@ mod docker {
 
     const EMPTY_IMAGE: &str = "agentix-cli-test-empty";
 
-    #[tokio::test]
-    async fn a_docker_sandbox_is_listed_reached_and_followed_by_its_marker() {
-        let dir = markers("docker");
+    /// The command's binary as a bundle (with bash), and the empty image.
+    async fn bundle_and_image(dir: &Path) -> PathBuf {
         let bundle = dir.with_extension("bundle");
         let spec = agentix_cli::BundleSpec::for_binary(
             env!("CARGO_BIN_EXE_agentix"),
@@ -357,11 +356,104 @@ mod docker {
         )
         .unwrap();
         agentix_cli::assemble(&spec, &mut |_| {}).unwrap();
-        let provider = DockerProvider::connect().unwrap().marker_dir(&dir);
-        provider
+        DockerProvider::connect()
+            .unwrap()
             .import_image(EMPTY_IMAGE, agentix_provider_docker::EMPTY_ROOTFS.to_vec())
             .await
             .unwrap();
+        bundle
+    }
+
+    /// Names the marker directory of [`doomed_docker_host`].
+    const DOOMED: &str = "AGENTIX_CLI_DOOMED_MARKERS";
+
+    /// A host with one container sandbox: the one the reap test kills.
+    #[tokio::test]
+    #[ignore = "run by reap_removes_a_killed_hosts_container_and_its_marker"]
+    async fn doomed_docker_host() {
+        let dir = PathBuf::from(std::env::var(DOOMED).expect("run by the reap test"));
+        let provider = DockerProvider::connect().unwrap().marker_dir(&dir);
+        let bundle = dir.with_extension("bundle");
+        let sandbox = provider
+            .session(SandboxConfig::new(&bundle).image(EMPTY_IMAGE))
+            .await
+            .unwrap();
+        println!("ready {}", sandbox.id());
+        tokio::time::sleep(Duration::from_secs(600)).await;
+    }
+
+    #[tokio::test]
+    async fn reap_removes_a_killed_hosts_container_and_its_marker() {
+        let dir = markers("docker-reap");
+        let bundle = bundle_and_image(&dir).await;
+        let mut host = Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "docker::doomed_docker_host",
+                "--ignored",
+                "--nocapture",
+            ])
+            .env(DOOMED, &dir)
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let out = BufReader::new(host.stdout.take().unwrap());
+        let id = tokio::task::spawn_blocking(move || {
+            out.lines()
+                .map_while(Result::ok)
+                .find_map(|line| line.strip_prefix("ready ").map(str::to_owned))
+        })
+        .await
+        .unwrap()
+        .expect("the doomed host started its sandbox");
+        let (d, i) = (dir.clone(), id.clone());
+        let out = tokio::task::spawn_blocking(move || {
+            run(
+                &d,
+                &["call", &i, "agentix_bash::run", r#"["printf up", {}]"#],
+            )
+        })
+        .await
+        .unwrap();
+        assert!(out.status.success(), "{}", stderr(&out));
+        assert!(
+            stdout(&out).contains(r#""exit_code":0"#),
+            "{}",
+            stdout(&out)
+        );
+        signal(host.id(), libc::SIGKILL);
+        host.wait().unwrap();
+
+        let d = dir.clone();
+        let out = tokio::task::spawn_blocking(move || run(&d, &["reap", "--json"]))
+            .await
+            .unwrap();
+        assert!(out.status.success(), "{}", stderr(&out));
+        let done: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert!(done["docker"].as_u64().unwrap() >= 1, "{done}");
+        assert!(
+            MarkerDir::new(&dir).list().unwrap().is_empty(),
+            "the marker is reaped too"
+        );
+        let name = format!("agentix-{id}");
+        let docker = DockerProvider::connect().unwrap();
+        let left = docker
+            .docker()
+            .inspect_container(
+                &name,
+                None::<bollard::query_parameters::InspectContainerOptions>,
+            )
+            .await;
+        assert!(left.is_err(), "container {name} is left");
+        let _ = std::fs::remove_dir_all(&dir);
+        let _ = std::fs::remove_dir_all(&bundle);
+    }
+
+    #[tokio::test]
+    async fn a_docker_sandbox_is_listed_reached_and_followed_by_its_marker() {
+        let dir = markers("docker");
+        let bundle = bundle_and_image(&dir).await;
+        let provider = DockerProvider::connect().unwrap().marker_dir(&dir);
         let sandbox = provider
             .session(SandboxConfig::new(&bundle).image(EMPTY_IMAGE))
             .await

@@ -730,8 +730,7 @@ async fn a_host_killed_mid_call_leaves_a_container_that_stops_and_is_reaped() {
     let provider = DockerProvider::connect().expect("a Docker engine");
     empty_image(&provider).await;
     let bundle = bundle_dir("doomed");
-    let mut host = std::process::Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "doomed_host", "--ignored", "--nocapture"])
+    let mut host = support::child_test("doomed_host")
         .env(DOOMED_HOST, &bundle)
         .stdout(std::process::Stdio::piped())
         .spawn()

@@ -222,13 +222,7 @@ async fn host_on_a_refusing_kernel() {
 
 #[test]
 fn a_kernel_that_refuses_user_namespaces_gets_an_error_saying_so_and_how_to_opt_out() {
-    let out = std::process::Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "host_on_a_refusing_kernel",
-            "--ignored",
-            "--nocapture",
-        ])
+    let out = support::child_test("host_on_a_refusing_kernel")
         .env(REFUSING_KERNEL, "1")
         .output()
         .unwrap();

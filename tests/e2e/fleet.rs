@@ -413,8 +413,7 @@ async fn doomed_fleet_host() {
 #[tokio::test]
 async fn a_host_killed_mid_run_loses_nothing_and_the_next_run_does_only_the_rest() {
     let record = record_path("killed");
-    let mut host = std::process::Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "doomed_fleet_host", "--ignored", "--nocapture"])
+    let mut host = support::child_test("doomed_fleet_host")
         .env(DOOMED_RECORD, &record)
         .stdout(std::process::Stdio::null())
         .spawn()
@@ -503,13 +502,7 @@ async fn a_docker_pool_whose_host_is_killed_leaves_nothing_once_the_next_pool_st
     // A live host's sandbox, which no reap may touch.
     let mine = provider.session(config.clone()).await.unwrap();
 
-    let mut host = std::process::Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "doomed_docker_fleet_host",
-            "--ignored",
-            "--nocapture",
-        ])
+    let mut host = support::child_test("doomed_docker_fleet_host")
         .env(DOOMED_DOCKER_BUNDLE, &bundle)
         .stdout(std::process::Stdio::piped())
         .spawn()
@@ -611,8 +604,7 @@ async fn host_with_few_fds() {
 
 #[test]
 fn running_out_of_file_descriptors_is_a_transient_provider_failure() {
-    let out = std::process::Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "host_with_few_fds", "--ignored", "--nocapture"])
+    let out = support::child_test("host_with_few_fds")
         .env(FEW_FDS, "1")
         .output()
         .unwrap();

@@ -89,8 +89,7 @@ async fn doomed_local_host() {
 #[tokio::test]
 async fn a_dead_hosts_local_sandboxes_are_reaped_and_a_live_hosts_are_left() {
     let dir = marker_dir("reap");
-    let mut host = std::process::Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "doomed_local_host", "--ignored", "--nocapture"])
+    let mut host = support::child_test("doomed_local_host")
         .env(MARKERS, &dir)
         .stdout(std::process::Stdio::null())
         .spawn()
@@ -252,13 +251,7 @@ async fn signalled_fleet_host() {
 #[tokio::test]
 async fn ctrl_c_deletes_a_pools_sandboxes_and_exits_as_the_signal_would() {
     let dir = marker_dir("signal");
-    let mut host = std::process::Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "signalled_fleet_host",
-            "--ignored",
-            "--nocapture",
-        ])
+    let mut host = support::child_test("signalled_fleet_host")
         .env(MARKERS, &dir)
         .stdout(std::process::Stdio::null())
         .spawn()

@@ -9,6 +9,15 @@ use std::time::{Duration, Instant};
 
 use agentix::{LocalProvider, Provider, Sandbox, SandboxConfig};
 
+/// This test binary, run again for the one ignored test `name` alone: a
+/// child process that plays a host (to be killed, to run out of
+/// descriptors, to meet a kernel that refuses namespaces).
+pub(crate) fn child_test(name: &str) -> std::process::Command {
+    let mut command = std::process::Command::new(std::env::current_exe().expect("own path"));
+    command.args(["--exact", name, "--ignored", "--nocapture"]);
+    command
+}
+
 /// The bundle binary built from this package.
 pub(crate) fn bundle_path() -> &'static str {
     env!("CARGO_BIN_EXE_e2e-bundle")
