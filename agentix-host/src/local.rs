@@ -13,10 +13,12 @@
 //! listens on a Unix socket in that directory, which the host's own
 //! connections use: no TCP stack, no packet filter on loopback, a quarter
 //! to a third less CPU per small call; the port stays for third-party
-//! clients. Deleting or dropping
-//! the sandbox stops both processes and removes the directory; if the host
-//! dies without doing so, the server gets SIGTERM from the kernel and does it
-//! itself (see [`crate::keeper`]).
+//! clients. Deleting or dropping the sandbox stops both processes and
+//! removes the directory; if the host dies without doing so, the server
+//! gets SIGTERM from the kernel and does it itself (see [`crate::keeper`]).
+//! Each sandbox also has a marker (see [`crate::sandbox_marker`]) naming
+//! its host, from which [`Provider::reap`] removes what a dead host left (a
+//! cgroup, a directory whose removal failed, a server that outlived it).
 
 use std::io::Read;
 use std::os::fd::AsRawFd;
@@ -144,12 +146,16 @@ impl Provider for LocalProvider {
             if dead.is_empty() {
                 return Ok(0);
             }
-            let markers = self.markers.clone();
-            let reaped = tokio::task::spawn_blocking(move || {
-                dead.iter().filter(|m| reap_one(m, &markers)).count()
-            })
-            .await
-            .unwrap_or(0);
+            // Side by side: each may wait for a killed process to go.
+            let removals = dead.into_iter().map(|marker| {
+                let markers = self.markers.clone();
+                tokio::task::spawn_blocking(move || reap_one(&marker, &markers))
+            });
+            let reaped = futures_util::future::join_all(removals)
+                .await
+                .into_iter()
+                .filter(|removed| matches!(removed, Ok(true)))
+                .count();
             Ok(reaped)
         })
     }

@@ -69,8 +69,8 @@ pub trait Provider: Send + Sync {
 
     /// Removes what hosts that died left of this provider's sandboxes on
     /// this machine (see `OwnerId`), never a live host's; returns how many
-    /// sandboxes. A pool calls it before its first create. Providers whose
-    /// sandboxes end with their host (the local one) have nothing to do.
+    /// sandboxes. A pool calls it before its first create. The default
+    /// does nothing, for providers that leave nothing behind.
     fn reap(&self) -> BoxFuture<'_, Result<usize, ProviderError>> {
         Box::pin(std::future::ready(Ok(0)))
     }
