@@ -217,6 +217,7 @@ fn a_frozen_sandbox_reads_unreachable_and_its_log_still_prints() {
     let dir = markers("frozen");
     let served = Served::start(&dir, &["--plain"]);
     let marker = served.marker(&dir);
+    wait_until(|| (log_lines(&marker.dir) >= 1).then_some(()));
     signal(marker.pid, libc::SIGSTOP);
     let row = ps_row(&dir, &served.id).expect("ps lists it");
     let out = run(&dir, &["logs", &served.id]);

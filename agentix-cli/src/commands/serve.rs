@@ -41,6 +41,24 @@ pub(crate) async fn run(args: ServeArgs) -> Result<ExitCode, String> {
     }
     let provider = LocalProvider::new().marker_dir(args.markers.dir().path());
     let sandbox = provider.session(config).await.map_err(|e| e.to_string())?;
+    // Said once its worker takes calls, not only once its server listens.
+    let deadline = tokio::time::Instant::now() + READY_WAIT;
+    loop {
+        let status = sandbox.health().await.map(|h| h["status"].clone());
+        match status {
+            Ok(status) if status == "ok" => break,
+            Ok(status) if status != "starting" => {
+                return Err(format!("sandbox {} is {status}", sandbox.id()));
+            }
+            _ if tokio::time::Instant::now() >= deadline => {
+                return Err(format!(
+                    "sandbox {}'s worker is not ready after {READY_WAIT:?}",
+                    sandbox.id()
+                ));
+            }
+            _ => tokio::time::sleep(std::time::Duration::from_millis(20)).await,
+        }
+    }
     println!("{}", sandbox.id());
     eprintln!(
         "agentix serve: sandbox {} listens on {} (Ctrl-C deletes it)",
@@ -61,6 +79,9 @@ pub(crate) async fn run(args: ServeArgs) -> Result<ExitCode, String> {
     sandbox.delete().await;
     Ok(code)
 }
+
+/// How long a served sandbox's worker may take to be ready.
+const READY_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// Splits `NAME=VALUE`.
 fn name_and_value(text: &str) -> Result<(String, String), String> {
