@@ -13,10 +13,13 @@
 //! `Handler<NamespaceRequest<HostNamespaceHandle>>` whose `Ok` / `Err` becomes the
 //! reply. The closure builders and the actor ones mix freely.
 //!
-//! Each handler runs as a task of its own, off the Socket.IO receive loop, so
-//! a slow handler delays neither other namespaces nor call results; a
-//! namespace holds a bounded number of them ([`crate::namespace_budget`]),
-//! and past that drops events and answers requests `Overloaded`. A
+//! Handlers run off the Socket.IO receive loop, so a slow handler delays
+//! neither other namespaces nor call results. A namespace's events are
+//! handled one at a time, in the order the sandbox emitted them (progress
+//! and deltas count on it), by one task of the namespace's; each request
+//! runs as a task of its own, beside the others. A namespace holds a
+//! bounded number of both ([`crate::namespace_budget`]), and past that
+//! drops events and answers requests `Overloaded`. A
 //! `request_handler` unwraps `{request_id, data}`, and replies with
 //! `<event>:result {request_id, data}` or `<event>:error {request_id, error:
 //! {type, message}}` (also when the handler panics); a
@@ -644,6 +647,7 @@ pub(crate) async fn join(
     let path: Arc<str> = Arc::from(namespace.path.as_str());
     let answering = Answering::default();
     let quick = quick_replies(path.clone());
+    let ordered = ordered_events(path.clone());
     let on_delivery = {
         let path = path.clone();
         let answering = answering.clone();
@@ -712,6 +716,15 @@ pub(crate) async fn join(
                 answering.clone(),
             );
             let fut = handler(ns, incoming);
+            if !requests.contains(&name) {
+                // In order, after the events before it; the budget bounds
+                // the queue, so a full one is a budget spent.
+                if let Err(full) = ordered.try_send((fut, admission, name)) {
+                    let (_, _, name) = full.into_inner();
+                    budget.event_dropped(&path, &name);
+                }
+                return;
+            }
             let path = path.clone();
             tokio::spawn(async move {
                 if AssertUnwindSafe(fut).catch_unwind().await.is_err() {
@@ -726,6 +739,26 @@ pub(crate) async fn join(
         .await
         .map_err(|e| connect_error(endpoint, &format!("cannot join {path}"), e))?;
     Ok(HostNamespaceHandle::new(client.clone(), path, answering))
+}
+
+/// An event's handler, called, waiting for its turn; its budget; its name.
+type OrderedEvent = (BoxFuture, crate::namespace_budget::Admission, String);
+
+/// The task that runs namespace `path`'s event handlers one at a time, in
+/// the order their events came. It ends with the receive path, which holds
+/// the queue.
+fn ordered_events(path: Arc<str>) -> tokio::sync::mpsc::Sender<OrderedEvent> {
+    let (tx, mut rx) =
+        tokio::sync::mpsc::channel::<OrderedEvent>(crate::namespace_budget::HANDLER_TASKS);
+    tokio::spawn(async move {
+        while let Some((handled, admission, name)) = rx.recv().await {
+            if AssertUnwindSafe(handled).catch_unwind().await.is_err() {
+                tracing::error!(path = &*path, event = name, "namespace handler panicked");
+            }
+            drop(admission);
+        }
+    });
+    tx
 }
 
 /// A reply to emit: on which connection, which event, what.

@@ -628,3 +628,31 @@ async fn a_request_the_sandbox_stops_waiting_for_stops_its_host_handler() {
     );
     assert_eq!(sb.remote(agentix_e2e::add, (1, 1)).await.unwrap(), 2);
 }
+
+#[tokio::test]
+async fn a_closure_handler_gets_one_namespaces_events_in_the_order_they_were_emitted() {
+    let sb = sandbox().await;
+    let (numbers_tx, mut numbers) = mpsc::unbounded_channel();
+    sb.register_namespace(HostNamespace::new("/e2e-plugin").on("number", move |_, n| {
+        let tx = numbers_tx.clone();
+        async move {
+            // Earlier events take longer: handled side by side, later ones
+            // would overtake them.
+            let i = n.as_u64().unwrap_or(0);
+            tokio::time::sleep(Duration::from_millis(3 - i % 4)).await;
+            let _ = tx.send(n);
+        }
+    }))
+    .unwrap();
+    sb.remote(agentix_e2e::open_plugin, ()).await.unwrap();
+    assert_eq!(
+        sb.remote(agentix_e2e::emit_numbers, (200,)).await.unwrap(),
+        200
+    );
+    let mut seen = Vec::new();
+    while seen.len() < 200 {
+        seen.push(next_event(&mut numbers, "every number arrives").await);
+    }
+    let expected: Vec<JsonValue> = (0..200).map(|i| json!(i)).collect();
+    assert_eq!(seen, expected, "every event, in the order it was emitted");
+}
