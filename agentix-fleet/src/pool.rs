@@ -11,7 +11,11 @@
 //! one; one whose task failed otherwise than by itself is never reused.
 //! Deletions run beside the lanes and the outcome stream ends only once
 //! every sandbox the run started is gone. Before its first create, a run
-//! has the provider reap what hosts that died left behind.
+//! has the provider reap what hosts that died left behind. Warmers (as
+//! many as `warm`) keep started sandboxes idle for lanes to claim. Every
+//! create runs as a task of its own and every sandbox is a `Held` whose
+//! drop deletes it, all on the run's tracker: a shutdown cancels the lanes
+//! and warmers and waits for that tracker to empty.
 
 use std::collections::{HashSet, VecDeque};
 use std::future::Future;
