@@ -466,3 +466,27 @@ async fn output_too_large_for_one_message_is_a_clear_error() {
         b"ok\n"
     );
 }
+
+#[tokio::test]
+async fn bash_runs_when_path_names_only_directories_the_sandbox_cannot_see() {
+    // The host's PATH may be all home or temp directories, which an
+    // isolated sandbox does not have: /bin/bash still serves.
+    let config = agentix::SandboxConfig::new(support::bundle_path())
+        .env("PATH", "/nonexistent/bin:/tmp/host-only/bin");
+    let sb = support::sandbox_with(config).await;
+    for _ in 0..2 {
+        let out: BashResult = sb
+            .remote(
+                agentix_bash::run,
+                ("echo $0 hi".to_string(), BashOptions::new()),
+            )
+            .await
+            .unwrap();
+        assert_eq!(out.exit_code, Some(0), "{}", out.stderr_lossy());
+        assert!(
+            out.stdout_lossy().ends_with("hi\n"),
+            "{}",
+            out.stdout_lossy()
+        );
+    }
+}
