@@ -282,6 +282,34 @@ async fn throughput(report: &mut Report) {
         outcomes.len() as f64 / took.as_secs_f64(),
     );
     let _ = std::fs::remove_file(record);
+
+    // The same calls without a pool: 64 sessions, 64 loops of calls.
+    let provider = LocalProvider::new();
+    let next = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let start = Instant::now();
+    let loops = (0..64).map(|_| {
+        let (provider, next) = (&provider, next.clone());
+        async move {
+            let sb = provider.session(config()).await.expect("a sandbox");
+            loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                if i >= 20_000 {
+                    break;
+                }
+                sb.remote(bench_fns::add_one, i).await.expect("the call");
+            }
+            sb
+        }
+    });
+    let sandboxes = futures_util::future::join_all(loops).await;
+    let took = start.elapsed();
+    report.add(
+        "fleet_raw_calls_per_s",
+        "the same 20,000 calls over 64 sessions without a pool, starts included (the floor for fleet_tasks_per_s)",
+        "calls/s",
+        20_000.0 / took.as_secs_f64(),
+    );
+    futures_util::future::join_all(sandboxes.into_iter().map(Sandbox::delete)).await;
 }
 
 /// 200 tasks of 50 ms, each on a fresh sandbox, over 4 lanes and 8 warm
