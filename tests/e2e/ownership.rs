@@ -279,3 +279,30 @@ async fn ctrl_c_deletes_a_pools_sandboxes_and_exits_as_the_signal_would() {
     assert!(MarkerDir::new(&dir).list().unwrap().is_empty());
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[tokio::test]
+async fn sandbox_code_cannot_read_the_markers_that_hold_the_tokens() {
+    // The default marker directory, as hosts use it: another sandbox's
+    // marker gives its token, and with it calls into that sandbox.
+    let provider = LocalProvider::new();
+    let other = provider
+        .session(SandboxConfig::new(bundle_path()))
+        .await
+        .unwrap();
+    let agent = provider
+        .session(SandboxConfig::new(bundle_path()))
+        .await
+        .unwrap();
+    let markers = provider.markers();
+    let file = markers.path().join(format!("{}.json", other.id()));
+    assert!(
+        file.exists(),
+        "{} is not where hosts keep markers",
+        file.display()
+    );
+    let reached: String = agent
+        .remote(agentix_e2e::try_reach, format!("read:{}", file.display()))
+        .await
+        .unwrap();
+    assert_ne!(reached, "reached", "sandbox code read {}", file.display());
+}
