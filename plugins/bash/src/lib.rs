@@ -28,14 +28,16 @@
 //! makes it the model of a plugin.
 //!
 //! Layout: `running` drives one command, `warm_shell` keeps shells started
-//! ahead, `command_env` is the environment both start shells with,
-//! `options` / `outcome` / `error` are the types callers see.
+//! ahead, `command_env` is the environment both start shells with and
+//! `shell_program` the shell they start, `options` / `outcome` / `error`
+//! are the types callers see.
 
 mod command_env;
 mod error;
 mod options;
 mod outcome;
 mod running;
+mod shell_program;
 mod warm_shell;
 
 use std::time::Instant;

@@ -7,9 +7,7 @@
 //! (a cancelled call, a dropped stream) kills the whole group.
 
 use std::os::unix::process::ExitStatusExt as _;
-use std::path::Path;
 use std::process::{ExitStatus, Stdio};
-use std::sync::OnceLock;
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWriteExt as _};
@@ -19,6 +17,7 @@ use tokio::time::Instant;
 use crate::error::{BashError, BashErrorKind};
 use crate::options::BashOptions;
 use crate::outcome::BashExit;
+use crate::shell_program::default_shell;
 
 /// Bytes read from a pipe at a time: one output chunk at most.
 const CHUNK: usize = 64 << 10;
@@ -275,26 +274,4 @@ fn check_cwd(cwd: &str) -> Result<(), BashError> {
             &e,
         )),
     }
-}
-
-/// `bash` if this system has it, else `/bin/sh`.
-fn default_shell() -> &'static str {
-    bash_program().unwrap_or("/bin/sh")
-}
-
-/// How to run bash here: by name when `PATH` has it, else `/bin/bash` (a
-/// sandbox's `PATH` may name host directories it cannot see), else none.
-pub(crate) fn bash_program() -> Option<&'static str> {
-    static BASH: OnceLock<Option<&'static str>> = OnceLock::new();
-    *BASH.get_or_init(|| {
-        let on_path = std::env::var_os("PATH")
-            .is_some_and(|path| std::env::split_paths(&path).any(|dir| dir.join("bash").is_file()));
-        if on_path {
-            Some("bash")
-        } else if Path::new("/bin/bash").is_file() {
-            Some("/bin/bash")
-        } else {
-            None
-        }
-    })
 }

@@ -73,7 +73,7 @@ pub(crate) async fn hand_over(
 /// Whether commands run with `shell` and `opts` use warm shells at all: only
 /// those for the default shell, when that is bash.
 pub(crate) fn serves(shell: &str, opts: &BashOptions) -> bool {
-    opts.shell.is_none() && Some(shell) == crate::running::bash_program()
+    opts.shell.is_none() && Some(shell) == crate::shell_program::bash_program()
 }
 
 /// The bytes that make a warm shell run `command` as `opts` ask.
@@ -139,7 +139,7 @@ fn fill() {
 }
 
 fn start() -> std::io::Result<(Child, String)> {
-    let mut cmd = Command::new(crate::running::bash_program().unwrap_or("bash"));
+    let mut cmd = Command::new(crate::shell_program::bash_program().unwrap_or("bash"));
     cmd.arg("-c").arg(ZYGOTE);
     let tag = crate::command_env::prepare(&mut cmd);
     cmd.stdin(Stdio::piped())
