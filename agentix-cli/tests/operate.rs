@@ -248,7 +248,15 @@ fn logs_follow_prints_a_restarted_workers_lines_and_ends_with_the_sandbox() {
     wait_until(|| (log_lines(&marker.dir) >= 2).then_some(()));
     std::thread::sleep(Duration::from_millis(600));
     assert!(served.interrupt().success());
-    let status = wait_for(&mut follow, Duration::from_secs(10));
+    let printed = followed(&mut follow);
+    assert_eq!(printed.matches("ready").count(), 2, "{printed}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// What an `agentix logs --follow` printed, once it has ended with
+/// success (by itself or on a signal the caller sent).
+fn followed(follow: &mut Child) -> String {
+    let status = wait_for(follow, Duration::from_secs(10));
     assert!(status.success(), "{status}");
     let mut printed = String::new();
     follow
@@ -257,8 +265,7 @@ fn logs_follow_prints_a_restarted_workers_lines_and_ends_with_the_sandbox() {
         .unwrap()
         .read_to_string(&mut printed)
         .unwrap();
-    assert_eq!(printed.matches("ready").count(), 2, "{printed}");
-    let _ = std::fs::remove_dir_all(&dir);
+    printed
 }
 
 /// Lines in a sandbox's log files so far.
@@ -518,15 +525,7 @@ mod docker {
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
         signal(follow.id(), libc::SIGINT);
-        let status = wait_for(&mut follow, Duration::from_secs(10));
-        assert!(status.success(), "{status}");
-        let mut printed = String::new();
-        follow
-            .stdout
-            .take()
-            .unwrap()
-            .read_to_string(&mut printed)
-            .unwrap();
+        let printed = followed(&mut follow);
         assert!(printed.contains("ready"), "{printed}");
 
         sandbox.delete().await;

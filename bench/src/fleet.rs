@@ -103,27 +103,12 @@ async fn docker_pool(report: &mut Report) {
     .max_sandboxes(n)
     .max_starting(32)
     .progress(ProgressDisplay::Off);
-    let all_ready = Arc::new(Barrier::new(n));
-    let ready_at = Arc::new(std::sync::Mutex::new(None));
-    let start = Instant::now();
-    let tasks = (0..n as u64).map(|i| Task::new(i.to_string(), i));
-    let (barrier, at) = (all_ready.clone(), ready_at.clone());
-    let outcomes = pool
-        .run(tasks, move |sb, i| {
-            let (barrier, at) = (barrier.clone(), at.clone());
-            async move {
-                ready(&sb, i).await?;
-                if barrier.wait().await.is_leader() {
-                    *at.lock().unwrap() = Some(Instant::now());
-                }
-                Ok(())
-            }
-        })
-        .expect("the pool runs")
-        .collect_all()
-        .await;
-    let ended = Instant::now();
-    let ready = ready_at.lock().unwrap().unwrap_or(ended);
+    let AllReady {
+        start,
+        ready,
+        ended,
+        failures,
+    } = all_ready_through(&pool, n).await;
     report.add(
         format!("fleet_docker_{n}_ready_s"),
         "containers through a pool: first create until every sandbox answered a call and a bash command",
@@ -146,7 +131,7 @@ async fn docker_pool(report: &mut Report) {
         format!("fleet_docker_{n}_failures"),
         "tasks of the pool that failed (must be 0)",
         "tasks",
-        outcomes.iter().filter(|o| !o.is_done()).count() as f64,
+        failures as f64,
     );
     report.add(
         format!("fleet_docker_{n}_left"),
@@ -155,6 +140,47 @@ async fn docker_pool(report: &mut Report) {
         provider.list().len() as f64,
     );
     let _ = std::fs::remove_dir_all(bundle);
+}
+
+/// When `n` sandboxes of a pool, all live at once, were first asked for,
+/// all ready, and all deleted; and how many tasks failed.
+struct AllReady {
+    start: Instant,
+    ready: Instant,
+    ended: Instant,
+    failures: usize,
+}
+
+/// Runs `n` tasks on `pool`, each holding its sandbox until every one has
+/// answered [`ready`], so that all `n` are live at once.
+async fn all_ready_through(pool: &Pool, n: usize) -> AllReady {
+    let all_ready = Arc::new(Barrier::new(n));
+    let ready_at = Arc::new(std::sync::Mutex::new(None));
+    let start = Instant::now();
+    let tasks = (0..n as u64).map(|i| Task::new(i.to_string(), i));
+    let at = ready_at.clone();
+    let outcomes = pool
+        .run(tasks, move |sb, i| {
+            let (barrier, at) = (all_ready.clone(), at.clone());
+            async move {
+                ready(&sb, i).await?;
+                if barrier.wait().await.is_leader() {
+                    *at.lock().unwrap() = Some(Instant::now());
+                }
+                Ok(())
+            }
+        })
+        .expect("the pool runs")
+        .collect_all()
+        .await;
+    let ended = Instant::now();
+    let ready = ready_at.lock().unwrap().unwrap_or(ended);
+    AllReady {
+        start,
+        ready,
+        ended,
+        failures: outcomes.iter().filter(|o| !o.is_done()).count(),
+    }
 }
 
 /// The provider alone: `n` sessions at once, each ready, then all deleted.
@@ -202,27 +228,12 @@ async fn pooled(n: usize, report: &mut Report) {
         .max_sandboxes(n)
         .max_starting(64)
         .progress(ProgressDisplay::Off);
-    let all_ready = Arc::new(Barrier::new(n));
-    let ready_at = Arc::new(std::sync::Mutex::new(None));
-    let start = Instant::now();
-    let tasks = (0..n as u64).map(|i| Task::new(i.to_string(), i));
-    let (barrier, at) = (all_ready.clone(), ready_at.clone());
-    let run = pool
-        .run(tasks, move |sb, i| {
-            let (barrier, at) = (barrier.clone(), at.clone());
-            async move {
-                ready(&sb, i).await?;
-                if barrier.wait().await.is_leader() {
-                    *at.lock().unwrap() = Some(Instant::now());
-                }
-                Ok(())
-            }
-        })
-        .expect("the pool runs");
-    let outcomes = run.collect_all().await;
-    let ended = Instant::now();
-    let ready = ready_at.lock().unwrap().unwrap_or(ended);
-    let failures = outcomes.iter().filter(|o| !o.is_done()).count();
+    let AllReady {
+        start,
+        ready,
+        ended,
+        failures,
+    } = all_ready_through(&pool, n).await;
     report.add(
         format!("fleet_local_{n}_ready_s"),
         "through a pool (isolated tier): first create until every sandbox answered a call and a bash command",
