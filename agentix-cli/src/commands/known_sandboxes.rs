@@ -57,11 +57,16 @@ pub(crate) fn find(markers: &MarkerDir, id: &str) -> Result<SandboxMarker, Strin
 /// has one (the TCP port of an isolated sandbox is its host's forward,
 /// which ends with the host); dropping it leaves the sandbox running.
 pub(crate) fn attach(marker: &SandboxMarker) -> Sandbox {
+    attach_with(marker, SandboxConfig::new(""))
+}
+
+/// [`attach`] with `config`'s settings (a log tap, say); its connect
+/// timeout is the commands' own.
+pub(crate) fn attach_with(marker: &SandboxMarker, mut config: SandboxConfig) -> Sandbox {
     let addr = marker.local_addr.as_deref().unwrap_or(&marker.addr);
-    let mut config = SandboxConfig::new("");
     config.connect_timeout = CONNECT_TIMEOUT;
     Sandbox::attach_with(addr, marker.token.clone(), config)
 }
 
 /// How long a command waits to reach a sandbox's server.
-pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
-use agentix::{Sandbox, SandboxConfig, SandboxMarker};
+use agentix::{SandboxConfig, SandboxMarker};
 
 use super::known_sandboxes::{self, MarkerArgs};
 
@@ -115,12 +115,10 @@ async fn follow_channel(marker: &SandboxMarker, follow: bool) -> Result<ExitCode
             marker.id, marker.id
         ));
     }
-    let mut config = SandboxConfig::new("").on_log(|_, record| {
+    let config = SandboxConfig::new("").on_log(|_, record| {
         println!("{}", record.to_line());
     });
-    config.connect_timeout = known_sandboxes::CONNECT_TIMEOUT;
-    let addr = marker.local_addr.as_deref().unwrap_or(&marker.addr);
-    let sandbox = Sandbox::attach_with(addr, marker.token.clone(), config);
+    let sandbox = known_sandboxes::attach_with(marker, config);
     sandbox
         .connect()
         .await

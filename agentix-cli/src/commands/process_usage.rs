@@ -1,7 +1,10 @@
-//! What a sandbox's processes use, read from `/proc`: CPU time and memory,
-//! summed over a process and its descendants, or over a list of pids.
+//! What a sandbox's processes use, read from `/proc` (by `procfs`): CPU
+//! time and memory, summed over a process and its descendants, or over a
+//! list of pids.
 
 use std::collections::HashMap;
+
+use procfs::process::{Process, Stat};
 
 /// CPU time and resident memory of some processes.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -12,47 +15,20 @@ pub(crate) struct Usage {
     pub(crate) rss_bytes: u64,
 }
 
-/// One process's parent, CPU ticks and resident pages, from its `stat`.
-struct Stat {
-    ppid: u32,
-    ticks: u64,
-    rss_pages: u64,
-}
-
-fn stat(pid: u32) -> Option<Stat> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The command name may hold any byte: the fields that matter follow
-    // its last `)`.
-    let fields: Vec<&str> = text[text.rfind(')')? + 1..].split_whitespace().collect();
-    // Fields 4, 14, 15 and 24 of the file (1-based); here from field 3.
-    let field = |n: usize| fields.get(n - 3)?.parse::<u64>().ok();
-    Some(Stat {
-        ppid: field(4)? as u32,
-        ticks: field(14)? + field(15)?,
-        rss_pages: field(24)?,
-    })
-}
-
-/// Every process of this machine's PID namespace, by pid.
-fn all_processes() -> HashMap<u32, Stat> {
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return HashMap::new();
-    };
-    entries
-        .filter_map(Result::ok)
-        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
-        .filter_map(|pid| Some((pid, stat(pid)?)))
-        .collect()
-}
-
 /// `root` and every process under it.
 pub(crate) fn of_tree(root: u32) -> Usage {
-    let processes = all_processes();
-    let mut children: HashMap<u32, Vec<u32>> = HashMap::new();
-    for (pid, stat) in &processes {
-        children.entry(stat.ppid).or_default().push(*pid);
+    let Ok(all) = procfs::process::all_processes() else {
+        return Usage::default();
+    };
+    let stats: HashMap<i32, Stat> = all
+        .filter_map(|p| p.ok()?.stat().ok())
+        .map(|stat| (stat.pid, stat))
+        .collect();
+    let mut children: HashMap<i32, Vec<i32>> = HashMap::new();
+    for stat in stats.values() {
+        children.entry(stat.ppid).or_default().push(stat.pid);
     }
-    let mut tree = vec![root];
+    let mut tree = vec![root as i32];
     let mut next = 0;
     while next < tree.len() {
         if let Some(kids) = children.get(&tree[next]) {
@@ -60,27 +36,24 @@ pub(crate) fn of_tree(root: u32) -> Usage {
         }
         next += 1;
     }
-    sum(tree.iter().filter_map(|pid| processes.get(pid)))
+    sum(tree.iter().filter_map(|pid| stats.get(pid)))
 }
 
 /// The processes `pids` name.
 pub(crate) fn of_pids(pids: &[u32]) -> Usage {
-    let stats: Vec<Stat> = pids.iter().filter_map(|pid| stat(*pid)).collect();
+    let stats: Vec<Stat> = pids
+        .iter()
+        .filter_map(|pid| Process::new(*pid as i32).ok()?.stat().ok())
+        .collect();
     sum(stats.iter())
 }
 
 fn sum<'a>(stats: impl Iterator<Item = &'a Stat>) -> Usage {
-    // SAFETY: sysconf has no preconditions.
-    let (hz, page) = unsafe {
-        (
-            libc::sysconf(libc::_SC_CLK_TCK),
-            libc::sysconf(libc::_SC_PAGESIZE),
-        )
-    };
-    let (hz, page) = (hz.max(1) as f64, page.max(1) as u64);
+    let hz = procfs::ticks_per_second().max(1) as f64;
+    let page = procfs::page_size().max(1);
     stats.fold(Usage::default(), |usage, stat| Usage {
-        cpu_s: usage.cpu_s + stat.ticks as f64 / hz,
-        rss_bytes: usage.rss_bytes + stat.rss_pages * page,
+        cpu_s: usage.cpu_s + (stat.utime + stat.stime) as f64 / hz,
+        rss_bytes: usage.rss_bytes + stat.rss * page,
     })
 }
 
