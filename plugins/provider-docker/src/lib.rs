@@ -241,14 +241,9 @@ impl DockerProvider {
             })
             .map(|(id, _, _, sandbox)| (id, sandbox))
             .collect();
-        let removals = doomed.into_iter().map(|(id, sandbox)| async move {
-            let options = RemoveContainerOptions {
-                force: true,
-                ..Default::default()
-            };
-            let removed = self.docker.remove_container(&id, Some(options)).await;
-            removed.is_ok().then_some(sandbox)
-        });
+        let removals = doomed
+            .into_iter()
+            .map(|(id, sandbox)| async move { self.remove_reaped(&id).await.then_some(sandbox) });
         let removed: Vec<Option<String>> = futures_util::stream::iter(removals)
             .buffer_unordered(REAP_AT_ONCE)
             .filter_map(|done| async move { done })
@@ -259,6 +254,39 @@ impl DockerProvider {
         self.reap_volumes(&gone).await?;
         self.reap_markers(&gone);
         Ok(count)
+    }
+
+    /// Removes container `id` for a reap; true once it is gone. An engine
+    /// under load refuses or times out now and then: tried again a few
+    /// times, and a container that stays is said in the log.
+    async fn remove_reaped(&self, id: &str) -> bool {
+        let options = RemoveContainerOptions {
+            force: true,
+            ..Default::default()
+        };
+        let mut last = None;
+        for attempt in 0..REAP_TRIES {
+            if attempt > 0 {
+                tokio::time::sleep(REAP_RETRY_PAUSE * attempt).await;
+            }
+            match self
+                .docker
+                .remove_container(id, Some(options.clone()))
+                .await
+            {
+                Ok(()) => return true,
+                // Gone already, or another remover is at it.
+                Err(bollard::errors::Error::DockerResponseServerError {
+                    status_code: 404 | 409,
+                    ..
+                }) => return true,
+                Err(e) => last = Some(e),
+            }
+        }
+        if let Some(error) = last {
+            tracing::warn!(container = id, %error, "a dead host's container could not be removed");
+        }
+        false
     }
 
     /// Removes the markers of the sandboxes in `gone` and of owners that
@@ -383,6 +411,11 @@ impl Provider for DockerProvider {
 
 /// Removals a reap has in flight at once.
 const REAP_AT_ONCE: usize = 16;
+
+/// How often a reap tries to remove one container, and the pause that
+/// grows between tries.
+const REAP_TRIES: u32 = 4;
+const REAP_RETRY_PAUSE: std::time::Duration = std::time::Duration::from_millis(250);
 
 /// This host process, as the owner label names it.
 pub(crate) fn owner_label() -> String {
