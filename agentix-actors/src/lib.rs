@@ -12,6 +12,8 @@
 //! - [`errors`]: the in-band error value every call can end with.
 //! - [`log_record`]: one line of what a sandbox logged or printed.
 //! - [`log_file`]: the sandbox log file the worker and the server append to.
+//! - [`protocol`]: typed namespace protocols, declared once for both halves;
+//!   [`sandbox_half`]: a typed protocol's sandbox half, closures or actors.
 //! - [`namespace`]: plugin namespaces, sandbox half: handlers, emit, requests;
 //!   [`namespace_messages`]: what a namespace actor handles, on either side;
 //!   [`event_route`]: a namespace's events to an actor, in order, bounded;
@@ -57,12 +59,14 @@ pub mod outbox;
 pub mod output_capture;
 pub mod part;
 pub mod process;
+pub mod protocol;
 pub mod raised;
 pub mod registry;
 pub mod remote;
 pub mod request_envelope;
 pub mod restart_policy;
 mod running_calls;
+pub mod sandbox_half;
 pub mod send_buffer;
 pub mod side_channel;
 pub mod span_bridge;

@@ -13,14 +13,18 @@
 //! they arrived (see [`crate::event_route`]); start the actor with
 //! [`crate::actor_home::start_actor`], which works in a worker.
 //!
-//! The worker's frame loop dispatches the hosts' events as it reads them,
-//! in their order: a reply goes straight to its waiting request (from the
-//! namespace's table, which a request enters without waking anyone), an
-//! event for an actor straight into the actor's route, and an event for a
-//! closure to a task of its own (a panic in one is logged and nothing else
-//! stops). Namespaces had a task of their own that did this from a mailbox;
-//! on a multi-threaded runtime each hop through it woke a second thread, a
-//! large share of a request's time where waking a thread is slow.
+//! The worker's frame loop dispatches the hosts' messages as it reads them,
+//! in their order, never waiting: a reply goes straight to its waiting
+//! request (from the namespace's table, which a request enters without
+//! waking anyone); an event for an actor straight into the actor's route;
+//! an event for a closure onto the namespace's ordered lane, where one task
+//! runs the handlers one at a time in arrival order (progress and deltas
+//! count on it; [`EVENT_LANE_ITEMS`] wait at most, past which an event is
+//! dropped, counted and logged); a request to a task of its own, at most
+//! [`REQUESTS_IN_FLIGHT`] at once (past that it is answered `Overloaded`),
+//! and a `<event>:cancel` stops its request's handler at once. A panic in a
+//! handler is logged (a request's is answered `Panic`) and nothing else
+//! stops.
 //!
 //! The envelope of a request is `{request_id, data}` on the event; the reply
 //! is `<event>:result {request_id, data}` or `<event>:error {request_id,
@@ -42,24 +46,42 @@ use tokio::sync::{mpsc, oneshot};
 use actix::Recipient;
 
 use crate::json_text::JsonText;
-use crate::namespace_messages::{actor_event_handlers, NamespaceEvent};
+use crate::namespace_messages::{actor_event_handlers, NamespaceEvent, NamespaceFault};
 use crate::outbox::Outbox;
-use crate::request_envelope::{cancel_event, no_handler_reply, request_id};
+pub use crate::request_envelope::RemoteSioError;
+use crate::request_envelope::{
+    cancel_event, cancelled_event, error_reply, no_handler_reply, reply_outcome, request_id,
+    request_key, OVERLOADED,
+};
+use tokio_util::sync::CancellationToken;
 
 use crate::wire::{check_plugin_path, Frame};
 
 /// How long [`SandboxNamespaceHandle::request`] waits for a reply by default.
 pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(300);
 
+/// Events of one namespace that may wait for their handlers on its
+/// ordered lane.
+pub const EVENT_LANE_ITEMS: usize = 16_384;
+/// Requests one namespace answers at once.
+pub const REQUESTS_IN_FLIGHT: usize = 256;
+
 /// What runs for an event.
 #[derive(Clone)]
 enum Handler {
-    /// A closure whose future runs as a task of its own.
-    Task(Arc<dyn Fn(SandboxNamespaceHandle, Value) -> BoxFuture + Send + Sync>),
+    /// A closure called, and its future run, on the namespace's ordered lane.
+    Event(EventHandler),
     /// Hands the event to an actor's route, at once and in order.
     Actor(Arc<dyn Fn(SandboxNamespaceHandle, Value) + Send + Sync>),
+    /// Answers a request: gets its body and a token the asker's cancel
+    /// fires; the future's output is the reply.
+    Request(
+        Arc<dyn Fn(SandboxNamespaceHandle, Value, CancellationToken) -> ReplyFuture + Send + Sync>,
+    ),
 }
 type BoxFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
+/// A request handler's answer, on its way.
+pub(crate) type ReplyFuture = Pin<Box<dyn Future<Output = Result<Value, NamespaceFault>> + Send>>;
 
 /// A sandbox-side plugin namespace: a path and handlers by event name.
 pub struct SandboxNamespace {
@@ -84,9 +106,29 @@ impl SandboxNamespace {
     {
         self.handlers.insert(
             event.into(),
-            Handler::Task(Arc::new(move |ns, data| Box::pin(handler(ns, data)))),
+            Handler::Event(Arc::new(move |ns, data| Box::pin(handler(ns, data)))),
         );
         self
+    }
+
+    /// Answers the hosts' requests named `event` with `handler`: its `Ok`
+    /// is sent back as `<event>:result`, its `Err` as `<event>:error`; the
+    /// token fires when the asker cancels, and the future is dropped then.
+    pub(crate) fn answer<F>(mut self, event: impl Into<String>, handler: F) -> Self
+    where
+        F: Fn(SandboxNamespaceHandle, Value, CancellationToken) -> ReplyFuture
+            + Send
+            + Sync
+            + 'static,
+    {
+        self.handlers
+            .insert(event.into(), Handler::Request(Arc::new(handler)));
+        self
+    }
+
+    /// The namespace's path.
+    pub fn path(&self) -> &str {
+        &self.path
     }
 }
 
@@ -104,35 +146,6 @@ impl SandboxNamespace {
         }
         self
     }
-}
-
-/// A request's reply: the value, or the host's error.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum RemoteSioError {
-    /// The host's handler failed: its error type and message.
-    #[error("{type_name}: {message}")]
-    Raised {
-        /// The error's type, as the host named it.
-        type_name: String,
-        /// Its message.
-        message: String,
-    },
-    /// No reply came within the timeout.
-    #[error("no reply to `{event}` on {path} within {timeout:?}")]
-    Timeout {
-        /// The namespace.
-        path: String,
-        /// The request's event.
-        event: String,
-        /// How long it waited.
-        timeout: Duration,
-    },
-    /// The worker is shutting down or the namespace is gone.
-    #[error("the namespace {0} is closed")]
-    Closed(String),
-    /// The reply was not an envelope the protocol allows.
-    #[error("malformed reply: {0}")]
-    Malformed(String),
 }
 
 /// Why a namespace could not be registered.
@@ -168,6 +181,91 @@ pub struct SandboxNamespaceHandle {
     waiting: Waiting,
     /// Frames for the server, in order (see [`crate::outbox`]).
     out: Outbox,
+    /// The hosts' requests being answered, and the closures' events.
+    inbound: Arc<Inbound>,
+}
+
+/// An event waiting on its namespace's lane: its handler, what to call it
+/// with, and its name.
+struct LaneTurn {
+    handler: EventHandler,
+    ns: SandboxNamespaceHandle,
+    data: Value,
+    event: String,
+}
+
+/// A closure handling events.
+type EventHandler = Arc<dyn Fn(SandboxNamespaceHandle, Value) -> BoxFuture + Send + Sync>;
+
+/// What a namespace is doing for its hosts: the requests it answers, by
+/// request id, each with the token a cancel fires; room for more; and the
+/// ordered lane its closures' events wait on.
+struct Inbound {
+    answering: Mutex<HashMap<String, CancellationToken>>,
+    room: Arc<tokio::sync::Semaphore>,
+    /// Started with the first event, on the worker's runtime.
+    lane: OnceLock<mpsc::Sender<LaneTurn>>,
+    dropped_events: std::sync::atomic::AtomicU64,
+}
+
+impl Default for Inbound {
+    fn default() -> Self {
+        Inbound {
+            answering: Mutex::default(),
+            room: Arc::new(tokio::sync::Semaphore::new(REQUESTS_IN_FLIGHT)),
+            lane: OnceLock::new(),
+            dropped_events: Default::default(),
+        }
+    }
+}
+
+impl Inbound {
+    fn answering(&self) -> std::sync::MutexGuard<'_, HashMap<String, CancellationToken>> {
+        self.answering.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The lane's sender; its task runs each handler to its end before the
+    /// next begins, and ends with the namespace.
+    fn lane(&self, path: &str) -> &mpsc::Sender<LaneTurn> {
+        self.lane.get_or_init(|| {
+            let (tx, mut rx) = mpsc::channel::<LaneTurn>(EVENT_LANE_ITEMS);
+            let path = path.to_owned();
+            tokio::spawn(async move {
+                while let Some(LaneTurn {
+                    handler,
+                    ns,
+                    data,
+                    event,
+                }) = rx.recv().await
+                {
+                    let made = std::panic::catch_unwind(AssertUnwindSafe(|| handler(ns, data)));
+                    let finished = match made {
+                        Ok(fut) => AssertUnwindSafe(fut).catch_unwind().await.is_ok(),
+                        Err(_) => false,
+                    };
+                    if !finished {
+                        tracing::error!(path, event, "namespace handler panicked");
+                    }
+                }
+            });
+            tx
+        })
+    }
+
+    fn event_dropped(&self, path: &str, event: &str) {
+        let n = self
+            .dropped_events
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            + 1;
+        if n.is_power_of_two() {
+            tracing::error!(
+                path,
+                event,
+                dropped = n,
+                "event dropped: {EVENT_LANE_ITEMS} events wait for this namespace's handlers"
+            );
+        }
+    }
 }
 
 struct Registry {
@@ -211,6 +309,7 @@ pub fn register_namespace(
         path: Arc::from(namespace.path.as_str()),
         waiting: Waiting::default(),
         out: Outbox::new(out),
+        inbound: Arc::default(),
     };
     let registered = Registered {
         handle: handle.clone(),
@@ -231,17 +330,20 @@ pub(crate) fn attach_worker(out: mpsc::Sender<Frame>) {
 
 /// Called by the worker's frame loop: a host emitted `event` on `path`.
 pub(crate) fn deliver(path: &str, event: String, mut data: Value) {
-    let found = lock()
+    let reg = lock();
+    let found = reg
         .namespaces
         .get(path)
         .map(|r| (r.handle.clone(), r.handlers.get(&event).cloned()));
     let Some((ns, handler)) = found else {
-        tracing::debug!(path, event, "event for an unregistered namespace; dropped");
+        let out = reg.out.clone();
+        drop(reg);
+        unregistered(out, path, &event, &data);
         return;
     };
-    if let Some(outcome) = reply_outcome(&event, &mut data) {
-        let id = data.get("request_id").and_then(Value::as_str).unwrap_or("");
-        let reply = ns.waiting_table().remove(id);
+    drop(reg);
+    if let Some((id, outcome)) = reply_outcome(&event, &mut data) {
+        let reply = ns.waiting_table().remove(&id);
         match reply {
             Some(reply) => {
                 let _ = reply.send(outcome);
@@ -250,22 +352,33 @@ pub(crate) fn deliver(path: &str, event: String, mut data: Value) {
         }
         return;
     }
+    if cancelled_event(&event).is_some() {
+        // Unknown ids are requests already answered.
+        if let Some(id) = data.get("request_id") {
+            if let Some(token) = ns.inbound.answering().get(&request_key(id)) {
+                token.cancel();
+            }
+        }
+        return;
+    }
     match handler {
         Some(Handler::Actor(hand_over)) => hand_over(ns, data),
-        Some(Handler::Task(handler)) => {
-            // The closure itself runs here: a panic in it must not end the
-            // frame loop.
-            let made = std::panic::catch_unwind(AssertUnwindSafe(|| handler(ns.clone(), data)));
-            let Ok(fut) = made else {
-                tracing::error!(path, event, "namespace handler panicked");
-                return;
+        Some(Handler::Event(handler)) => {
+            // The closure itself is called in the event's turn too, on the
+            // lane: a panic in it must not end the frame loop.
+            let lane = ns.inbound.lane(path).clone();
+            let turn = LaneTurn {
+                handler,
+                ns,
+                data,
+                event,
             };
-            tokio::spawn(async move {
-                if AssertUnwindSafe(fut).catch_unwind().await.is_err() {
-                    tracing::error!(path = ns.path(), event, "namespace handler panicked");
-                }
-            });
+            if let Err(full) = lane.try_send(turn) {
+                let turn = full.into_inner();
+                turn.ns.inbound.event_dropped(path, &turn.event);
+            }
         }
+        Some(Handler::Request(handler)) => answer(ns, event, data, handler),
         None => match request_id(&event, &data) {
             Some(request_id) => {
                 let (event, reply) = no_handler_reply(&ns.path, &event, request_id);
@@ -274,6 +387,91 @@ pub(crate) fn deliver(path: &str, event: String, mut data: Value) {
             None => tracing::debug!(path, event, "no handler for this event; dropped"),
         },
     }
+}
+
+/// A message for a namespace this worker has not registered: a request is
+/// answered `NoHandler` at once (its asker need not wait out its timeout),
+/// anything else dropped.
+fn unregistered(out: Option<mpsc::Sender<Frame>>, path: &str, event: &str, data: &Value) {
+    match (request_id(event, data), out) {
+        (Some(request_id), Some(out)) => {
+            let (event, reply) = no_handler_reply(path, event, request_id);
+            Outbox::new(out).push(Frame::SioEvent {
+                path: path.to_owned(),
+                event,
+                data: JsonText::from_value(&reply),
+            });
+        }
+        _ => tracing::debug!(path, event, "event for an unregistered namespace; dropped"),
+    }
+}
+
+/// Answers a host's request `event` with `handler`, as a task of its own;
+/// a full namespace answers `Overloaded` at once.
+fn answer(
+    ns: SandboxNamespaceHandle,
+    event: String,
+    mut data: Value,
+    handler: Arc<
+        dyn Fn(SandboxNamespaceHandle, Value, CancellationToken) -> ReplyFuture + Send + Sync,
+    >,
+) {
+    let Some(request_id) = request_id(&event, &data).filter(|id| !id.is_null()) else {
+        tracing::debug!(
+            path = ns.path(),
+            event,
+            "request without a request_id; dropped"
+        );
+        return;
+    };
+    let Ok(room) = ns.inbound.room.clone().try_acquire_owned() else {
+        let message = format!(
+            "{} is answering {REQUESTS_IN_FLIGHT} requests already",
+            ns.path
+        );
+        let (event, reply) = error_reply(&event, request_id, OVERLOADED, message);
+        ns.emit(event, reply);
+        return;
+    };
+    let body = data.get_mut("data").map(Value::take).unwrap_or_default();
+    let key = request_key(&request_id);
+    let token = CancellationToken::new();
+    // Entered before the next message is read, so a cancel right behind
+    // the request finds it.
+    ns.inbound.answering().insert(key.clone(), token.clone());
+    let made = std::panic::catch_unwind(AssertUnwindSafe(|| {
+        handler(ns.clone(), body, token.clone())
+    }));
+    tokio::spawn(async move {
+        let outcome = match made {
+            Ok(work) => {
+                token
+                    .run_until_cancelled(AssertUnwindSafe(work).catch_unwind())
+                    .await
+            }
+            Err(panic) => Some(Err(panic)),
+        };
+        ns.inbound.answering().remove(&key);
+        drop(room);
+        let (event, reply) = match outcome {
+            None => {
+                tracing::debug!(path = ns.path(), event, "request cancelled by the host");
+                return;
+            }
+            Some(Ok(Ok(data))) => (
+                format!("{event}:result"),
+                json!({ "request_id": request_id, "data": data }),
+            ),
+            Some(Ok(Err(NamespaceFault { type_name, message }))) => {
+                error_reply(&event, request_id, type_name, message)
+            }
+            Some(Err(_)) => {
+                let message = format!("the `{event}` handler panicked");
+                error_reply(&event, request_id, "Panic", message)
+            }
+        };
+        ns.emit(event, reply);
+    });
 }
 
 impl SandboxNamespaceHandle {
@@ -293,6 +491,22 @@ impl SandboxNamespaceHandle {
     /// server is full: for producers that would otherwise outrun it.
     pub async fn emit_paced(&self, event: impl Into<String>, data: Value) {
         self.out.send(self.event_frame(event.into(), data)).await;
+    }
+
+    /// Emits `event` with `data` written straight to JSON (no value built).
+    pub(crate) fn emit_json<T: serde::Serialize + ?Sized>(&self, event: &str, data: &T) {
+        self.out
+            .push(self.text_frame(event.to_owned(), JsonText::to_json(data)));
+    }
+
+    /// [`Self::emit_json`], waiting while the pipe to the server is full.
+    pub(crate) async fn emit_json_paced<T: serde::Serialize + ?Sized>(
+        &self,
+        event: &str,
+        data: &T,
+    ) {
+        let frame = self.text_frame(event.to_owned(), JsonText::to_json(data));
+        self.out.send(frame).await;
     }
 
     fn event_frame(&self, event: String, data: Value) -> Frame {
@@ -346,7 +560,7 @@ impl SandboxNamespaceHandle {
         self.ask(event, body.raw(), timeout).await
     }
 
-    async fn ask<T: serde::Serialize + ?Sized>(
+    pub(crate) async fn ask<T: serde::Serialize + ?Sized>(
         &self,
         event: &str,
         body: &T,
@@ -413,32 +627,4 @@ impl Drop for ForgetOnDrop<'_> {
             );
         }
     }
-}
-
-/// For `x:result` / `x:error` events carrying a request id: the outcome.
-/// A result's data is taken out of `data`, not copied: it may be large.
-fn reply_outcome(event: &str, data: &mut Value) -> Option<Result<Value, RemoteSioError>> {
-    data.get("request_id")?;
-    if event.ends_with(":result") {
-        return Some(Ok(data
-            .get_mut("data")
-            .map(Value::take)
-            .unwrap_or_default()));
-    }
-    if event.ends_with(":error") {
-        let error = data.get("error");
-        let text = |key: &str| {
-            error
-                .and_then(|e| e.get(key))
-                .and_then(Value::as_str)
-                .map(str::to_owned)
-        };
-        return Some(match (text("type"), text("message")) {
-            (Some(type_name), Some(message)) => Err(RemoteSioError::Raised { type_name, message }),
-            _ => Err(RemoteSioError::Malformed(format!(
-                "`{event}` needs error: {{type, message}}, got {data}"
-            ))),
-        });
-    }
-    None
 }

@@ -9,6 +9,8 @@
 //! its namespace) answers it with an error at once, so the asking side never
 //! waits out its timeout for a reply nobody will send.
 
+use std::time::Duration;
+
 use serde_json::{json, Value};
 
 /// The error type of a request whose event has no handler on the far side.
@@ -18,6 +20,9 @@ pub const NO_HOST: &str = "NoHost";
 /// The error type of a sandbox request whose hosts are too far behind to
 /// take it (they do not read their connection).
 pub const HOST_BEHIND: &str = "HostBehind";
+/// The error type of a request turned away because its namespace is
+/// answering as many as it may at once.
+pub const OVERLOADED: &str = "Overloaded";
 /// The error type of a request whose JSON is too large for one websocket
 /// message ([`crate::part::MAX_SOCKET_MESSAGE_BYTES`]).
 pub const TOO_LARGE: &str = "TooLarge";
@@ -86,6 +91,75 @@ pub fn no_handler_reply(path: &str, event: &str, request_id: Value) -> (String, 
         NO_HANDLER,
         format!("nothing handles `{event}` on {path}"),
     )
+}
+
+/// A request's reply: the value, or the other half's error.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum RemoteSioError {
+    /// The other half's handler failed: its error type and message.
+    #[error("{type_name}: {message}")]
+    Raised {
+        /// The error's type, as the other half named it.
+        type_name: String,
+        /// Its message.
+        message: String,
+    },
+    /// No reply came within the timeout.
+    #[error("no reply to `{event}` on {path} within {timeout:?}")]
+    Timeout {
+        /// The namespace.
+        path: String,
+        /// The request's event.
+        event: String,
+        /// How long it waited.
+        timeout: Duration,
+    },
+    /// The namespace is closed: its worker or connection is gone.
+    #[error("the namespace {0} is closed")]
+    Closed(String),
+    /// The reply was not an envelope the protocol allows.
+    #[error("malformed reply: {0}")]
+    Malformed(String),
+}
+
+/// The key a request is known by on the side that made it or answers it:
+/// its id as a string (other JSON ids as their JSON text).
+pub fn request_key(id: &Value) -> String {
+    match id {
+        Value::String(id) => id.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// For `x:result` / `x:error` events carrying a request id: the request's
+/// key ([`request_key`]) and its outcome. A result's data is taken out of
+/// `data`, not copied: it may be large.
+pub fn reply_outcome(
+    event: &str,
+    data: &mut Value,
+) -> Option<(String, Result<Value, RemoteSioError>)> {
+    let key = request_key(data.get("request_id")?);
+    if event.ends_with(":result") {
+        let value = data.get_mut("data").map(Value::take).unwrap_or_default();
+        return Some((key, Ok(value)));
+    }
+    if event.ends_with(":error") {
+        let error = data.get("error");
+        let text = |key: &str| {
+            error
+                .and_then(|e| e.get(key))
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+        };
+        let outcome = match (text("type"), text("message")) {
+            (Some(type_name), Some(message)) => Err(RemoteSioError::Raised { type_name, message }),
+            _ => Err(RemoteSioError::Malformed(format!(
+                "`{event}` needs error: {{type, message}}, got {data}"
+            ))),
+        };
+        return Some((key, outcome));
+    }
+    None
 }
 
 #[cfg(test)]

@@ -29,7 +29,8 @@
 //! - `side_listener`: joining `/log` or `/trace`, batches handled off the receive path.
 //! - [`log_replay`]: `/log`, sandbox records replayed into the host's logging;
 //!   [`log_sink`]: the same records to a sink actor.
-//! - [`namespace`]: plugin namespaces, host half: handlers and request handlers.
+//! - [`namespace`]: plugin namespaces, host half: handlers and request handlers;
+//!   [`host_half`]: a typed protocol's host half, closures or actors.
 //! - [`trace_replay`]: `/trace`, sandbox spans replayed to the host's processors.
 //! - [`logging`]: [`configure_logging`], a readable host default.
 //!
@@ -45,6 +46,7 @@ pub mod container_settings;
 pub mod endpoint;
 pub mod fd_limit;
 mod health;
+pub mod host_half;
 pub mod isolation;
 pub mod keeper;
 pub mod local;
@@ -79,6 +81,7 @@ pub use call::Call;
 pub use config::{SandboxConfig, BASE_ENV};
 pub use container_settings::{ContainerMount, ContainerNetwork, ContainerSettings};
 pub use fd_limit::{fd_limit, raise_fd_limit};
+pub use host_half::{HostEnd, HostHalf};
 pub use isolation::{Isolation, NamespaceIsolation};
 pub use local::LocalProvider;
 pub use log_replay::LogTap;

@@ -48,7 +48,8 @@ use agentix_actors::namespace_messages::{
     actor_event_handlers, NamespaceEvent, NamespaceFault, NamespaceRequest,
 };
 use agentix_actors::request_envelope::{
-    cancelled_event, error_reply, no_handler_reply, request_id,
+    cancel_event, cancelled_event, error_reply, no_handler_reply, reply_outcome, request_id,
+    request_key, RemoteSioError,
 };
 use futures_util::FutureExt;
 use serde::de::{DeserializeOwned, IgnoredAny};
@@ -109,7 +110,7 @@ impl<B> WithAttachments for RequestEnvelope<B> {
 }
 
 /// The error type of a request whose body the handler's type cannot hold.
-pub const BAD_REQUEST: &str = "BadRequest";
+pub use agentix_actors::protocol::BAD_REQUEST;
 
 /// The request id of a request whose body did not decode, if it has one.
 fn unreadable_request_id(incoming: Incoming) -> Option<Value> {
@@ -150,20 +151,22 @@ pub struct HostNamespace {
     budget: Arc<NamespaceBudget>,
 }
 
-/// The live host side of a namespace: emit to the sandbox.
+/// The live host side of a namespace: emit to the sandbox, ask it.
 #[derive(Clone)]
 pub struct HostNamespaceHandle {
     client: SioClient,
     path: Arc<str>,
     answering: Answering,
+    asking: Asking,
 }
 
 impl HostNamespaceHandle {
-    fn new(client: SioClient, path: Arc<str>, answering: Answering) -> Self {
+    fn new(client: SioClient, path: Arc<str>, answering: Answering, asking: Asking) -> Self {
         HostNamespaceHandle {
             client,
             path,
             answering,
+            asking,
         }
     }
 
@@ -174,6 +177,8 @@ impl HostNamespaceHandle {
 
     /// Emits `event` with `data` to the sandbox's namespace.
     pub async fn emit(&self, event: &str, data: Value) -> Result<(), RemoteError> {
+        // A JSON value, never the payload's own type: Socket.IO's encoder
+        // would spread a tuple struct over several arguments.
         self.client
             .emit(&self.path, event, &data)
             .await
@@ -183,6 +188,96 @@ impl HostNamespaceHandle {
                     format!("cannot emit `{event}`: {e}"),
                 )
             })
+    }
+}
+
+impl HostNamespaceHandle {
+    /// Sends `event {request_id, data: body}` to the sandbox and waits up
+    /// to `timeout` for `event:result` or `event:error`; a dropped or timed
+    /// out request is cancelled in the sandbox (`event:cancel`), and a lost
+    /// connection ends it at once.
+    pub async fn request<T: Serialize + ?Sized>(
+        &self,
+        event: &str,
+        body: &T,
+        timeout: std::time::Duration,
+    ) -> Result<Value, RemoteSioError> {
+        let request_id = crate::secret::random_hex(8);
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.asking.table().insert(request_id.clone(), tx);
+        // Dropped before its reply, the request is forgotten and the
+        // sandbox told to stop answering it.
+        let mut forget = ForgetAsked {
+            ns: self,
+            event,
+            request_id: Some(request_id.clone()),
+        };
+        let envelope = json!({ "request_id": request_id, "data": body });
+        if let Err(e) = self.client.emit(&self.path, event, &envelope).await {
+            forget.request_id = None;
+            self.asking.table().remove(&request_id);
+            return Err(RemoteSioError::Closed(format!("{}: {e}", self.path)));
+        }
+        let outcome = tokio::select! {
+            reply = rx => Some(reply.unwrap_or_else(|_| Err(RemoteSioError::Closed(self.path.to_string())))),
+            _ = self.client.closed() => None,
+            () = tokio::time::sleep(timeout) => {
+                return Err(RemoteSioError::Timeout {
+                    path: self.path.to_string(),
+                    event: event.to_owned(),
+                    timeout,
+                });
+            }
+        };
+        forget.request_id = None;
+        self.asking.table().remove(&request_id);
+        outcome.unwrap_or_else(|| {
+            Err(RemoteSioError::Closed(format!(
+                "{}: the connection to the sandbox ended",
+                self.path
+            )))
+        })
+    }
+}
+
+/// The host's requests to the sandbox waiting for a reply, by request id.
+#[derive(Clone, Default)]
+struct Asking(Arc<Mutex<HashMap<String, AskedReply>>>);
+
+/// Where a waiting request's reply goes.
+type AskedReply = tokio::sync::oneshot::Sender<Result<Value, RemoteSioError>>;
+
+impl Asking {
+    fn table(&self) -> std::sync::MutexGuard<'_, HashMap<String, AskedReply>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// For a request whose caller stopped waiting: forgets it and tells the
+/// sandbox (`<event>:cancel {request_id}`), from a task of its own, since
+/// sending takes a wait that a drop cannot.
+struct ForgetAsked<'a> {
+    ns: &'a HostNamespaceHandle,
+    event: &'a str,
+    request_id: Option<String>,
+}
+
+impl Drop for ForgetAsked<'_> {
+    fn drop(&mut self) {
+        let Some(request_id) = self.request_id.take() else {
+            return;
+        };
+        self.ns.asking.table().remove(&request_id);
+        let ns = self.ns.clone();
+        let event = cancel_event(self.event);
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                let cancel = json!({ "request_id": request_id });
+                if let Err(e) = ns.emit(&event, cancel).await {
+                    tracing::debug!("cancel not sent: {e}");
+                }
+            });
+        }
     }
 }
 
@@ -264,7 +359,7 @@ impl HostNamespace {
         T: Serialize,
         E: std::fmt::Display,
     {
-        self.answer_requests(event, value_body, handler)
+        self.answer_requests(event, value_body, plain_answer(handler))
     }
 
     /// As [`request_handler`](Self::request_handler), each body read as
@@ -279,7 +374,7 @@ impl HostNamespace {
         T: Serialize,
         E: std::fmt::Display,
     {
-        self.answer_requests(event, typed_body::<B>, handler)
+        self.answer_requests(event, typed_body::<B>, plain_answer(handler))
     }
 
     /// As [`request_handler`](Self::request_handler), the body given as the
@@ -297,22 +392,26 @@ impl HostNamespace {
         self.answer_requests(
             event,
             |body: Option<Box<RawValue>>| Ok(body.map_or_else(null_text, JsonText::from_raw)),
-            handler,
+            plain_answer(handler),
         )
     }
 
     /// Answers `event`'s requests with `handler`, which gets each body
     /// decoded as `B` (`None` for a missing or `null` one) and made a `C`
-    /// by `read`. A body that does not decode or read is answered with a
-    /// `BadRequest` error.
-    fn answer_requests<B, C, R, F, Fut, T, E>(mut self, event: &str, read: R, handler: F) -> Self
+    /// by `read`, and a token the sandbox's cancel fires (the future is
+    /// dropped then too). A body that does not decode or read is answered
+    /// with a `BadRequest` error.
+    pub(crate) fn answer_requests<B, C, R, F, Fut>(
+        mut self,
+        event: &str,
+        read: R,
+        handler: F,
+    ) -> Self
     where
         B: DeserializeOwned + Send + 'static,
         R: Fn(Option<B>) -> Result<C, String> + Send + Sync + 'static,
-        F: Fn(C) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = Result<T, E>> + Send + 'static,
-        T: Serialize,
-        E: std::fmt::Display,
+        F: Fn(HostNamespaceHandle, C, CancellationToken) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Value, NamespaceFault>> + Send + 'static,
     {
         let name = event.to_owned();
         let handler = move |ns: HostNamespaceHandle, incoming: Incoming| -> BoxFuture {
@@ -333,14 +432,21 @@ impl HostNamespace {
             // Known before the next delivery, so a cancel right behind the
             // request finds it.
             let answer = ns.answering.start(&request_id);
-            let work = AssertUnwindSafe(handler(body)).catch_unwind();
+            let made = std::panic::catch_unwind(AssertUnwindSafe(|| {
+                handler(ns.clone(), body, answer.token.clone())
+            }));
             let name = name.clone();
             Box::pin(async move {
-                let Some(outcome) = answer.unless_cancelled(&name, work).await else {
-                    return;
+                let outcome = match made {
+                    Ok(work) => {
+                        let work = AssertUnwindSafe(work).catch_unwind();
+                        let Some(outcome) = answer.unless_cancelled(&name, work).await else {
+                            return;
+                        };
+                        outcome
+                    }
+                    Err(panic) => Err(panic),
                 };
-                // Turned into plain JSON before the next await: `T` and `E`
-                // need not be `Send`.
                 let (reply_event, reply) = reply_for(&name, request_id, outcome);
                 if let Err(e) = ns.emit(&reply_event, reply).await {
                     tracing::debug!("reply not sent: {e}");
@@ -351,7 +457,64 @@ impl HostNamespace {
         self.requests.insert(event.to_owned());
         self
     }
+
+    /// Runs `handler` for each `event`, its payload decoded by `read` (a
+    /// payload it refuses is dropped, logged): the typed halves' events.
+    pub(crate) fn on_read<T, F, Fut>(
+        mut self,
+        event: &str,
+        read: fn(&str, &str, Value) -> Option<T>,
+        handler: F,
+    ) -> Self
+    where
+        T: Send + 'static,
+        F: Fn(HostNamespaceHandle, T) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        let name = event.to_owned();
+        self.set_handler(
+            event.to_owned(),
+            Arc::new(move |ns, incoming| {
+                let data: Value = payload(&ns, incoming);
+                match read(&ns.path, &name, data) {
+                    Some(event) => Box::pin(handler(ns, event)),
+                    None => Box::pin(std::future::ready(())),
+                }
+            }),
+        );
+        self
+    }
 }
+
+/// A closure answering with `Result<T, E>` as one answering with a JSON
+/// reply or a fault named after `E`'s type.
+fn plain_answer<C, F, Fut, T, E>(
+    handler: F,
+) -> impl Fn(HostNamespaceHandle, C, CancellationToken) -> BoxReply + Send + Sync + 'static
+where
+    F: Fn(C) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<T, E>> + Send + 'static,
+    T: Serialize,
+    E: std::fmt::Display,
+{
+    move |_, body, _| {
+        let work = handler(body);
+        // Turned into plain JSON at once: `T` and `E` need not be `Send`.
+        Box::pin(async move {
+            match work.await {
+                Ok(value) => serde_json::to_value(value)
+                    .map_err(|e| NamespaceFault::new("SerializeError", e.to_string())),
+                Err(e) => Err(NamespaceFault::new(
+                    short_type_name::<E>(),
+                    format!("{e:#}"),
+                )),
+            }
+        })
+    }
+}
+
+/// A request handler's answer, on its way.
+type BoxReply = Pin<Box<dyn Future<Output = Result<Value, NamespaceFault>> + Send>>;
 
 impl HostNamespace {
     /// Takes the sandbox's `request(event, body)` as an event its handler
@@ -441,19 +604,12 @@ struct Answer {
 }
 
 impl Answering {
-    fn key(request_id: &Value) -> String {
-        match request_id {
-            Value::String(id) => id.clone(),
-            other => other.to_string(),
-        }
-    }
-
     fn table(&self) -> std::sync::MutexGuard<'_, HashMap<String, Shared>> {
         self.0.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     fn start(&self, request_id: &Value) -> Answer {
-        let key = Self::key(request_id);
+        let key = request_key(request_id);
         let mut table = self.table();
         let shared = table.entry(key.clone()).or_insert_with(|| Shared {
             token: CancellationToken::new(),
@@ -470,7 +626,7 @@ impl Answering {
     }
 
     fn cancel(&self, request_id: &Value) {
-        if let Some(shared) = self.table().get(&Self::key(request_id)) {
+        if let Some(shared) = self.table().get(&request_key(request_id)) {
             shared.token.cancel();
         }
     }
@@ -599,20 +755,19 @@ impl HostNamespace {
     }
 }
 
-fn reply_for<T: Serialize, E: std::fmt::Display>(
+fn reply_for(
     name: &str,
     request_id: Value,
-    outcome: Result<Result<T, E>, Box<dyn std::any::Any + Send>>,
+    outcome: Result<Result<Value, NamespaceFault>, Box<dyn std::any::Any + Send>>,
 ) -> (String, Value) {
     match outcome {
-        Ok(Ok(value)) => match serde_json::to_value(value) {
-            Ok(data) => (
-                format!("{name}:result"),
-                json!({ "request_id": request_id, "data": data }),
-            ),
-            Err(e) => error_reply(name, request_id, "SerializeError", e.to_string()),
-        },
-        Ok(Err(e)) => error_reply(name, request_id, short_type_name::<E>(), format!("{e:#}")),
+        Ok(Ok(data)) => (
+            format!("{name}:result"),
+            json!({ "request_id": request_id, "data": data }),
+        ),
+        Ok(Err(NamespaceFault { type_name, message })) => {
+            error_reply(name, request_id, type_name, message)
+        }
         Err(_) => error_reply(
             name,
             request_id,
@@ -646,16 +801,22 @@ pub(crate) async fn join(
     let budget = namespace.budget;
     let path: Arc<str> = Arc::from(namespace.path.as_str());
     let answering = Answering::default();
+    let asking = Asking::default();
     let quick = quick_replies(path.clone());
     let ordered = ordered_events(path.clone());
     let on_delivery = {
         let path = path.clone();
         let answering = answering.clone();
+        let asking = asking.clone();
         move |delivery: Delivery| {
             let Delivery::Event(incoming) = delivery else {
                 return;
             };
             let name = incoming.name().to_owned();
+            if is_reply(&name) {
+                answer_asked(&asking, &path, &name, incoming);
+                return;
+            }
             let Some(handler) = handlers.get(&name) else {
                 let client = incoming.client().clone();
                 let data = incoming.decode::<Value>().ok();
@@ -687,11 +848,18 @@ pub(crate) async fn join(
                     incoming.client().clone(),
                     path.clone(),
                     answering.clone(),
+                    asking.clone(),
                 );
                 drop(handler(ns, incoming));
                 return;
             }
-            let Some(admission) = budget.admit(incoming.payload_len()) else {
+            let is_request = requests.contains(&name);
+            let admitted = if is_request {
+                budget.admit(incoming.payload_len())
+            } else {
+                budget.admit_event(incoming.payload_len())
+            };
+            let Some(admission) = admitted else {
                 if !requests.contains(&name) {
                     budget.event_dropped(&path, &name);
                     return;
@@ -714,17 +882,25 @@ pub(crate) async fn join(
                 incoming.client().clone(),
                 path.clone(),
                 answering.clone(),
+                asking.clone(),
             );
-            let fut = handler(ns, incoming);
-            if !requests.contains(&name) {
-                // In order, after the events before it; the budget bounds
-                // the queue, so a full one is a budget spent.
-                if let Err(full) = ordered.try_send((fut, admission, name)) {
-                    let (_, _, name) = full.into_inner();
-                    budget.event_dropped(&path, &name);
+            if !is_request {
+                // In order, after the events before it, the handler itself
+                // called in its turn too; the budget bounds the queue, so a
+                // full one is a budget spent.
+                let event = OrderedEvent {
+                    handler: handler.clone(),
+                    ns,
+                    incoming,
+                    admission,
+                    name,
+                };
+                if let Err(full) = ordered.try_send(event) {
+                    budget.event_dropped(&path, &full.into_inner().name);
                 }
                 return;
             }
+            let fut = handler(ns, incoming);
             let path = path.clone();
             tokio::spawn(async move {
                 if AssertUnwindSafe(fut).catch_unwind().await.is_err() {
@@ -738,21 +914,69 @@ pub(crate) async fn join(
         .join(&path, &endpoint.auth(), Arc::new(on_delivery))
         .await
         .map_err(|e| connect_error(endpoint, &format!("cannot join {path}"), e))?;
-    Ok(HostNamespaceHandle::new(client.clone(), path, answering))
+    Ok(HostNamespaceHandle::new(
+        client.clone(),
+        path,
+        answering,
+        asking,
+    ))
 }
 
-/// An event's handler, called, waiting for its turn; its budget; its name.
-type OrderedEvent = (BoxFuture, crate::namespace_budget::Admission, String);
+/// Whether `event` is a reply to a request this host made.
+fn is_reply(event: &str) -> bool {
+    event.ends_with(":result") || event.ends_with(":error")
+}
+
+/// Hands a reply to the request of this host's that waits for it; a reply
+/// nobody waits for (another host's, or one that came too late) is dropped.
+fn answer_asked(asking: &Asking, path: &str, name: &str, incoming: Incoming) {
+    let Ok(mut data) = incoming.decode::<Value>() else {
+        tracing::debug!(path, event = name, "unreadable reply; dropped");
+        return;
+    };
+    let Some((id, outcome)) = reply_outcome(name, &mut data) else {
+        tracing::debug!(path, event = name, "reply without a request id; dropped");
+        return;
+    };
+    match asking.table().remove(&id) {
+        Some(waiting) => {
+            let _ = waiting.send(outcome);
+        }
+        None => tracing::debug!(path, event = name, "reply for no waiting request; dropped"),
+    }
+}
+
+/// An event waiting for its turn: its handler, what to call it with, its
+/// budget and its name.
+struct OrderedEvent {
+    handler: Handler,
+    ns: HostNamespaceHandle,
+    incoming: Incoming,
+    admission: crate::namespace_budget::Admission,
+    name: String,
+}
 
 /// The task that runs namespace `path`'s event handlers one at a time, in
 /// the order their events came. It ends with the receive path, which holds
 /// the queue.
 fn ordered_events(path: Arc<str>) -> tokio::sync::mpsc::Sender<OrderedEvent> {
     let (tx, mut rx) =
-        tokio::sync::mpsc::channel::<OrderedEvent>(crate::namespace_budget::HANDLER_TASKS);
+        tokio::sync::mpsc::channel::<OrderedEvent>(crate::namespace_budget::EVENT_LANE_ITEMS);
     tokio::spawn(async move {
-        while let Some((handled, admission, name)) = rx.recv().await {
-            if AssertUnwindSafe(handled).catch_unwind().await.is_err() {
+        while let Some(event) = rx.recv().await {
+            let OrderedEvent {
+                handler,
+                ns,
+                incoming,
+                admission,
+                name,
+            } = event;
+            let handled = std::panic::catch_unwind(AssertUnwindSafe(|| handler(ns, incoming)));
+            let finished = match handled {
+                Ok(fut) => AssertUnwindSafe(fut).catch_unwind().await.is_ok(),
+                Err(_) => false,
+            };
+            if !finished {
                 tracing::error!(path = &*path, event = name, "namespace handler panicked");
             }
             drop(admission);

@@ -4,9 +4,11 @@
 //! Each event and request a plugin namespace gets runs as a task of its
 //! own, off the receive loop that `/rpc` and `/log` share. A sandbox that
 //! emits faster than a handler finishes would otherwise pile up tasks, and
-//! their payloads, without bound. So a namespace takes at most
-//! [`HANDLER_TASKS`] at once and [`HANDLER_BYTES`] of their payloads; past
-//! that, an event is dropped and a request answered `Overloaded`, each
+//! their payloads, without bound. So a namespace answers at most
+//! [`HANDLER_TASKS`] requests at once, holds at most [`EVENT_LANE_ITEMS`]
+//! events waiting for their (ordered) handlers, and [`HANDLER_BYTES`] of
+//! all their payloads; past that, an event is dropped and a request
+//! answered `Overloaded`, each
 //! counted (in [`NamespaceLoad`], in the sandbox's health) and warned of
 //! through `tracing`. The receive loop never waits for a namespace.
 
@@ -16,17 +18,21 @@ use std::sync::Arc;
 use serde::Serialize;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-/// Most events and requests one namespace handles at once.
+/// Most requests one namespace answers at once.
 pub const HANDLER_TASKS: usize = 256;
+/// Most events that wait for one namespace's handlers (the same bound as
+/// the sandbox half's).
+pub use agentix_actors::namespace::EVENT_LANE_ITEMS;
 /// Most payload bytes those hold at once (one larger payload passes alone).
 pub const HANDLER_BYTES: usize = 64 << 20;
 /// The error type of a request turned away because its namespace is full.
-pub const OVERLOADED: &str = "Overloaded";
+pub use agentix_actors::request_envelope::OVERLOADED;
 
 /// One namespace's limits and counts, shared by every connection's join.
 #[derive(Debug)]
 pub struct NamespaceBudget {
     tasks: Arc<Semaphore>,
+    events: Arc<Semaphore>,
     bytes: Arc<Semaphore>,
     dropped_events: AtomicU64,
     overloaded_requests: AtomicU64,
@@ -52,6 +58,7 @@ impl Default for NamespaceBudget {
     fn default() -> Self {
         NamespaceBudget {
             tasks: Arc::new(Semaphore::new(HANDLER_TASKS)),
+            events: Arc::new(Semaphore::new(EVENT_LANE_ITEMS)),
             bytes: Arc::new(Semaphore::new(HANDLER_BYTES)),
             dropped_events: AtomicU64::new(0),
             overloaded_requests: AtomicU64::new(0),
@@ -60,11 +67,26 @@ impl Default for NamespaceBudget {
 }
 
 impl NamespaceBudget {
-    /// A place for a task holding `payload` bytes, if the namespace has room.
+    /// A place for a request's task holding `payload` bytes, if the
+    /// namespace has room.
     pub fn admit(&self, payload: usize) -> Option<Admission> {
-        let bytes = payload.clamp(1, HANDLER_BYTES) as u32;
-        let task = self.tasks.clone().try_acquire_owned().ok()?;
-        let bytes = self.bytes.clone().try_acquire_many_owned(bytes).ok()?;
+        Self::admit_in(&self.tasks, &self.bytes, payload)
+    }
+
+    /// A place on the event lane for an event of `payload` bytes, if the
+    /// namespace has room.
+    pub fn admit_event(&self, payload: usize) -> Option<Admission> {
+        Self::admit_in(&self.events, &self.bytes, payload)
+    }
+
+    fn admit_in(
+        slots: &Arc<Semaphore>,
+        bytes: &Arc<Semaphore>,
+        payload: usize,
+    ) -> Option<Admission> {
+        let held = payload.clamp(1, HANDLER_BYTES) as u32;
+        let task = slots.clone().try_acquire_owned().ok()?;
+        let bytes = bytes.clone().try_acquire_many_owned(held).ok()?;
         Some(Admission {
             _task: task,
             _bytes: bytes,
@@ -80,7 +102,7 @@ impl NamespaceBudget {
                 path,
                 event,
                 dropped = n,
-                "plugin namespace full ({HANDLER_TASKS} handlers or {} MiB at once): \
+                "plugin namespace full ({EVENT_LANE_ITEMS} events or {} MiB waiting): \
                  events dropped",
                 HANDLER_BYTES >> 20
             );

@@ -358,7 +358,11 @@ impl Sandbox {
 
     /// Registers a host-side plugin namespace; it is joined when the
     /// sandbox first connects, so this must come before the first call.
-    pub fn register_namespace(&self, namespace: HostNamespace) -> Result<(), RegisterError> {
+    pub fn register_namespace(
+        &self,
+        namespace: impl Into<HostNamespace>,
+    ) -> Result<(), RegisterError> {
+        let namespace = namespace.into();
         check_plugin_path(&namespace.path).map_err(RegisterError::BadPath)?;
         let mut list = self.namespaces.lock().unwrap_or_else(|p| p.into_inner());
         if self
@@ -383,6 +387,24 @@ impl Sandbox {
         event: &str,
         data: serde_json::Value,
     ) -> Result<(), RemoteError> {
+        self.joined_namespace(path).await?.emit(event, data).await
+    }
+
+    /// The host's typed end of protocol `P`'s namespace on the current
+    /// connection (its half registered with
+    /// [`Sandbox::register_namespace`]), to send `P`'s events and requests
+    /// to the sandbox; connects first if no connection is open. After a
+    /// reconnection, ask again.
+    pub async fn namespace<P: agentix_actors::protocol::Protocol>(
+        &self,
+    ) -> Result<crate::HostEnd<P>, RemoteError> {
+        self.joined_namespace(P::PATH)
+            .await
+            .map(crate::HostEnd::new)
+    }
+
+    /// The joined namespace at `path` on the current connection.
+    async fn joined_namespace(&self, path: &str) -> Result<HostNamespaceHandle, RemoteError> {
         self.connection().await?;
         let ns = self
             .joined
@@ -391,7 +413,7 @@ impl Sandbox {
             .get(path)
             .cloned();
         match ns {
-            Some(ns) => ns.emit(event, data).await,
+            Some(ns) => Ok(ns),
             None => Err(RemoteError::new(
                 ErrorKind::Protocol,
                 format!(

@@ -26,6 +26,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use actix::dev::SendError;
 use actix::prelude::*;
 use agentix_actors::budgeted_channel::{
     budgeted_channel, BudgetedReceiver, BudgetedSender, PayloadLen,
@@ -34,7 +35,7 @@ use agentix_actors::json_text::JsonText;
 use agentix_actors::outbox::Outbox;
 use agentix_actors::part::MAX_SOCKET_MESSAGE_BYTES;
 use agentix_actors::request_envelope::{
-    error_reply, request_id_in_text, HOST_BEHIND, NO_HOST, TOO_LARGE,
+    error_reply, request_id_in_text, HOST_BEHIND, NO_HANDLER, NO_HOST, OVERLOADED, TOO_LARGE,
 };
 use agentix_actors::supervision::ChildGuard;
 use agentix_actors::wire::{check_plugin_path, Frame};
@@ -91,13 +92,22 @@ pub struct StopForwarding;
 // ---- the registry ----------------------------------------------------------
 
 /// The forwarders of the current worker supervisor, by path: the socket
-/// handlers find a host event's forwarder here. Cheap to clone.
+/// handlers find a host event's forwarder here; and what they all count.
+/// Cheap to clone.
 #[derive(Clone, Default)]
-pub struct Forwarders(Arc<Mutex<HashMap<String, Addr<NamespaceForwarder>>>>);
+pub struct Forwarders {
+    by_path: Arc<Mutex<HashMap<String, Addr<NamespaceForwarder>>>>,
+    counts: ForwarderCounts,
+}
 
 impl Forwarders {
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Addr<NamespaceForwarder>>> {
-        self.0.lock().unwrap_or_else(|p| p.into_inner())
+        self.by_path.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// What the forwarders and the socket handlers in front of them count.
+    pub fn counts(&self) -> ForwarderCounts {
+        self.counts.clone()
     }
 
     /// The forwarder of `path`, if the worker opened it.
@@ -452,25 +462,24 @@ pub fn register(io: &SocketIo, forwarders: Forwarders, token: Token) {
         let forwarders = forwarders.clone();
         s.on_fallback(move |s: SocketRef, Event(event): Event, raw: RawEvent| {
             let path = s.ns();
-            match raw.into_payload_text() {
-                Ok(data) if check_plugin_path(path).is_ok() => match forwarders.get(path) {
-                    // `do_send`, in the order the host sent them: the
-                    // forwarder takes each in O(1) onto the worker's
-                    // queue, whose own bound drops what a flood sends
-                    // past it (see `NamespaceForwarder::to_worker`).
-                    Some(forwarder) => forwarder.do_send(HostEvent { event, data }),
-                    None => tracing::debug!(
-                        path,
-                        event,
-                        "event for a namespace no worker opened; dropped"
-                    ),
-                },
-                Ok(_) => {
-                    tracing::debug!(path, event, "event on a path no plugin may use; dropped")
+            let refusal = match raw.into_payload_text() {
+                Ok(data) if check_plugin_path(path).is_ok() => {
+                    hand_to_forwarder(&forwarders, path, event, data)
                 }
-                Err(e) => tracing::debug!(path, event, "malformed plugin event dropped: {e}"),
+                Ok(_) => {
+                    tracing::debug!(path, event, "event on a path no plugin may use; dropped");
+                    None
+                }
+                Err(e) => {
+                    tracing::debug!(path, event, "malformed plugin event dropped: {e}");
+                    None
+                }
+            };
+            async move {
+                if let Some((event, reply)) = refusal {
+                    crate::emit::emit(&s, &event, &reply).await;
+                }
             }
-            std::future::ready(())
         });
         std::future::ready(Ok::<(), std::convert::Infallible>(()))
     };
@@ -481,6 +490,56 @@ pub fn register(io: &SocketIo, forwarders: Forwarders, token: Token) {
     if let Err(e) = io.dyn_ns("/{*path}", handler) {
         tracing::error!("cannot accept plugin namespaces: {e}");
     }
+}
+
+/// Hands a host's event on `path` to the path's forwarder, in the order the
+/// host sent it, without waiting: the forwarder takes each in O(1) onto the
+/// worker's queue, whose own bound drops what a flood sends past it (see
+/// `NamespaceForwarder::to_worker`), and its mailbox is bounded too. What
+/// cannot be handed on is dropped and counted; a request among it gets the
+/// error reply returned here, for the host, so its asker need not wait out
+/// its timeout.
+fn hand_to_forwarder(
+    forwarders: &Forwarders,
+    path: &str,
+    event: String,
+    data: JsonText,
+) -> Option<(String, serde_json::Value)> {
+    let (event, data, type_name, why) = match forwarders.get(path) {
+        Some(forwarder) => match forwarder.try_send(HostEvent { event, data }) {
+            Ok(()) => return None,
+            Err(SendError::Full(HostEvent { event, data })) => (
+                event,
+                data,
+                OVERLOADED,
+                format!("the worker's end of {path} has {FORWARDER_MAILBOX} events waiting"),
+            ),
+            Err(SendError::Closed(HostEvent { event, data })) => (
+                event,
+                data,
+                NO_HANDLER,
+                format!("{path} is being reopened by a new worker"),
+            ),
+        },
+        None => (
+            event,
+            data,
+            NO_HANDLER,
+            format!("no worker has opened {path}: nothing in the sandbox handles it"),
+        ),
+    };
+    let Some(request_id) = request_id_in_text(&event, &data) else {
+        let dropped = forwarders
+            .counts()
+            .to_worker_dropped
+            .fetch_add(1, Ordering::Relaxed)
+            + 1;
+        if dropped.is_power_of_two() {
+            tracing::warn!(path, event, dropped, "a host's plugin event dropped: {why}");
+        }
+        return None;
+    };
+    Some(error_reply(&event, request_id, type_name, why))
 }
 
 fn lock(lagging: &Mutex<HashSet<Sid>>) -> std::sync::MutexGuard<'_, HashSet<Sid>> {

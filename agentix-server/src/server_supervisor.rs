@@ -130,7 +130,7 @@ impl ServerSupervisor {
             let side = SideRelay::new(logs.clone(), traces.clone());
             let calls = CallCount::default();
             let forwarders = Forwarders::default();
-            let forwarder_counts = ForwarderCounts::default();
+            let forwarder_counts = forwarders.counts();
             let router = ChildAddr::new(start_router(&config, &calls, 1, ctx.address()));
             let tree = Tree {
                 config: &config,

@@ -9,9 +9,14 @@
 //!   [`StreamTo`]) and [`SandboxSupervisor`];
 //! - in the bundle binary: [`bundle::main`] (or [`bundle::main_with`] to run
 //!   setup, such as [`register_namespace`], in every worker);
+//! - in a crate shared by a plugin's two halves: [`namespace_protocol!`],
+//!   the typed events and requests each half may send; then
+//!   [`SandboxHalf`] / [`SandboxEnd`] in the bundle and [`HostHalf`] /
+//!   [`HostEnd`] in the host, as closures or as actors handling
+//!   [`Received`] and [`Asked`];
 //! - anywhere: [`trace`] for traces and spans; [`actix`], [`start_actor`]
-//!   and the [`NamespaceEvent`] / [`NamespaceRequest`] messages for plugin
-//!   namespaces written as actors;
+//!   and the untyped [`NamespaceEvent`] / [`NamespaceRequest`] messages for
+//!   plugin namespaces written as actors;
 //! - in a service that runs sandbox servers in its own actix `System`:
 //!   [`server`] (`agentix::server::Server`).
 //!
@@ -43,9 +48,12 @@ pub use agentix_actors::namespace::{
 pub use agentix_actors::namespace_messages::{
     CancellationToken, NamespaceEvent, NamespaceFault, NamespaceRequest,
 };
+pub use agentix_actors::namespace_protocol;
 pub use agentix_actors::process;
+pub use agentix_actors::protocol::{self, Asked, Received};
 pub use agentix_actors::remote::{Remote, RemoteStream};
 pub use agentix_actors::restart_policy::RestartPolicy;
+pub use agentix_actors::sandbox_half::{SandboxEnd, SandboxHalf};
 pub use agentix_actors::trace;
 pub use agentix_actors::wire::Window;
 pub use agentix_actors::wire::ENV_FILES_ROOT;
@@ -61,8 +69,8 @@ pub use agentix_host::sandbox_user::{host_is_root, SANDBOX_UID_BASE};
 pub use agentix_host::{
     configure_logging, fd_limit, last_lines, provider, provider_names, raise_fd_limit,
     secret::random_hex, Call, CallStream, ContainerMount, ContainerNetwork, ContainerSettings,
-    HostNamespace, HostNamespaceHandle, Isolation, Liveness, LocalProvider, LogTap,
-    NamespaceIsolation, OwnerId, Provider, ProviderError, RunAs, Sandbox, SandboxConfig,
+    HostEnd, HostHalf, HostNamespace, HostNamespaceHandle, Isolation, Liveness, LocalProvider,
+    LogTap, NamespaceIsolation, OwnerId, Provider, ProviderError, RunAs, Sandbox, SandboxConfig,
     SandboxInfo, SandboxLimits, SandboxLog, SandboxRegistry, SandboxResources, StreamCall,
     BASE_ENV,
 };

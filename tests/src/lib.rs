@@ -514,6 +514,8 @@ pub async fn chatter_wide(n: u64, width: usize) -> u64 {
 
 // ---- plugin namespaces --------------------------------------------------------
 
+pub mod typed_plugin;
+
 static PLUGIN: std::sync::OnceLock<agentix::SandboxNamespaceHandle> = std::sync::OnceLock::new();
 
 fn plugin() -> &'static agentix::SandboxNamespaceHandle {

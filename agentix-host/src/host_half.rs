@@ -1,0 +1,235 @@
+//! A typed protocol's host half: [`HostHalf`] says what handles each event
+//! and request the sandbox sends (closures or actors), and [`HostEnd`]
+//! sends the protocol's own events and requests to the sandbox.
+//!
+//! It is sugar over [`crate::namespace`], which keeps the order and bounds:
+//! the namespace's events, closures' and actors' alike, are handled one at
+//! a time in the order the sandbox sent them; requests run side by side,
+//! within the namespace's budget ([`crate::namespace_budget`]), and the
+//! sandbox's cancel stops one at once.
+//!
+//! ```no_run
+//! # use serde::{Deserialize, Serialize};
+//! # #[derive(Serialize, Deserialize)] pub struct Configure { level: u32 }
+//! # #[derive(Serialize, Deserialize)] pub struct Progress { done: u64 }
+//! # agentix_actors::namespace_protocol! {
+//! #     pub struct MyPlugin = "/my-plugin";
+//! #     to_sandbox { events [Configure] requests [] }
+//! #     to_host { events [Progress] requests [] }
+//! # }
+//! # async fn run(sandbox: agentix_host::Sandbox) -> Result<(), Box<dyn std::error::Error>> {
+//! use agentix_host::HostHalf;
+//!
+//! sandbox.register_namespace(HostHalf::<MyPlugin>::new().on(|_end, p: Progress| async move {
+//!     println!("{} done", p.done);
+//! }))?;
+//! sandbox.namespace::<MyPlugin>().await?.emit(&Configure { level: 3 }).await?;
+//! # Ok(()) }
+//! ```
+//!
+//! An actor half is started by the host program (for example with
+//! `agentix::start_actor`), which is its supervisor, one per sandbox when
+//! it keeps per-sandbox state; it handles a [`Received`] for each event
+//! type and an [`Asked`] for each request type it is given.
+
+use std::future::Future;
+use std::time::Duration;
+
+use actix::Recipient;
+use agentix_actors::errors::RemoteError;
+use agentix_actors::namespace::DEFAULT_REQUEST_TIMEOUT;
+use agentix_actors::namespace_messages::NamespaceFault;
+use agentix_actors::protocol::{
+    actor_stopped, read_body, read_event, read_reply, reply_value, Asked, Event, NamespaceEnd,
+    Protocol, ProtocolMarker, Received, Request, ToHost, ToSandbox,
+};
+use agentix_actors::request_envelope::RemoteSioError;
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+use crate::namespace::{HostNamespace, HostNamespaceHandle};
+
+/// The host's typed handle on protocol `P`'s namespace of one sandbox's
+/// connection: sends what `P` lets the host send.
+pub struct HostEnd<P> {
+    handle: HostNamespaceHandle,
+    protocol: ProtocolMarker<P>,
+}
+
+impl<P> Clone for HostEnd<P> {
+    fn clone(&self) -> Self {
+        HostEnd {
+            handle: self.handle.clone(),
+            protocol: ProtocolMarker::default(),
+        }
+    }
+}
+
+impl<P: Protocol> NamespaceEnd for HostEnd<P> {
+    type Protocol = P;
+    type Receives = ToHost;
+}
+
+impl<P: Protocol> HostEnd<P> {
+    pub(crate) fn new(handle: HostNamespaceHandle) -> Self {
+        HostEnd {
+            handle,
+            protocol: ProtocolMarker::default(),
+        }
+    }
+
+    /// Sends `event` to the sandbox; events reach it in the order sent.
+    pub async fn emit<E: Event<P, ToSandbox>>(&self, event: &E) -> Result<(), RemoteError> {
+        let data = serde_json::to_value(event).map_err(|e| {
+            RemoteError::new(
+                agentix_actors::errors::ErrorKind::BadArguments,
+                format!("cannot write `{}` as JSON: {e}", E::NAME),
+            )
+        })?;
+        self.handle.emit(E::NAME, data).await
+    }
+
+    /// Asks the sandbox and waits for its reply, at most
+    /// [`DEFAULT_REQUEST_TIMEOUT`]; dropping the future cancels the request
+    /// in the sandbox.
+    pub async fn request<R: Request<P, ToSandbox>>(
+        &self,
+        request: &R,
+    ) -> Result<R::Reply, RemoteSioError> {
+        self.request_with_timeout(request, DEFAULT_REQUEST_TIMEOUT)
+            .await
+    }
+
+    /// [`HostEnd::request`] waiting at most `timeout`.
+    pub async fn request_with_timeout<R: Request<P, ToSandbox>>(
+        &self,
+        request: &R,
+        timeout: Duration,
+    ) -> Result<R::Reply, RemoteSioError> {
+        let reply = self.handle.request(R::NAME, request, timeout).await?;
+        read_reply(R::NAME, reply)
+    }
+
+    /// The untyped handle underneath, for what the protocol does not cover.
+    pub fn untyped(&self) -> &HostNamespaceHandle {
+        &self.handle
+    }
+}
+
+/// Builds protocol `P`'s host half: what handles each event and request
+/// the sandbox sends. Register it with `Sandbox::register_namespace`.
+pub struct HostHalf<P> {
+    namespace: HostNamespace,
+    protocol: ProtocolMarker<P>,
+}
+
+impl<P> Clone for HostHalf<P> {
+    fn clone(&self) -> Self {
+        HostHalf {
+            namespace: self.namespace.clone(),
+            protocol: ProtocolMarker::default(),
+        }
+    }
+}
+
+impl<P: Protocol> Default for HostHalf<P> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<P> From<HostHalf<P>> for HostNamespace {
+    fn from(half: HostHalf<P>) -> HostNamespace {
+        half.namespace
+    }
+}
+
+impl<P: Protocol> HostHalf<P> {
+    /// A half at `P::PATH` handling nothing yet.
+    pub fn new() -> Self {
+        HostHalf {
+            namespace: HostNamespace::new(P::PATH),
+            protocol: ProtocolMarker::default(),
+        }
+    }
+
+    /// Runs `handler` for each `E` the sandbox sends, one at a time, in
+    /// order.
+    pub fn on<E, F, Fut>(mut self, handler: F) -> Self
+    where
+        E: Event<P, ToHost>,
+        F: Fn(HostEnd<P>, E) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        self.namespace = self
+            .namespace
+            .on_read(E::NAME, read_event::<E>, move |ns, event| {
+                handler(HostEnd::new(ns), event)
+            });
+        self
+    }
+
+    /// Answers each `R` the sandbox sends with `handler`'s reply or fault;
+    /// the token fires, and the future is dropped, when the sandbox
+    /// cancels.
+    pub fn answer<R, F, Fut>(mut self, handler: F) -> Self
+    where
+        R: Request<P, ToHost>,
+        F: Fn(HostEnd<P>, R, CancellationToken) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<R::Reply, NamespaceFault>> + Send + 'static,
+    {
+        self.namespace = self.namespace.answer_requests(
+            R::NAME,
+            |body: Option<Value>| {
+                read_body::<R>(R::NAME, body.unwrap_or_default()).map_err(|f| f.message)
+            },
+            move |ns, request, cancelled| {
+                let work = handler(HostEnd::new(ns), request, cancelled);
+                async move { reply_value(work.await?) }
+            },
+        );
+        self
+    }
+
+    /// Hands each `E` the sandbox sends to `actor` as a [`Received`], in
+    /// order with the namespace's other events (the next waits for its
+    /// handling).
+    pub fn on_actor<E>(self, actor: impl Into<Recipient<Received<HostEnd<P>, E>>>) -> Self
+    where
+        E: Event<P, ToHost>,
+    {
+        let actor = actor.into();
+        self.on(move |ns, event: E| {
+            let sent = actor.send(Received { ns, event });
+            async move {
+                if sent.await.is_err() {
+                    tracing::error!(
+                        path = P::PATH,
+                        event = E::NAME,
+                        "the event's actor has stopped"
+                    );
+                }
+            }
+        })
+    }
+
+    /// Answers each `R` the sandbox sends with `actor`, as an [`Asked`].
+    pub fn answer_actor<R>(self, actor: impl Into<Recipient<Asked<HostEnd<P>, R>>>) -> Self
+    where
+        R: Request<P, ToHost>,
+    {
+        let actor = actor.into();
+        self.answer(move |ns, request: R, cancelled| {
+            let asked = actor.send(Asked {
+                ns,
+                request,
+                cancelled,
+            });
+            async move {
+                asked
+                    .await
+                    .unwrap_or_else(|_| Err(actor_stopped(R::NAME, P::PATH)))
+            }
+        })
+    }
+}
