@@ -47,6 +47,11 @@ impl JsonText {
         JsonText(raw)
     }
 
+    /// The checked JSON itself, taken without a copy.
+    pub fn into_raw(self) -> Box<RawValue> {
+        self.0
+    }
+
     /// The text, for serializers that write it verbatim (serde_json's, and
     /// so Socket.IO's).
     pub fn raw(&self) -> &RawValue {

@@ -243,6 +243,38 @@ pub fn read_body<T: DeserializeOwned>(
     })
 }
 
+/// Hands `message` to `actor`'s mailbox now, in the caller's order, and
+/// returns what waits for room when the mailbox is full: the typed halves'
+/// `on_actor`. The handling itself is not awaited: the actor takes its
+/// mailbox in order, and a handler that returns a future keeps that order
+/// with `actix::AtomicResponse`.
+pub fn hand_to_actor<M>(
+    actor: &actix::Recipient<M>,
+    message: M,
+    path: &'static str,
+    name: &'static str,
+) -> impl std::future::Future<Output = ()> + Send + 'static
+where
+    M: actix::Message + Send + 'static,
+    M::Result: Send,
+{
+    let waiting = match actor.try_send(message) {
+        Ok(()) => None,
+        Err(actix::dev::SendError::Full(message)) => Some(actor.send(message)),
+        Err(actix::dev::SendError::Closed(_)) => {
+            tracing::error!(path, event = name, "event dropped: its actor has stopped");
+            None
+        }
+    };
+    async move {
+        if let Some(waiting) = waiting {
+            if waiting.await.is_err() {
+                tracing::error!(path, event = name, "event dropped: its actor has stopped");
+            }
+        }
+    }
+}
+
 /// The fault a request gets when the actor that answers `name` on `path`
 /// has stopped.
 pub fn actor_stopped(name: &str, path: &str) -> NamespaceFault {

@@ -92,8 +92,8 @@ use crate::namespace::{
 };
 use crate::namespace_messages::NamespaceFault;
 use crate::protocol::{
-    actor_stopped, read_body, read_event, read_reply, reply_value, Asked, Event, NamespaceEnd,
-    Protocol, ProtocolMarker, Received, Request, ToHost, ToSandbox,
+    actor_stopped, hand_to_actor, read_body, read_event, read_reply, reply_value, Asked, Event,
+    NamespaceEnd, Protocol, ProtocolMarker, Received, Request, ToHost, ToSandbox,
 };
 use crate::request_envelope::RemoteSioError;
 
@@ -222,25 +222,15 @@ impl<P: Protocol> SandboxHalf<P> {
         self
     }
 
-    /// Hands each `E` the hosts send to `actor` as a [`Received`], in order
-    /// with the namespace's other events (the next waits for its handling).
+    /// Hands each `E` the hosts send to `actor` as a [`Received`], into its
+    /// mailbox in order with the namespace's other events (see
+    /// [`hand_to_actor`] for what keeps an async handler in order).
     pub fn on_actor<E>(self, actor: impl Into<Recipient<Received<SandboxEnd<P>, E>>>) -> Self
     where
         E: Event<P, ToSandbox>,
     {
         let actor = actor.into();
-        self.on(move |ns, event: E| {
-            let sent = actor.send(Received { ns, event });
-            async move {
-                if sent.await.is_err() {
-                    tracing::error!(
-                        path = P::PATH,
-                        event = E::NAME,
-                        "the event's actor has stopped"
-                    );
-                }
-            }
-        })
+        self.on(move |ns, event: E| hand_to_actor(&actor, Received { ns, event }, P::PATH, E::NAME))
     }
 
     /// Answers each `R` the hosts send with `actor`, as an [`Asked`].

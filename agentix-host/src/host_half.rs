@@ -40,14 +40,13 @@ use agentix_actors::errors::RemoteError;
 use agentix_actors::namespace::DEFAULT_REQUEST_TIMEOUT;
 use agentix_actors::namespace_messages::NamespaceFault;
 use agentix_actors::protocol::{
-    actor_stopped, read_body, read_event, read_reply, reply_value, Asked, Event, NamespaceEnd,
-    Protocol, ProtocolMarker, Received, Request, ToHost, ToSandbox,
+    actor_stopped, hand_to_actor, read_reply, reply_value, Asked, Event, NamespaceEnd, Protocol,
+    ProtocolMarker, Received, Request, ToHost, ToSandbox,
 };
 use agentix_actors::request_envelope::RemoteSioError;
-use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use crate::namespace::{HostNamespace, HostNamespaceHandle};
+use crate::namespace::{typed_body, HostNamespace, HostNamespaceHandle};
 
 /// The host's typed handle on protocol `P`'s namespace of one sandbox's
 /// connection: sends what `P` lets the host send.
@@ -163,9 +162,7 @@ impl<P: Protocol> HostHalf<P> {
     {
         self.namespace = self
             .namespace
-            .on_read(E::NAME, read_event::<E>, move |ns, event| {
-                handler(HostEnd::new(ns), event)
-            });
+            .on_decoded(E::NAME, move |ns, event| handler(HostEnd::new(ns), event));
         self
     }
 
@@ -178,11 +175,11 @@ impl<P: Protocol> HostHalf<P> {
         F: Fn(HostEnd<P>, R, CancellationToken) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<R::Reply, NamespaceFault>> + Send + 'static,
     {
+        // Read straight from the packet: a body may hold raw JSON
+        // (`Box<RawValue>`) passed on unparsed.
         self.namespace = self.namespace.answer_requests(
             R::NAME,
-            |body: Option<Value>| {
-                read_body::<R>(R::NAME, body.unwrap_or_default()).map_err(|f| f.message)
-            },
+            typed_body::<R>,
             move |ns, request, cancelled| {
                 let work = handler(HostEnd::new(ns), request, cancelled);
                 async move { reply_value(work.await?) }
@@ -191,26 +188,15 @@ impl<P: Protocol> HostHalf<P> {
         self
     }
 
-    /// Hands each `E` the sandbox sends to `actor` as a [`Received`], in
-    /// order with the namespace's other events (the next waits for its
-    /// handling).
+    /// Hands each `E` the sandbox sends to `actor` as a [`Received`], into
+    /// its mailbox in order with the namespace's other events (see
+    /// [`hand_to_actor`] for what keeps an async handler in order).
     pub fn on_actor<E>(self, actor: impl Into<Recipient<Received<HostEnd<P>, E>>>) -> Self
     where
         E: Event<P, ToHost>,
     {
         let actor = actor.into();
-        self.on(move |ns, event: E| {
-            let sent = actor.send(Received { ns, event });
-            async move {
-                if sent.await.is_err() {
-                    tracing::error!(
-                        path = P::PATH,
-                        event = E::NAME,
-                        "the event's actor has stopped"
-                    );
-                }
-            }
-        })
+        self.on(move |ns, event: E| hand_to_actor(&actor, Received { ns, event }, P::PATH, E::NAME))
     }
 
     /// Answers each `R` the sandbox sends with `actor`, as an [`Asked`].

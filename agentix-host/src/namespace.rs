@@ -458,31 +458,45 @@ impl HostNamespace {
         self
     }
 
-    /// Runs `handler` for each `event`, its payload decoded by `read` (a
-    /// payload it refuses is dropped, logged): the typed halves' events.
-    pub(crate) fn on_read<T, F, Fut>(
-        mut self,
-        event: &str,
-        read: fn(&str, &str, Value) -> Option<T>,
-        handler: F,
-    ) -> Self
+    /// Runs `handler` for each `event`, its payload decoded straight from
+    /// the packet as `T` (a payload that is not one is dropped, logged):
+    /// the typed halves' events.
+    pub(crate) fn on_decoded<T, F, Fut>(mut self, event: &str, handler: F) -> Self
     where
-        T: Send + 'static,
+        T: DeserializeOwned + Send + 'static,
         F: Fn(HostNamespaceHandle, T) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = ()> + Send + 'static,
     {
-        let name = event.to_owned();
         self.set_handler(
             event.to_owned(),
             Arc::new(move |ns, incoming| {
-                let data: Value = payload(&ns, incoming);
-                match read(&ns.path, &name, data) {
-                    Some(event) => Box::pin(handler(ns, event)),
-                    None => Box::pin(std::future::ready(())),
+                let name = incoming.name().to_owned();
+                match incoming.decode::<Decoded<T>>() {
+                    Ok(Decoded(event)) => Box::pin(handler(ns, event)),
+                    Err(e) => {
+                        tracing::warn!(
+                            path = &*ns.path,
+                            event = name,
+                            "event dropped: its payload is not the protocol's type: {e}"
+                        );
+                        Box::pin(std::future::ready(()))
+                    }
                 }
             }),
         );
         self
+    }
+}
+
+/// A payload read as the handler's own type, straight from the packet.
+#[derive(Deserialize)]
+#[serde(transparent)]
+struct Decoded<T>(T);
+
+impl<T> WithAttachments for Decoded<T> {
+    // Binary attachments stay placeholders, as in any JSON value.
+    fn attachments_mut(&mut self) -> Vec<&mut Attachment> {
+        Vec::new()
     }
 }
 
@@ -575,7 +589,7 @@ fn value_body(body: Option<Value>) -> Result<Value, String> {
 
 /// A body read as the handler's own `B`: `null` or left out is a `B` only
 /// if `B` reads from `null`.
-fn typed_body<B: DeserializeOwned>(body: Option<B>) -> Result<B, String> {
+pub(crate) fn typed_body<B: DeserializeOwned>(body: Option<B>) -> Result<B, String> {
     match body {
         Some(body) => Ok(body),
         None => B::deserialize(Value::Null).map_err(|e| format!("the request's body: {e}")),

@@ -9,8 +9,9 @@ mod support;
 
 use std::sync::{Arc, Mutex};
 
+use agentix::protocol::Protocol;
 use agentix_abridge::exchange::Api;
-use agentix_abridge::{Exchange, ExchangeLog, Gateway, JsonLinesRecorder, NAMESPACE};
+use agentix_abridge::{Abridge, Exchange, ExchangeLog, Gateway, JsonLinesRecorder};
 use serde_json::{json, Value};
 
 use fakes::*;
@@ -366,7 +367,7 @@ async fn the_official_openai_and_anthropic_sdks_in_the_sandbox_work_through_abri
     let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("interop/llm_sdk_agent.py");
     // A second host on /abridge sees everything the sandbox sends there.
     let mut spy =
-        support::raw_socket::RawSocket::connect_ns(sb.addr(), sb.token(), NAMESPACE).await;
+        support::raw_socket::RawSocket::connect_ns(sb.addr(), sb.token(), Abridge::PATH).await;
     let crossed = Arc::new(Mutex::new(Vec::new()));
     let spying = tokio::spawn({
         let crossed = crossed.clone();

@@ -8,7 +8,7 @@ mod support;
 
 use std::time::Duration;
 
-use agentix::actix::{Actor, Context, Handler, ResponseFuture};
+use agentix::actix::{Actor, AtomicResponse, Context, Handler, WrapFuture};
 use agentix::{HostEnd, HostHalf, NamespaceFault, Received, RemoteSioError};
 use agentix_e2e::typed_plugin::{
     open_typed, AskHalf, Count, CountUp, Counted, Counting, Double, Doubled, Finish, HalfAnswer,
@@ -22,7 +22,8 @@ use tokio::sync::mpsc;
 const EVENTS: u64 = 10_000;
 
 /// Host half actor: keeps every `Counted`, awaiting inside its handler
-/// (earlier ones longer), and reports each once handled.
+/// (earlier ones longer), and reports each once handled. `AtomicResponse`
+/// is how an actor's awaiting handler keeps its mailbox's order.
 struct Tallier(mpsc::UnboundedSender<u64>);
 
 impl Actor for Tallier {
@@ -30,7 +31,7 @@ impl Actor for Tallier {
 }
 
 impl Handler<Received<HostEnd<Counting>, Counted>> for Tallier {
-    type Result = ResponseFuture<()>;
+    type Result = AtomicResponse<Self, ()>;
 
     fn handle(
         &mut self,
@@ -39,13 +40,16 @@ impl Handler<Received<HostEnd<Counting>, Counted>> for Tallier {
     ) -> Self::Result {
         let report = self.0.clone();
         let Counted(i) = msg.event;
-        Box::pin(async move {
-            if i % 64 < 3 {
-                tokio::time::sleep(Duration::from_millis(3 - i % 64)).await;
+        AtomicResponse::new(Box::pin(
+            async move {
+                if i % 64 < 3 {
+                    tokio::time::sleep(Duration::from_millis(3 - i % 64)).await;
+                }
+                tokio::task::yield_now().await;
+                let _ = report.send(i);
             }
-            tokio::task::yield_now().await;
-            let _ = report.send(i);
-        })
+            .into_actor(self),
+        ))
     }
 }
 

@@ -1,4 +1,4 @@
-//! The plugin example end to end: the host answers the sandbox's `fetch`
+//! The plugin example end to end: the host answers the sandbox's `Fetch`
 //! requests with an actor (standing in for an LLM upstream) while a remote
 //! call runs, and one refusal comes back to the sandbox as a
 //! `RemoteSioError`.
@@ -6,15 +6,12 @@
 //! `cargo run -p plugin`
 
 use agentix::actix::{Actor, Context, Handler};
-use agentix::{
-    HostNamespace, HostNamespaceHandle, JsonValue, LocalProvider, NamespaceFault, NamespaceRequest,
-    Provider, SandboxConfig,
-};
-use serde_json::json;
+use agentix::{Asked, HostEnd, HostHalf, LocalProvider, NamespaceFault, Provider, SandboxConfig};
+use plugin_app::{Completion, Configure, Configured, Fetch, MyPlugin};
 
 /// Stands in for a real model API. An actor, so it keeps state between
 /// requests (how many completions it served) without a lock; the sandbox's
-/// `fetch` requests reach it as messages, and its `Ok` / `Err` is the reply.
+/// `Fetch` requests reach it as messages, and its `Ok` / `Err` is the reply.
 struct Upstream {
     served: u64,
 }
@@ -23,24 +20,22 @@ impl Actor for Upstream {
     type Context = Context<Self>;
 }
 
-impl Handler<NamespaceRequest<HostNamespaceHandle>> for Upstream {
-    type Result = Result<JsonValue, NamespaceFault>;
+impl Handler<Asked<HostEnd<MyPlugin>, Fetch>> for Upstream {
+    type Result = Result<Completion, NamespaceFault>;
 
     fn handle(
         &mut self,
-        request: NamespaceRequest<HostNamespaceHandle>,
+        asked: Asked<HostEnd<MyPlugin>, Fetch>,
         _: &mut Context<Self>,
     ) -> Self::Result {
-        let body = request.body;
-        let prompt = body["prompt"].as_str().unwrap_or_default();
+        let Fetch { model, prompt } = asked.request;
         if prompt.contains("secret") {
             let refusal = format!("the upstream refused: {prompt:?}");
             return Err(NamespaceFault::new("PolicyViolation", refusal));
         }
         self.served += 1;
-        Ok(json!(format!(
-            "[{}] {} (completion #{})",
-            body["model"].as_str().unwrap_or("?"),
+        Ok(Completion(format!(
+            "[{model}] {} (completion #{})",
             prompt.to_uppercase(),
             self.served
         )))
@@ -58,31 +53,29 @@ async fn host() -> Result<(), Box<dyn std::error::Error>> {
         .session(SandboxConfig::current_exe()?)
         .await?;
     let (configured_tx, mut configured) = tokio::sync::mpsc::unbounded_channel();
-    let my_host = HostNamespace::new("/my-plugin")
-        .on("configured", move |_, data| {
-            let tx = configured_tx.clone();
-            async move {
-                let _ = tx.send(data);
-            }
+    let my_host = HostHalf::<MyPlugin>::new()
+        .on(move |_, Configured { model }| {
+            let _ = configured_tx.send(model);
+            async {}
         })
         // One half as an actor: it runs on a background arbiter here (no
         // actix System in this program), on the caller's in an actix one.
-        .request_actor(
-            "fetch",
-            agentix::start_actor(|_| Upstream { served: 0 }).recipient(),
-        );
+        .answer_actor::<Fetch>(agentix::start_actor(|_| Upstream { served: 0 }));
     // Before the first remote call: the connections are planned then.
     sandbox.register_namespace(my_host)?;
 
     // The first call connects; then configure the service and wait for it.
     sandbox
-        .call_json("plugin_app::agent_step", json!(["warm up"]))
+        .remote(plugin_app::agent_step, ("warm up".into(),))
         .await?;
-    sandbox
-        .emit("/my-plugin", "configure", json!({ "model": "claude" }))
+    let service = sandbox.namespace::<MyPlugin>().await?;
+    service
+        .emit(&Configure {
+            model: "claude".into(),
+        })
         .await?;
     println!(
-        "sandbox says: {}",
+        "sandbox says: configured {}",
         configured.recv().await.unwrap_or_default()
     );
 

@@ -20,10 +20,11 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
 use agentix::actix::{Actor, Addr, Context, Handler, Message};
-use agentix::{NamespaceEvent, SandboxNamespaceHandle};
+use agentix::{Received, SandboxEnd};
 use tokio::sync::mpsc;
 
 use crate::exchange::{StreamItem, StreamPart, STREAM_WINDOW};
+use crate::Abridge;
 
 /// Items kept out of order before the stream is given up as broken: the
 /// window, and the one end item the host may send past it.
@@ -154,15 +155,11 @@ impl Handler<Forget> for ArrivingStreams {
     }
 }
 
-impl Handler<NamespaceEvent<SandboxNamespaceHandle>> for ArrivingStreams {
+impl Handler<Received<SandboxEnd<Abridge>, StreamItem>> for ArrivingStreams {
     type Result = ();
 
-    /// A `stream:item`.
-    fn handle(&mut self, event: NamespaceEvent<SandboxNamespaceHandle>, _: &mut Context<Self>) {
-        match serde_json::from_value(event.data) {
-            Ok(item) => self.arrive(item),
-            Err(e) => tracing::debug!("abridge: malformed stream item dropped: {e}"),
-        }
+    fn handle(&mut self, item: Received<SandboxEnd<Abridge>, StreamItem>, _: &mut Context<Self>) {
+        self.arrive(item.event);
     }
 }
 

@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use agentix::trace::{self, SpanContext};
-use agentix::{HostNamespaceHandle, JsonText};
+use agentix::{HostEnd, JsonText};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
@@ -22,7 +22,7 @@ use crate::observation::{Observation, CLIENT_GONE};
 use crate::tls;
 use crate::upstream::{self, send, Outgoing, UpstreamClient};
 use crate::upstream_shape::{UpstreamCall, UpstreamShape};
-use crate::EVENT_STREAM;
+use crate::Abridge;
 
 /// How long an upstream may take to answer in full, unless set.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(600);
@@ -290,43 +290,35 @@ impl Gateway {
     }
 
     /// Answers a `stream` request (`open`, already known to the pumps so a
-    /// cancel finds it) with the upstream's head; its body follows through
-    /// the pump.
+    /// cancel finds it through `control`) with the upstream's head; its
+    /// body follows through the pump, which starts now and waits for the
+    /// sandbox's acknowledgements (the sandbox keeps items that come before
+    /// the head until it has read it).
     pub(crate) async fn open_stream(
         &self,
-        ns: HostNamespaceHandle,
-        request_id: Value,
-        open: Result<(StreamOpen<Box<RawValue>>, StreamControl), String>,
+        end: HostEnd<Abridge>,
+        open: StreamOpen<Box<RawValue>>,
+        control: StreamControl,
         parent: Option<SpanContext>,
         slot: Option<OwnedSemaphorePermit>,
-    ) {
-        let (head, pump) = match (open, slot) {
-            (Err(e), _) => (
-                refused(400, "invalid_request", format!("not a stream request: {e}")),
-                None,
-            ),
-            (Ok((open, _)), None) => (StreamHead::whole(self.busy(open.request.api)), None),
-            (Ok((open, control)), Some(slot)) => {
-                let api = open.request.api;
-                let prepared = self.prepare(open.request, parent);
-                self.stream_head(ns.clone(), api, prepared, control, slot)
-                    .await
-            }
+    ) -> StreamHead {
+        let Some(slot) = slot else {
+            return StreamHead::whole(self.busy(open.request.api));
         };
-        let reply = json!({"request_id": request_id, "data": head});
-        if let Err(e) = ns.emit(&format!("{EVENT_STREAM}:result"), reply).await {
-            tracing::debug!("abridge: stream head not sent: {e}");
-        }
-        // Even with the head lost: the pump then ends at its first item,
+        let api = open.request.api;
+        let prepared = self.prepare(open.request, parent);
+        let (head, pump) = self.stream_head(end, api, prepared, control, slot).await;
+        // Even if the head is lost: the pump then ends at its first item,
         // and ends the exchange's observation with it.
         if let Some(pump) = pump {
-            pump.run().await;
+            tokio::spawn(pump.run());
         }
+        head
     }
 
     async fn stream_head(
         &self,
-        ns: HostNamespaceHandle,
+        end: HostEnd<Abridge>,
         api: Api,
         prepared: Prepared,
         control: StreamControl,
@@ -363,7 +355,7 @@ impl Gateway {
                     watch,
                     slot,
                 };
-                match StreamPumps::start(ns, control, opened, pumping).await {
+                match StreamPumps::start(end, control, opened, pumping).await {
                     Started::Answered(head, watch) => (head, *watch),
                     Started::Streaming(head, pump) => return (head, Some(pump)),
                 }

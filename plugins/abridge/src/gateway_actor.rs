@@ -10,26 +10,26 @@
 //! The actor takes the sandbox's word about running streams (acks and
 //! abandons) in the order the sandbox sent it. Requests are not the
 //! actor's: a request handler on the connection's own runtime answers a
-//! whole request, and a stream's open (an `on_request_as`) is taken on the
-//! receive path, where it is registered with the streams before the
-//! sandbox's next event is read (so an abandon right behind the open finds
-//! it) and then runs on that runtime. Each request so saves the two thread hops to the actor's
-//! arbiter and back (about a fifth of abridge's overhead, measured), and
-//! every upstream connection is read on the runtime that opened it.
+//! whole request, and a stream's open is registered with the streams by
+//! its handler's call, on the receive path, before the sandbox's next
+//! event is read (so an abandon right behind the open finds it); its
+//! answer then runs on that runtime. Each request so saves the two thread
+//! hops to the actor's arbiter and back (about a fifth of abridge's
+//! overhead, measured), and every upstream connection is read on the
+//! runtime that opened it.
 
-use std::convert::Infallible;
 use std::sync::Arc;
 
 use agentix::actix::{Actor, Context, Handler};
 use agentix::trace;
-use agentix::{start_actor, HostNamespace, HostNamespaceHandle, JsonValue, NamespaceEvent};
+use agentix::{start_actor, HostEnd, HostHalf, Received};
 use serde_json::value::RawValue;
 use tokio::sync::Semaphore;
 
-use crate::exchange::{StreamOpen, UpstreamRequest};
+use crate::exchange::{StreamAbandon, StreamAck, StreamOpen, UpstreamRequest};
 use crate::gateway::Gateway;
 use crate::gateway_stream::StreamPumps;
-use crate::{EVENT_STREAM, EVENT_STREAM_ABANDON, EVENT_STREAM_ACK, EVENT_UPSTREAM, NAMESPACE};
+use crate::Abridge;
 
 /// One sandbox's running streams, told of what its agents have read and
 /// which of them went away.
@@ -45,7 +45,7 @@ impl Gateway {
     /// concurrency limit is the namespace's, and each call starts a
     /// [`GatewayActor`] of its own (on the caller's actix arbiter, or the
     /// shared background one) that ends with the namespace.
-    pub fn namespace(&self) -> HostNamespace {
+    pub fn namespace(&self) -> HostHalf<Abridge> {
         // One per request in flight, whole or streamed: the sandbox's limit.
         let slots = Arc::new(Semaphore::new(self.concurrency()));
         let parent = trace::current();
@@ -58,39 +58,31 @@ impl Gateway {
         // the upstream request.
         let whole = {
             let (gateway, parent, slots) = (self.clone(), parent.clone(), slots.clone());
-            move |request: UpstreamRequest<Box<RawValue>>| {
+            move |_, request: UpstreamRequest<Box<RawValue>>, _| {
                 let (gateway, parent, slots) = (gateway.clone(), parent.clone(), slots.clone());
                 async move {
                     let answer = match slots.try_acquire_owned() {
                         Ok(_slot) => gateway.answer_request(request, parent).await,
                         Err(_) => gateway.busy(request.api),
                     };
-                    Ok::<_, Infallible>(answer)
+                    Ok(answer)
                 }
             }
         };
         let gateway = self.clone();
-        let open = move |ns: HostNamespaceHandle,
-                         request_id: JsonValue,
-                         open: Result<StreamOpen<Box<RawValue>>, String>| {
+        let open = move |end: HostEnd<Abridge>, open: StreamOpen<Box<RawValue>>, _| {
             // Here, on the receive path, not in the task: known to the
             // pumps before the sandbox's next event is read.
-            let open = open.map(|open| {
-                let control = pumps.register(open.stream_id.clone());
-                (open, control)
-            });
+            let control = pumps.register(open.stream_id.clone());
             let slot = slots.clone().try_acquire_owned().ok();
             let (gateway, parent) = (gateway.clone(), parent.clone());
-            async move {
-                gateway
-                    .open_stream(ns, request_id, open, parent, slot)
-                    .await
-            }
+            async move { Ok(gateway.open_stream(end, open, control, parent, slot).await) }
         };
-        HostNamespace::new(NAMESPACE)
-            .request_handler_as(EVENT_UPSTREAM, whole)
-            .on_request_as(EVENT_STREAM, open)
-            .on_actor([EVENT_STREAM_ACK, EVENT_STREAM_ABANDON], actor.recipient())
+        HostHalf::<Abridge>::new()
+            .answer(whole)
+            .answer(open)
+            .on_actor::<StreamAck>(actor.clone())
+            .on_actor::<StreamAbandon>(actor)
     }
 }
 
@@ -98,21 +90,18 @@ impl Actor for GatewayActor {
     type Context = Context<Self>;
 }
 
-impl Handler<NamespaceEvent<HostNamespaceHandle>> for GatewayActor {
+impl Handler<Received<HostEnd<Abridge>, StreamAck>> for GatewayActor {
     type Result = ();
 
-    fn handle(&mut self, event: NamespaceEvent<HostNamespaceHandle>, _: &mut Context<Self>) {
-        let NamespaceEvent { event, data, .. } = event;
-        match event.as_str() {
-            EVENT_STREAM_ACK => match serde_json::from_value(data) {
-                Ok(ack) => self.pumps.ack(ack),
-                Err(e) => tracing::debug!("abridge: malformed stream ack dropped: {e}"),
-            },
-            EVENT_STREAM_ABANDON => match serde_json::from_value(data) {
-                Ok(cancel) => self.pumps.cancel(cancel),
-                Err(e) => tracing::debug!("abridge: malformed stream abandon dropped: {e}"),
-            },
-            other => tracing::debug!(event = other, "abridge: unknown event dropped"),
-        }
+    fn handle(&mut self, ack: Received<HostEnd<Abridge>, StreamAck>, _: &mut Context<Self>) {
+        self.pumps.ack(ack.event);
+    }
+}
+
+impl Handler<Received<HostEnd<Abridge>, StreamAbandon>> for GatewayActor {
+    type Result = ();
+
+    fn handle(&mut self, gone: Received<HostEnd<Abridge>, StreamAbandon>, _: &mut Context<Self>) {
+        self.pumps.cancel(gone.event);
     }
 }

@@ -20,7 +20,7 @@ use std::sync::{Arc, Mutex};
 use std::task::Poll;
 use std::time::Duration;
 
-use agentix::HostNamespaceHandle;
+use agentix::HostEnd;
 use http_body_util::BodyExt;
 use hyper::body::{Body, Frame};
 use serde_json::json;
@@ -32,7 +32,7 @@ use crate::exchange::{
 };
 use crate::observation::Observation;
 use crate::upstream::{Opened, MAX_ANSWER};
-use crate::EVENT_STREAM_ITEM;
+use crate::Abridge;
 
 /// What the sandbox has said about one stream so far.
 #[derive(Debug, Clone, Copy, Default)]
@@ -89,7 +89,7 @@ impl StreamPumps {
     /// that sends its body to the sandbox and ends the observation, else
     /// with the observation, to be ended with the head.
     pub async fn start(
-        ns: HostNamespaceHandle,
+        ns: HostEnd<Abridge>,
         control: StreamControl,
         opened: Opened,
         pumping: Pumping,
@@ -195,7 +195,7 @@ impl Drop for StreamControl {
 /// One stream's body on its way to the sandbox. Run after the head is
 /// sent, so the items never compete with it on the way there.
 pub struct Pump {
-    ns: HostNamespaceHandle,
+    ns: HostEnd<Abridge>,
     control: StreamControl,
     body: UpstreamLines,
     /// A piece read before the head was sent, to go first.
@@ -233,7 +233,7 @@ impl Pump {
                 state.seq + 1,
                 StreamPart::End(Some(why.clone())),
             );
-            let _ = ns.emit(EVENT_STREAM_ITEM, end).await;
+            let _ = ns.emit(&end).await;
             state.end = Some(why);
         }
         drop(control);
@@ -429,7 +429,7 @@ impl PumpState {
 /// Sends the body's pieces as they arrive, `held` first, then the end;
 /// stops early when the agent goes away or the sandbox cannot be reached.
 async fn pump(
-    ns: &HostNamespaceHandle,
+    ns: &HostEnd<Abridge>,
     id: &str,
     mut body: UpstreamLines,
     mut held: Option<Piece>,
@@ -495,7 +495,7 @@ fn note_usage(lines: &str, watch: &mut Observation) {
 /// Sends the next item once the window allows; false if the stream is over
 /// for the sandbox (cancelled, or the sandbox unreachable).
 async fn send(
-    ns: &HostNamespaceHandle,
+    ns: &HostEnd<Abridge>,
     id: &str,
     seq: &mut u64,
     part: StreamPart,
@@ -511,16 +511,13 @@ async fn send(
         return false;
     }
     *seq = next;
-    ns.emit(EVENT_STREAM_ITEM, item(id, next, part))
-        .await
-        .is_ok()
+    ns.emit(&item(id, next, part)).await.is_ok()
 }
 
-fn item(id: &str, seq: u64, part: StreamPart) -> serde_json::Value {
-    serde_json::to_value(StreamItem {
+fn item(id: &str, seq: u64, part: StreamPart) -> StreamItem {
+    StreamItem {
         stream_id: id.to_owned(),
         seq,
         part,
-    })
-    .unwrap_or(serde_json::Value::Null)
+    }
 }

@@ -36,7 +36,8 @@
 //! Upstreams are reached over plain HTTP or TLS (rustls, the public roots
 //! and any a gateway adds).
 //!
-//! Layout: [`exchange`] is what crosses the namespace; [`sandbox_endpoint`]
+//! Layout: [`Abridge`] is the namespace's protocol and [`exchange`] the
+//! types that cross it; [`sandbox_endpoint`]
 //! and [`sandbox_stream`] the sandbox half, whose stream items an
 //! [`arriving_streams`] actor puts in order; [`gateway`], its
 //! [`gateway_actor`], [`gateway_stream`] and [`upstream`] the host half.
@@ -63,15 +64,52 @@ pub use upstream_shape::UpstreamShape;
 
 agentix::plugin_crate!();
 
+use exchange::{
+    StreamAbandon, StreamAck, StreamHead, StreamItem, StreamOpen, UpstreamAnswer, UpstreamRequest,
+};
+use serde_json::value::RawValue;
+
+agentix::namespace_protocol! {
+    /// What abridge's two halves say on `/abridge`: the sandbox half asks
+    /// for each agent request (`upstream`) or opens a stream (`stream`),
+    /// acknowledges what it wrote and abandons what its agent left; the
+    /// host half sends a stream's items. Bodies travel as the JSON text
+    /// the agent wrote (`Box<RawValue>`), parsed by the host alone.
+    pub struct Abridge = "/abridge";
+    to_sandbox {
+        events [StreamItem as "stream:item"]
+        requests []
+    }
+    to_host {
+        events [StreamAck as "stream:ack", StreamAbandon as "stream:abandon"]
+        requests [
+            UpstreamRequest<Box<RawValue>> as "upstream" => UpstreamAnswer,
+            StreamOpen<Box<RawValue>> as "stream" => StreamHead,
+        ]
+    }
+}
+
 /// The namespace both halves meet on.
+#[deprecated(
+    since = "0.2.0",
+    note = "use `<Abridge as agentix::protocol::Protocol>::PATH`"
+)]
 pub const NAMESPACE: &str = "/abridge";
 /// The request the sandbox half sends for each HTTP request.
+#[deprecated(
+    since = "0.2.0",
+    note = "use the `Abridge` protocol's `UpstreamRequest`"
+)]
 pub const EVENT_UPSTREAM: &str = "upstream";
 /// The request that opens a streamed answer ([`exchange::StreamOpen`]).
+#[deprecated(since = "0.2.0", note = "use the `Abridge` protocol's `StreamOpen`")]
 pub const EVENT_STREAM: &str = "stream";
 /// A piece of a streamed answer, host to sandbox ([`exchange::StreamItem`]).
+#[deprecated(since = "0.2.0", note = "use the `Abridge` protocol's `StreamItem`")]
 pub const EVENT_STREAM_ITEM: &str = "stream:item";
 /// Items written to the agent, sandbox to host ([`exchange::StreamAck`]).
+#[deprecated(since = "0.2.0", note = "use the `Abridge` protocol's `StreamAck`")]
 pub const EVENT_STREAM_ACK: &str = "stream:ack";
 /// The agent went away, sandbox to host ([`exchange::StreamAbandon`]).
+#[deprecated(since = "0.2.0", note = "use the `Abridge` protocol's `StreamAbandon`")]
 pub const EVENT_STREAM_ABANDON: &str = "stream:abandon";

@@ -10,7 +10,8 @@ use std::convert::Infallible;
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
-use agentix::{JsonText, SandboxNamespaceHandle};
+use agentix::protocol::Protocol;
+use agentix::{JsonText, SandboxEnd, SandboxHalf};
 use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 use hyper::{Method, Request, Response};
@@ -20,9 +21,9 @@ use serde_json::value::RawValue;
 use serde_json::Value;
 
 use crate::arriving_streams::Arrivals;
-use crate::exchange::{Api, UpstreamAnswer, UpstreamRequest};
+use crate::exchange::{Api, StreamItem, UpstreamAnswer, UpstreamRequest};
 use crate::sandbox_stream::{host_failed, relay, whole, AgentBody};
-use crate::{EVENT_STREAM_ITEM, EVENT_UPSTREAM, NAMESPACE};
+use crate::Abridge;
 
 /// Largest request body an agent may send, unless set.
 pub const DEFAULT_MAX_REQUEST_BYTES: u64 = 32 << 20;
@@ -55,7 +56,7 @@ impl Default for EndpointOptions {
 /// What every connection of the running endpoint shares.
 #[derive(Clone)]
 struct Serving {
-    handle: SandboxNamespaceHandle,
+    handle: SandboxEnd<Abridge>,
     arrivals: Arrivals,
     max_request_bytes: usize,
     host_timeout: Duration,
@@ -78,7 +79,7 @@ impl std::error::Error for AbridgeError {}
 
 /// The namespace and the arriving streams its items go to, opened on the
 /// first [`serve`] of this worker.
-static NAMESPACE_HANDLE: OnceLock<(SandboxNamespaceHandle, Arrivals)> = OnceLock::new();
+static NAMESPACE_HANDLE: OnceLock<(SandboxEnd<Abridge>, Arrivals)> = OnceLock::new();
 /// The running endpoint: its URL and what stops it.
 static RUNNING: Mutex<Option<(String, tokio::sync::watch::Sender<bool>)>> = Mutex::new(None);
 
@@ -109,11 +110,12 @@ async fn start(options: EndpointOptions) -> Result<String, AbridgeError> {
         Some(opened) => opened.clone(),
         None => {
             let arrivals = Arrivals::start();
-            let namespace = agentix::SandboxNamespace::new(NAMESPACE)
-                .on_actor([EVENT_STREAM_ITEM], arrivals.actor().clone().recipient());
-            let handle = agentix::register_namespace(namespace).map_err(|e| AbridgeError {
-                message: format!("cannot open {NAMESPACE}: {e}"),
-            })?;
+            let handle = SandboxHalf::<Abridge>::new()
+                .on_actor::<StreamItem>(arrivals.actor().clone())
+                .register()
+                .map_err(|e| AbridgeError {
+                    message: format!("cannot open {}: {e}", Abridge::PATH),
+                })?;
             NAMESPACE_HANDLE.get_or_init(|| (handle, arrivals)).clone()
         }
     };
@@ -258,25 +260,17 @@ async fn respond(serving: &Serving, request: Request<Incoming>) -> Response<Agen
             }
         }
     };
+    let streamed = asks_for_a_stream(&body);
+    // The agent's text moves into the request as it is: never copied.
     let request = UpstreamRequest {
         api,
-        body: body.raw(),
+        body: body.into_raw(),
     };
-    if asks_for_a_stream(&body) {
+    if streamed {
         return relay(handle, &serving.arrivals, request, host_timeout).await;
     }
-    let forwarded = JsonText::to_json(&request);
-    let answer = match handle
-        .request_text_with_timeout(EVENT_UPSTREAM, &forwarded, host_timeout)
-        .await
-    {
-        Ok(answer) => serde_json::from_value(answer).unwrap_or_else(|e| {
-            UpstreamAnswer::error(
-                502,
-                "gateway_error",
-                format!("the host's answer is not one: {e}"),
-            )
-        }),
+    let answer = match handle.request_with_timeout(&request, host_timeout).await {
+        Ok(answer) => answer,
         Err(e) => host_failed(e, host_timeout),
     };
     whole(answer)

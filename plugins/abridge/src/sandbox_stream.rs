@@ -14,7 +14,7 @@ use std::convert::Infallible;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use agentix::{JsonText, RemoteSioError, SandboxNamespaceHandle, StreamExt};
+use agentix::{RemoteSioError, SandboxEnd, StreamExt};
 use bytes::Bytes;
 use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, StreamBody};
@@ -26,10 +26,10 @@ use tokio::sync::mpsc;
 
 use crate::arriving_streams::Arrivals;
 use crate::exchange::{
-    Api, StreamAbandon, StreamAck, StreamHead, StreamOpen, StreamPart, UpstreamAnswer,
-    UpstreamRequest, STREAM_WINDOW,
+    Api, StreamAbandon, StreamAck, StreamOpen, StreamPart, UpstreamAnswer, UpstreamRequest,
+    STREAM_WINDOW,
 };
-use crate::{EVENT_STREAM, EVENT_STREAM_ABANDON, EVENT_STREAM_ACK};
+use crate::Abridge;
 
 /// A response body the endpoint sends: whole or streamed.
 pub type AgentBody = UnsyncBoxBody<Bytes, Infallible>;
@@ -42,7 +42,7 @@ static NEXT_STREAM: AtomicU64 = AtomicU64::new(1);
 /// Forgets a stream and, unless it ended, tells the host to stop it.
 struct Abandon {
     id: String,
-    handle: SandboxNamespaceHandle,
+    handle: SandboxEnd<Abridge>,
     arrivals: Arrivals,
     ended: bool,
 }
@@ -54,22 +54,18 @@ impl Drop for Abandon {
             return;
         }
         self.arrivals.forget(self.id.clone());
-        let cancel = StreamAbandon {
+        self.handle.emit(&StreamAbandon {
             stream_id: self.id.clone(),
-        };
-        self.handle.emit(
-            EVENT_STREAM_ABANDON,
-            serde_json::to_value(cancel).unwrap_or(Value::Null),
-        );
+        });
     }
 }
 
 /// Answers a streamed request: the upstream's error whole, or its events
 /// as they arrive.
 pub async fn relay(
-    handle: &SandboxNamespaceHandle,
+    handle: &SandboxEnd<Abridge>,
     arrivals: &Arrivals,
-    request: UpstreamRequest<&RawValue>,
+    request: UpstreamRequest<Box<RawValue>>,
     host_timeout: Duration,
 ) -> Response<AgentBody> {
     // Unique among this worker's streams and those of the worker before it
@@ -93,20 +89,8 @@ pub async fn relay(
         stream_id: id,
         request,
     };
-    let head = handle
-        .request_text_with_timeout(EVENT_STREAM, &JsonText::to_json(&open), host_timeout)
-        .await;
-    let head: StreamHead = match head {
-        Ok(head) => match serde_json::from_value(head) {
-            Ok(head) => head,
-            Err(e) => {
-                return whole(UpstreamAnswer::error(
-                    502,
-                    "gateway_error",
-                    format!("the host's answer is not a stream head: {e}"),
-                ))
-            }
-        },
+    let head = match handle.request_with_timeout(&open, host_timeout).await {
+        Ok(head) => head,
         Err(e) => return whole(host_failed(e, host_timeout)),
     };
     if head.status != 200 {
@@ -140,14 +124,10 @@ pub async fn relay(
         };
         written += 1;
         if written % ACK_EVERY == 0 {
-            let ack = StreamAck {
+            abandon.handle.emit(&StreamAck {
                 stream_id: abandon.id.clone(),
                 seq: written,
-            };
-            abandon.handle.emit(
-                EVENT_STREAM_ACK,
-                serde_json::to_value(ack).unwrap_or(Value::Null),
-            );
+            });
         }
         let event = Frame::data(Bytes::from(text));
         Some((Ok(event), Some((arriving, abandon, written))))
