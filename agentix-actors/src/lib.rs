@@ -28,6 +28,7 @@
 //! - [`trace`]: traces, spans, processors, and their context across `.await`.
 //! - [`worker`]: the worker runtime that serves calls over the frame pipes;
 //!   `stream_call` drives one streaming call under its window.
+//! - [`worker_context`]: one worker's namespaces and its plugins' state.
 //! - [`worker_start`]: plugin code every worker runs before its first call.
 //! - [`process`]: small Unix process helpers shared by every spawner;
 //!   [`isolation_spec`]: an isolated sandbox's namespaces, as the command
@@ -76,6 +77,7 @@ pub mod text_cut;
 pub mod trace;
 pub mod wire;
 pub mod worker;
+pub mod worker_context;
 pub mod worker_start;
 
 pub use call_args::CallArgs;

@@ -1,5 +1,6 @@
-//! Plugin namespaces, sandbox half: [`SandboxNamespace`], [`register_namespace`],
-//! and the [`SandboxNamespaceHandle`] that emits and makes round-trip requests.
+//! Plugin namespaces, sandbox half: [`SandboxNamespace`], registered in its
+//! worker (`crate::worker_context::register_namespace`), and the
+//! [`SandboxNamespaceHandle`] that emits and makes round-trip requests.
 //!
 //! ```ignore
 //! let ns = agentix::SandboxNamespace::new("/my-plugin")
@@ -268,9 +269,12 @@ impl Inbound {
     }
 }
 
-struct Registry {
-    out: Option<mpsc::Sender<Frame>>,
-    namespaces: HashMap<String, Registered>,
+/// The namespaces one worker registered, by path, and where their frames
+/// go: what the worker's frame loop delivers the hosts' messages through.
+/// Owned by the worker's [`crate::worker_context::WorkerContext`].
+pub(crate) struct NamespaceTable {
+    out: mpsc::Sender<Frame>,
+    namespaces: Mutex<HashMap<String, Registered>>,
 }
 
 /// A registered namespace as the frame loop sees it.
@@ -279,69 +283,69 @@ struct Registered {
     handlers: HashMap<String, Handler>,
 }
 
-fn registry() -> &'static Mutex<Registry> {
-    static REGISTRY: OnceLock<Mutex<Registry>> = OnceLock::new();
-    REGISTRY.get_or_init(|| {
-        Mutex::new(Registry {
-            out: None,
-            namespaces: HashMap::new(),
-        })
-    })
-}
-
-fn lock() -> std::sync::MutexGuard<'static, Registry> {
-    registry().lock().unwrap_or_else(|p| p.into_inner())
-}
-
-/// Registers `namespace` in this worker and tells the server to forward it.
-pub fn register_namespace(
-    namespace: SandboxNamespace,
-) -> Result<SandboxNamespaceHandle, RegisterError> {
-    check_plugin_path(&namespace.path).map_err(RegisterError::BadPath)?;
-    let mut reg = lock();
-    let Some(out) = reg.out.clone() else {
-        return Err(RegisterError::NoWorker);
-    };
-    if reg.namespaces.contains_key(&namespace.path) {
-        return Err(RegisterError::Duplicate(namespace.path));
+impl NamespaceTable {
+    /// A table whose namespaces send their frames to `out`.
+    pub(crate) fn new(out: mpsc::Sender<Frame>) -> Self {
+        NamespaceTable {
+            out,
+            namespaces: Mutex::default(),
+        }
     }
-    let handle = SandboxNamespaceHandle {
-        path: Arc::from(namespace.path.as_str()),
-        waiting: Waiting::default(),
-        out: Outbox::new(out),
-        inbound: Arc::default(),
-    };
-    let registered = Registered {
-        handle: handle.clone(),
-        handlers: namespace.handlers,
-    };
-    reg.namespaces.insert(namespace.path.clone(), registered);
-    drop(reg);
-    handle.out.push(Frame::SioOpen {
-        path: namespace.path,
-    });
-    Ok(handle)
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Registered>> {
+        self.namespaces.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Registers `namespace` and tells the server to forward it.
+    pub(crate) fn register(
+        &self,
+        namespace: SandboxNamespace,
+    ) -> Result<SandboxNamespaceHandle, RegisterError> {
+        check_plugin_path(&namespace.path).map_err(RegisterError::BadPath)?;
+        let mut namespaces = self.lock();
+        if namespaces.contains_key(&namespace.path) {
+            return Err(RegisterError::Duplicate(namespace.path));
+        }
+        let handle = SandboxNamespaceHandle {
+            path: Arc::from(namespace.path.as_str()),
+            waiting: Waiting::default(),
+            out: Outbox::new(self.out.clone()),
+            inbound: Arc::default(),
+        };
+        let registered = Registered {
+            handle: handle.clone(),
+            handlers: namespace.handlers,
+        };
+        namespaces.insert(namespace.path.clone(), registered);
+        drop(namespaces);
+        handle.out.push(Frame::SioOpen {
+            path: namespace.path,
+        });
+        Ok(handle)
+    }
+
+    /// Called by the worker's frame loop: a host emitted `event` on `path`.
+    pub(crate) fn deliver(&self, path: &str, event: String, data: Value) {
+        let found = self
+            .lock()
+            .get(path)
+            .map(|r| (r.handle.clone(), r.handlers.get(&event).cloned()));
+        match found {
+            Some((ns, handler)) => deliver(ns, handler, path, event, data),
+            None => unregistered(&self.out, path, &event, &data),
+        }
+    }
 }
 
-/// Called by the worker runtime: where frames for the server go.
-pub(crate) fn attach_worker(out: mpsc::Sender<Frame>) {
-    lock().out = Some(out);
-}
-
-/// Called by the worker's frame loop: a host emitted `event` on `path`.
-pub(crate) fn deliver(path: &str, event: String, mut data: Value) {
-    let reg = lock();
-    let found = reg
-        .namespaces
-        .get(path)
-        .map(|r| (r.handle.clone(), r.handlers.get(&event).cloned()));
-    let Some((ns, handler)) = found else {
-        let out = reg.out.clone();
-        drop(reg);
-        unregistered(out, path, &event, &data);
-        return;
-    };
-    drop(reg);
+/// A host emitted `event` on `path`, which `ns` registered with `handler`
+/// for it (if any).
+fn deliver(
+    ns: SandboxNamespaceHandle,
+    handler: Option<Handler>,
+    path: &str,
+    event: String,
+    mut data: Value,
+) {
     if let Some((id, outcome)) = reply_outcome(&event, &mut data) {
         let reply = ns.waiting_table().remove(&id);
         match reply {
@@ -392,17 +396,17 @@ pub(crate) fn deliver(path: &str, event: String, mut data: Value) {
 /// A message for a namespace this worker has not registered: a request is
 /// answered `NoHandler` at once (its asker need not wait out its timeout),
 /// anything else dropped.
-fn unregistered(out: Option<mpsc::Sender<Frame>>, path: &str, event: &str, data: &Value) {
-    match (request_id(event, data), out) {
-        (Some(request_id), Some(out)) => {
+fn unregistered(out: &mpsc::Sender<Frame>, path: &str, event: &str, data: &Value) {
+    match request_id(event, data) {
+        Some(request_id) => {
             let (event, reply) = no_handler_reply(path, event, request_id);
-            Outbox::new(out).push(Frame::SioEvent {
+            Outbox::new(out.clone()).push(Frame::SioEvent {
                 path: path.to_owned(),
                 event,
                 data: JsonText::from_value(&reply),
             });
         }
-        _ => tracing::debug!(path, event, "event for an unregistered namespace; dropped"),
+        None => tracing::debug!(path, event, "event for an unregistered namespace; dropped"),
     }
 }
 

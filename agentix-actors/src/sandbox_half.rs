@@ -87,8 +87,7 @@ use actix::Recipient;
 use tokio_util::sync::CancellationToken;
 
 use crate::namespace::{
-    register_namespace, RegisterError, SandboxNamespace, SandboxNamespaceHandle,
-    DEFAULT_REQUEST_TIMEOUT,
+    RegisterError, SandboxNamespace, SandboxNamespaceHandle, DEFAULT_REQUEST_TIMEOUT,
 };
 use crate::namespace_messages::NamespaceFault;
 use crate::protocol::{
@@ -96,6 +95,7 @@ use crate::protocol::{
     NamespaceEnd, Protocol, ProtocolMarker, Received, Request, ToHost, ToSandbox,
 };
 use crate::request_envelope::RemoteSioError;
+use crate::worker_context::{register_namespace, WorkerContext};
 
 /// The sandbox's typed handle on protocol `P`'s namespace: sends what `P`
 /// lets the sandbox send.
@@ -253,8 +253,14 @@ impl<P: Protocol> SandboxHalf<P> {
         })
     }
 
-    /// Registers the half in this worker, so hosts can join it.
+    /// Registers the half in the worker running this code, so hosts can
+    /// join it.
     pub fn register(self) -> Result<SandboxEnd<P>, RegisterError> {
         register_namespace(self.namespace).map(SandboxEnd::new)
+    }
+
+    /// Registers the half in `worker`.
+    pub fn register_in(self, worker: &WorkerContext) -> Result<SandboxEnd<P>, RegisterError> {
+        worker.register(self.namespace).map(SandboxEnd::new)
     }
 }

@@ -30,6 +30,7 @@ use crate::trace::{InContext, SpanContext};
 use crate::wire::{
     Frame, Window, ENV_WORKER_ID, WORKER_FRAME_IN_FD, WORKER_FRAME_OUT_FD, WORKER_SIDE_OUT_FD,
 };
+use crate::worker_context::WorkerContext;
 
 /// Runs the worker until the server closes the frame pipe; returns the exit code.
 pub fn run() -> i32 {
@@ -56,8 +57,14 @@ pub fn run_with(setup: impl FnOnce()) -> i32 {
         }
     };
     forward_logs();
+    let (out_tx, out_rx) = mpsc::channel::<Frame>(1024);
+    let context = WorkerContext::new(out_tx.clone());
+    // The runtime's threads and this one (the setup's) know their worker.
+    context.install();
+    let on_each_thread = context.clone();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .thread_name("agentix-worker")
+        .on_thread_start(move || on_each_thread.install())
         .thread_keep_alive(BLOCKING_THREAD_KEEP_ALIVE)
         .enable_all()
         .build()
@@ -75,7 +82,7 @@ pub fn run_with(setup: impl FnOnce()) -> i32 {
     }
     let code = runtime.block_on(async {
         match frame_pipes(fds) {
-            Ok((input, output)) => serve(input, output, setup).await,
+            Ok((input, output)) => serve(input, output, (out_tx, out_rx), context, setup).await,
             Err(e) => {
                 eprintln!("agentix worker: fds 3 and 4 are not usable pipes: {e}");
                 2
@@ -185,9 +192,13 @@ fn frame_pipes(
     ))
 }
 
-async fn serve(input: pipe::Receiver, output: pipe::Sender, setup: impl FnOnce()) -> i32 {
-    let (out_tx, out_rx) = mpsc::channel::<Frame>(1024);
-    crate::namespace::attach_worker(out_tx.clone());
+async fn serve(
+    input: pipe::Receiver,
+    output: pipe::Sender,
+    (out_tx, out_rx): (mpsc::Sender<Frame>, mpsc::Receiver<Frame>),
+    context: WorkerContext,
+    setup: impl FnOnce(),
+) -> i32 {
     crate::worker_start::run_all();
     setup();
     let writer = tokio::spawn(codec::write_frames(output, out_rx));
@@ -206,14 +217,20 @@ async fn serve(input: pipe::Receiver, output: pipe::Sender, setup: impl FnOnce()
     // scheduler's LIFO slot) instead of waiting for another thread to wake,
     // which is a large share of a small call's time on machines where a
     // wake-up is slow.
-    let code = tokio::spawn(frame_loop(input, out_tx)).await.unwrap_or(1);
+    let code = tokio::spawn(frame_loop(input, out_tx, context))
+        .await
+        .unwrap_or(1);
     writer.abort();
     code
 }
 
 /// Reads the server's frames until the pipe closes: starts, feeds and
 /// cancels calls, answers pings and delivers namespace events.
-async fn frame_loop(input: pipe::Receiver, out_tx: mpsc::Sender<Frame>) -> i32 {
+async fn frame_loop(
+    input: pipe::Receiver,
+    out_tx: mpsc::Sender<Frame>,
+    context: WorkerContext,
+) -> i32 {
     let mut reader = FrameReader::new(input, codec::DEFAULT_MAX_FRAME);
     let mut running = RunningCalls::default();
     // The server cuts large arguments into parts (`crate::part`).
@@ -248,7 +265,7 @@ async fn frame_loop(input: pipe::Receiver, out_tx: mpsc::Sender<Frame>) -> i32 {
                 let _ = out_tx.send(Frame::Pong { seq }).await;
             }
             Ok(Some(Frame::SioEvent { path, event, data })) => {
-                crate::namespace::deliver(&path, event, data.to_value());
+                context.deliver(&path, event, data.to_value());
             }
             Ok(Some(Frame::Ack { id, items, bytes })) => {
                 if let Some(credit) = running.running(id).and_then(|c| c.credit.as_ref()) {

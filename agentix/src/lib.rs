@@ -43,7 +43,7 @@ pub use agentix_actors::errors::{DataError, ErrorKind, RemoteError};
 pub use agentix_actors::json_text::JsonText;
 pub use agentix_actors::log_record::LogRecord;
 pub use agentix_actors::namespace::{
-    register_namespace, RegisterError, RemoteSioError, SandboxNamespace, SandboxNamespaceHandle,
+    RegisterError, RemoteSioError, SandboxNamespace, SandboxNamespaceHandle,
 };
 pub use agentix_actors::namespace_messages::{
     CancellationToken, NamespaceEvent, NamespaceFault, NamespaceRequest,
@@ -57,6 +57,7 @@ pub use agentix_actors::sandbox_half::{SandboxEnd, SandboxHalf};
 pub use agentix_actors::trace;
 pub use agentix_actors::wire::Window;
 pub use agentix_actors::wire::ENV_FILES_ROOT;
+pub use agentix_actors::worker_context::{register_namespace, WorkerContext};
 pub use agentix_fleet as fleet;
 pub use agentix_host::namespace_budget::{self, NamespaceLoad};
 pub use agentix_host::owner;

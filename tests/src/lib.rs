@@ -516,10 +516,22 @@ pub async fn chatter_wide(n: u64, width: usize) -> u64 {
 
 pub mod typed_plugin;
 
-static PLUGIN: std::sync::OnceLock<agentix::SandboxNamespaceHandle> = std::sync::OnceLock::new();
+/// `/e2e-plugin`'s handle, kept in the worker's context.
+#[derive(Default)]
+struct Plugin(std::sync::OnceLock<agentix::SandboxNamespaceHandle>);
 
-fn plugin() -> &'static agentix::SandboxNamespaceHandle {
-    PLUGIN.get().expect("open_plugin ran first")
+fn plugin_state() -> std::sync::Arc<Plugin> {
+    agentix::WorkerContext::current()
+        .expect("runs in a worker")
+        .state::<Plugin>()
+}
+
+fn plugin() -> agentix::SandboxNamespaceHandle {
+    plugin_state()
+        .0
+        .get()
+        .expect("open_plugin ran first")
+        .clone()
 }
 
 /// Registers `/e2e-plugin`: `configure` echoes its data back as
@@ -527,7 +539,7 @@ fn plugin() -> &'static agentix::SandboxNamespaceHandle {
 /// closure itself, before it makes one.
 #[agentix::remote]
 pub async fn open_plugin() -> Result<String, agentix::RegisterError> {
-    if PLUGIN.get().is_some() {
+    if plugin_state().0.get().is_some() {
         return Ok("already open".into());
     }
     let ns = agentix::SandboxNamespace::new("/e2e-plugin")
@@ -544,7 +556,7 @@ pub async fn open_plugin() -> Result<String, agentix::RegisterError> {
             ns.emit("status:value", serde_json::json!("ready"));
         });
     let handle = agentix::register_namespace(ns)?;
-    let _ = PLUGIN.set(handle);
+    let _ = plugin_state().0.set(handle);
     Ok("open".into())
 }
 
@@ -560,7 +572,8 @@ pub async fn try_register(path: String) -> String {
 /// Makes `n` concurrent `fetch` requests with bodies `{i}`; returns the replies.
 #[agentix::remote]
 pub async fn ask_host(n: u64) -> Vec<agentix::JsonValue> {
-    let requests = (0..n).map(|i| plugin().request("fetch", serde_json::json!({ "i": i })));
+    let plugin = plugin();
+    let requests = (0..n).map(|i| plugin.request("fetch", serde_json::json!({ "i": i })));
     futures_util::future::join_all(requests)
         .await
         .into_iter()
@@ -681,15 +694,16 @@ pub async fn child_inherits_frame_pipes() -> Result<bool, std::io::Error> {
 /// a moment, long before its timeout; returns how many still wait.
 #[agentix::remote]
 pub async fn abandon_requests(n: u64) -> usize {
+    let plugin = plugin();
     for _ in 0..n {
-        let request = plugin().request_with_timeout(
+        let request = plugin.request_with_timeout(
             "silent",
             serde_json::json!({}),
             Duration::from_secs(300),
         );
         let _ = tokio::time::timeout(Duration::from_millis(1), request).await;
     }
-    plugin().waiting_requests().await
+    plugin.waiting_requests().await
 }
 
 /// Writes, on the worker's frame pipe, a reply for worker call `id` whose

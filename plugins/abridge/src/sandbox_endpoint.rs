@@ -77,11 +77,32 @@ impl std::fmt::Display for AbridgeError {
 
 impl std::error::Error for AbridgeError {}
 
-/// The namespace and the arriving streams its items go to, opened on the
-/// first [`serve`] of this worker.
-static NAMESPACE_HANDLE: OnceLock<(SandboxEnd<Abridge>, Arrivals)> = OnceLock::new();
-/// The running endpoint: its URL and what stops it.
-static RUNNING: Mutex<Option<(String, tokio::sync::watch::Sender<bool>)>> = Mutex::new(None);
+/// What one worker's endpoint keeps, in its
+/// [`WorkerContext`](agentix::WorkerContext): the namespace and the
+/// arriving streams its items go to, opened on the first [`serve`], and the
+/// running endpoint's URL and what stops it.
+#[derive(Default)]
+struct EndpointState {
+    opened: OnceLock<(SandboxEnd<Abridge>, Arrivals)>,
+    running: Mutex<Option<(String, tokio::sync::watch::Sender<bool>)>>,
+}
+
+impl EndpointState {
+    fn running(
+        &self,
+    ) -> std::sync::MutexGuard<'_, Option<(String, tokio::sync::watch::Sender<bool>)>> {
+        self.running.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// This worker's endpoint state.
+fn endpoint_state() -> Result<std::sync::Arc<EndpointState>, AbridgeError> {
+    agentix::WorkerContext::current()
+        .map(|worker| worker.state::<EndpointState>())
+        .ok_or_else(|| AbridgeError {
+            message: "the abridge endpoint runs in an Agentix worker".into(),
+        })
+}
 
 /// Starts the endpoint on 127.0.0.1:`port` (0: any free port) and returns
 /// its base URL (`http://127.0.0.1:PORT/v1`), for `OPENAI_BASE_URL`; if it
@@ -103,10 +124,11 @@ pub async fn serve_with(options: EndpointOptions) -> Result<String, AbridgeError
 
 async fn start(options: EndpointOptions) -> Result<String, AbridgeError> {
     let port = options.port;
-    if let Some((url, _)) = RUNNING.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
+    let state = endpoint_state()?;
+    if let Some((url, _)) = state.running().as_ref() {
         return Ok(url.clone());
     }
-    let (handle, arrivals) = match NAMESPACE_HANDLE.get() {
+    let (handle, arrivals) = match state.opened.get() {
         Some(opened) => opened.clone(),
         None => {
             let arrivals = Arrivals::start();
@@ -116,7 +138,7 @@ async fn start(options: EndpointOptions) -> Result<String, AbridgeError> {
                 .map_err(|e| AbridgeError {
                     message: format!("cannot open {}: {e}", Abridge::PATH),
                 })?;
-            NAMESPACE_HANDLE.get_or_init(|| (handle, arrivals)).clone()
+            state.opened.get_or_init(|| (handle, arrivals)).clone()
         }
     };
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
@@ -136,7 +158,7 @@ async fn start(options: EndpointOptions) -> Result<String, AbridgeError> {
         host_timeout: Duration::from_millis(options.host_timeout_ms),
     };
     tokio::spawn(accept(listener, serving, stop_rx));
-    *RUNNING.lock().unwrap_or_else(|p| p.into_inner()) = Some((url.clone(), stop_tx));
+    *state.running() = Some((url.clone(), stop_tx));
     tracing::info!(%url, "abridge endpoint listening");
     Ok(url)
 }
@@ -144,7 +166,10 @@ async fn start(options: EndpointOptions) -> Result<String, AbridgeError> {
 /// Stops the endpoint; whether it was running.
 #[agentix::remote]
 pub async fn stop() -> bool {
-    let running = RUNNING.lock().unwrap_or_else(|p| p.into_inner()).take();
+    let Ok(state) = endpoint_state() else {
+        return false;
+    };
+    let running = state.running().take();
     match running {
         Some((_, stopping)) => {
             let _ = stopping.send(true);

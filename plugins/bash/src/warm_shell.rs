@@ -18,7 +18,7 @@
 //! that `export` would refuse, a very long script) starts a shell of its own.
 
 use std::process::Stdio;
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use tokio::io::AsyncWriteExt as _;
 use tokio::process::{Child, Command};
@@ -43,8 +43,26 @@ const ZYGOTE: &str = "IFS= read -r -d '' __agentix_pre || exit 0; \
                       BASH_EXECUTION_STRING=$__agentix_cmd; \
                       eval \"unset __agentix_pre __agentix_cmd; $__agentix_cmd\"";
 
-/// Warm shells and their process tags (each serves one command).
-static POOL_SHELLS: Mutex<Vec<(Child, String)>> = Mutex::new(Vec::new());
+/// One worker's warm shells and their process tags (each serves one
+/// command), and the thread that starts more: kept in its
+/// [`WorkerContext`](agentix::WorkerContext), so they end with it.
+#[derive(Default)]
+struct WarmShells {
+    shells: Mutex<Vec<(Child, String)>>,
+    starter: OnceLock<Option<std::sync::mpsc::SyncSender<()>>>,
+}
+
+impl WarmShells {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<(Child, String)>> {
+        self.shells.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// This worker's warm shells; none outside a worker (commands then start
+/// shells of their own).
+fn warm_shells() -> Option<Arc<WarmShells>> {
+    agentix::WorkerContext::current().map(|worker| worker.state::<WarmShells>())
+}
 
 /// A warm shell already running `command` with `opts`, and its process
 /// tag, or `None` when the caller must start a shell itself.
@@ -57,7 +75,7 @@ pub(crate) async fn hand_over(
         return None;
     }
     let script = instructions(command, opts)?;
-    let (mut warm, tag) = lock().pop()?;
+    let (mut warm, tag) = warm_shells()?.lock().pop()?;
     let handed = match warm.stdin.as_mut() {
         Some(stdin) => stdin.write_all(&script).await.is_ok(),
         None => false,
@@ -102,9 +120,12 @@ fn instructions(command: &str, opts: &BashOptions) -> Option<Vec<u8>> {
 /// Asks for the pool to be filled again, once the command that took a shell
 /// has finished (so the next shell's start-up does not compete with it).
 pub(crate) fn top_up() {
-    static STARTER: OnceLock<Option<std::sync::mpsc::SyncSender<()>>> = OnceLock::new();
-    let starter = STARTER.get_or_init(|| {
+    let Some(pool) = warm_shells() else {
+        return;
+    };
+    let starter = pool.starter.get_or_init(|| {
         let runtime = tokio::runtime::Handle::try_current().ok()?;
+        let filled = pool.clone();
         let (tx, rx) = std::sync::mpsc::sync_channel::<()>(1);
         // Shells are started from one thread of its own: a shell is bound
         // to die with the thread that forked it (PR_SET_PDEATHSIG), so that
@@ -115,7 +136,7 @@ pub(crate) fn top_up() {
             .spawn(move || {
                 let _runtime = runtime.enter();
                 while rx.recv().is_ok() {
-                    fill();
+                    fill(&filled);
                 }
             });
         spawned.ok().map(|_| tx)
@@ -126,10 +147,10 @@ pub(crate) fn top_up() {
     }
 }
 
-fn fill() {
-    while lock().len() < POOL {
+fn fill(pool: &WarmShells) {
+    while pool.lock().len() < POOL {
         match start() {
-            Ok(warm) => lock().push(warm),
+            Ok(warm) => pool.lock().push(warm),
             Err(e) => {
                 tracing::debug!("no warm shell: {e}");
                 return;
@@ -151,10 +172,6 @@ fn start() -> std::io::Result<(Child, String)> {
         cmd.pre_exec(move || agentix::process::child_setup(parent, libc::SIGKILL));
     }
     Ok((cmd.spawn()?, tag))
-}
-
-fn lock() -> std::sync::MutexGuard<'static, Vec<(Child, String)>> {
-    POOL_SHELLS.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// `s` in single quotes, safe to paste into a shell script.

@@ -105,18 +105,35 @@ impl Coverage {
     }
 }
 
-fn table() -> &'static Mutex<HashMap<u64, Upload>> {
-    static TABLE: OnceLock<Mutex<HashMap<u64, Upload>>> = OnceLock::new();
-    TABLE.get_or_init(Mutex::default)
+/// The uploads of one worker, by id: kept in its
+/// [`WorkerContext`](agentix::WorkerContext), so they end with it.
+#[derive(Default)]
+struct Uploads(Mutex<HashMap<u64, Upload>>);
+
+impl Uploads {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Upload>> {
+        // A panic while holding the lock leaves the map itself consistent.
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
 }
 
-fn lock() -> std::sync::MutexGuard<'static, HashMap<u64, Upload>> {
-    // A panic while holding the lock leaves the map itself consistent.
-    table().lock().unwrap_or_else(|p| p.into_inner())
+/// This worker's uploads; outside a worker (code that calls the plugin's
+/// functions directly), a table of this thread's own.
+fn uploads() -> Arc<Uploads> {
+    match agentix::WorkerContext::current() {
+        Some(worker) => worker.state::<Uploads>(),
+        None => {
+            thread_local! {
+                static OUTSIDE: Arc<Uploads> = Arc::default();
+            }
+            OUTSIDE.with(Arc::clone)
+        }
+    }
 }
 
 /// Starts an upload to `target`; returns its id.
 pub(crate) fn open(target: &str, mode: Option<u32>) -> Result<u64, FileError> {
+    let uploads = uploads();
     reap_idle();
     let (root, path) = root::beneath(target)?;
     let Some(name) = path.file_name() else {
@@ -142,7 +159,7 @@ pub(crate) fn open(target: &str, mode: Option<u32>) -> Result<u64, FileError> {
     ));
     // Recorded and created under the table's lock, so that the journal is
     // never emptied between the two (see `forget_finished`).
-    let mut table = lock();
+    let mut table = uploads.lock();
     if let Some(absolute) = root::absolute(&temp) {
         upload_journal::record(&absolute);
     }
@@ -177,9 +194,10 @@ pub(crate) fn open(target: &str, mode: Option<u32>) -> Result<u64, FileError> {
 
 /// Writes `bytes` at `offset` of upload `id`.
 pub(crate) async fn write(id: u64, offset: u64, bytes: Vec<u8>) -> Result<(), FileError> {
+    let uploads = uploads();
     let len = bytes.len() as u64;
     let (file, target, end) = {
-        let mut table = lock();
+        let mut table = uploads.lock();
         let upload = table.get_mut(&id).ok_or_else(|| unknown(id))?;
         upload.touched = Instant::now();
         let target = upload.target.clone();
@@ -203,7 +221,7 @@ pub(crate) async fn write(id: u64, offset: u64, bytes: Vec<u8>) -> Result<(), Fi
     };
     let written = tokio::task::spawn_blocking(move || file.write_all_at(&bytes, offset)).await;
     let ok = matches!(written, Ok(Ok(())));
-    if let Some(upload) = lock().get_mut(&id) {
+    if let Some(upload) = uploads.lock().get_mut(&id) {
         upload.coverage.settle(offset, end, ok);
     }
     written
@@ -214,7 +232,8 @@ pub(crate) async fn write(id: u64, offset: u64, bytes: Vec<u8>) -> Result<(), Fi
 /// Makes upload `id` the file at its target, if every byte of `size` and
 /// no other came, each once; returns the target path.
 pub(crate) async fn commit(id: u64, size: u64) -> Result<String, FileError> {
-    let upload = lock().remove(&id).ok_or_else(|| unknown(id))?;
+    let uploads = uploads();
+    let upload = uploads.lock().remove(&id).ok_or_else(|| unknown(id))?;
     if !upload.coverage.covers(size) {
         upload.remove_temp();
         return Err(FileError::new(
@@ -264,7 +283,8 @@ fn finish(upload: Upload) -> Result<String, FileError> {
 
 /// Drops upload `id` and its temporary file; an unknown id is fine.
 pub(crate) fn abort(id: u64) {
-    let removed = lock().remove(&id);
+    let uploads = uploads();
+    let removed = uploads.lock().remove(&id);
     if let Some(upload) = removed {
         upload.remove_temp();
         forget_finished();
@@ -273,7 +293,8 @@ pub(crate) fn abort(id: u64) {
 
 /// Empties the journal of temporary files once no upload is in progress.
 fn forget_finished() {
-    let table = lock();
+    let uploads = uploads();
+    let table = uploads.lock();
     if table.is_empty() {
         // Under the lock: an upload starting now records itself after this.
         upload_journal::clear();
@@ -282,8 +303,9 @@ fn forget_finished() {
 
 /// Removes uploads idle for longer than [`IDLE_LIMIT`].
 fn reap_idle() {
+    let uploads = uploads();
     let stale: Vec<Upload> = {
-        let mut table = lock();
+        let mut table = uploads.lock();
         let ids: Vec<u64> = table
             .iter()
             .filter(|(_, u)| u.touched.elapsed() > IDLE_LIMIT)
