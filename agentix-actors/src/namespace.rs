@@ -72,6 +72,11 @@ pub const REQUESTS_IN_FLIGHT: usize = 256;
 enum Handler {
     /// A closure called, and its future run, on the namespace's ordered lane.
     Event(EventHandler),
+    /// A closure that hands the event on at once (into an actor's
+    /// mailbox): called on the receive path when nothing waits on the
+    /// lane (no task hop), in its turn on the lane otherwise; a future it
+    /// returns unfinished (the mailbox is full) waits on the lane.
+    Handing(EventHandler),
     /// Hands the event to an actor's route, at once and in order.
     Actor(Arc<dyn Fn(SandboxNamespaceHandle, Value) + Send + Sync>),
     /// Answers a request: gets its body and a token the asker's cancel
@@ -80,7 +85,7 @@ enum Handler {
         Arc<dyn Fn(SandboxNamespaceHandle, Value, CancellationToken) -> ReplyFuture + Send + Sync>,
     ),
 }
-type BoxFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
+pub(crate) type BoxFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
 /// A request handler's answer, on its way.
 pub(crate) type ReplyFuture = Pin<Box<dyn Future<Output = Result<Value, NamespaceFault>> + Send>>;
 
@@ -124,6 +129,17 @@ impl SandboxNamespace {
     {
         self.handlers
             .insert(event.into(), Handler::Request(Arc::new(handler)));
+        self
+    }
+
+    /// Runs `handler` for every `event`, which it hands on at once (see
+    /// `Handler::Handing`): the typed halves' actors.
+    pub(crate) fn on_handing<F>(mut self, event: impl Into<String>, handler: F) -> Self
+    where
+        F: Fn(SandboxNamespaceHandle, Value) -> BoxFuture + Send + Sync + 'static,
+    {
+        self.handlers
+            .insert(event.into(), Handler::Handing(Arc::new(handler)));
         self
     }
 
@@ -186,13 +202,28 @@ pub struct SandboxNamespaceHandle {
     inbound: Arc<Inbound>,
 }
 
-/// An event waiting on its namespace's lane: its handler, what to call it
-/// with, and its name.
-struct LaneTurn {
-    handler: EventHandler,
-    ns: SandboxNamespaceHandle,
-    data: Value,
-    event: String,
+/// An event waiting on its namespace's lane: its handler and what to call
+/// it with, or the unfinished future of a handler already called; and its
+/// name.
+enum LaneTurn {
+    Call {
+        handler: EventHandler,
+        ns: SandboxNamespaceHandle,
+        data: Value,
+        event: String,
+    },
+    Waiting {
+        handled: BoxFuture,
+        event: String,
+    },
+}
+
+impl LaneTurn {
+    fn event(&self) -> &str {
+        match self {
+            LaneTurn::Call { event, .. } | LaneTurn::Waiting { event, .. } => event,
+        }
+    }
 }
 
 /// A closure handling events.
@@ -206,6 +237,8 @@ struct Inbound {
     room: Arc<tokio::sync::Semaphore>,
     /// Started with the first event, on the worker's runtime.
     lane: OnceLock<mpsc::Sender<LaneTurn>>,
+    /// Turns queued on the lane or running there.
+    pending: Arc<std::sync::atomic::AtomicUsize>,
     dropped_events: std::sync::atomic::AtomicU64,
 }
 
@@ -215,6 +248,7 @@ impl Default for Inbound {
             answering: Mutex::default(),
             room: Arc::new(tokio::sync::Semaphore::new(REQUESTS_IN_FLIGHT)),
             lane: OnceLock::new(),
+            pending: Arc::default(),
             dropped_events: Default::default(),
         }
     }
@@ -231,26 +265,45 @@ impl Inbound {
         self.lane.get_or_init(|| {
             let (tx, mut rx) = mpsc::channel::<LaneTurn>(EVENT_LANE_ITEMS);
             let path = path.to_owned();
+            let pending = self.pending.clone();
             tokio::spawn(async move {
-                while let Some(LaneTurn {
-                    handler,
-                    ns,
-                    data,
-                    event,
-                }) = rx.recv().await
-                {
-                    let made = std::panic::catch_unwind(AssertUnwindSafe(|| handler(ns, data)));
-                    let finished = match made {
-                        Ok(fut) => AssertUnwindSafe(fut).catch_unwind().await.is_ok(),
-                        Err(_) => false,
+                while let Some(turn) = rx.recv().await {
+                    let finished = match turn {
+                        LaneTurn::Call {
+                            handler,
+                            ns,
+                            data,
+                            event,
+                        } => (run_caught(|| handler(ns, data)).await, event),
+                        LaneTurn::Waiting { handled, event } => {
+                            (run_caught(|| handled).await, event)
+                        }
                     };
-                    if !finished {
+                    if let (false, event) = finished {
                         tracing::error!(path, event, "namespace handler panicked");
                     }
+                    pending.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
                 }
             });
             tx
         })
+    }
+
+    /// Whether nothing waits on the lane or runs there: an event handed on
+    /// now cannot overtake one before it.
+    fn idle(&self) -> bool {
+        self.pending.load(std::sync::atomic::Ordering::Acquire) == 0
+    }
+
+    /// Queues `turn` on the lane; a full lane drops it, counted.
+    fn queue(&self, path: &str, turn: LaneTurn) {
+        self.pending
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        if let Err(full) = self.lane(path).try_send(turn) {
+            self.pending
+                .fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+            self.event_dropped(path, full.into_inner().event());
+        }
     }
 
     fn event_dropped(&self, path: &str, event: &str) {
@@ -367,20 +420,30 @@ fn deliver(
     }
     match handler {
         Some(Handler::Actor(hand_over)) => hand_over(ns, data),
-        Some(Handler::Event(handler)) => {
+        Some(Handler::Handing(handler)) if ns.inbound.idle() => {
+            // Nothing before it waits: handed on here, without a task hop.
+            let inbound = ns.inbound.clone();
+            let handed = std::panic::catch_unwind(AssertUnwindSafe(|| {
+                let mut handed = handler(ns, data);
+                (&mut handed).now_or_never().is_none().then_some(handed)
+            }));
+            match handed {
+                Ok(None) => {}
+                Ok(Some(handled)) => inbound.queue(path, LaneTurn::Waiting { handled, event }),
+                Err(_) => tracing::error!(path, event, "namespace handler panicked"),
+            }
+        }
+        Some(Handler::Event(handler) | Handler::Handing(handler)) => {
             // The closure itself is called in the event's turn too, on the
             // lane: a panic in it must not end the frame loop.
-            let lane = ns.inbound.lane(path).clone();
-            let turn = LaneTurn {
+            let inbound = ns.inbound.clone();
+            let turn = LaneTurn::Call {
                 handler,
                 ns,
                 data,
                 event,
             };
-            if let Err(full) = lane.try_send(turn) {
-                let turn = full.into_inner();
-                turn.ns.inbound.event_dropped(path, &turn.event);
-            }
+            inbound.queue(path, turn);
         }
         Some(Handler::Request(handler)) => answer(ns, event, data, handler),
         None => match request_id(&event, &data) {
@@ -390,6 +453,15 @@ fn deliver(
             }
             None => tracing::debug!(path, event, "no handler for this event; dropped"),
         },
+    }
+}
+
+/// Calls `make` and runs its future, a panic in either caught: whether it
+/// finished. Either half's event lane runs each handler so.
+pub async fn run_caught<F: Future<Output = ()>>(make: impl FnOnce() -> F) -> bool {
+    match std::panic::catch_unwind(AssertUnwindSafe(make)) {
+        Ok(fut) => AssertUnwindSafe(fut).catch_unwind().await.is_ok(),
+        Err(_) => false,
     }
 }
 

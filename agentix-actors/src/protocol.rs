@@ -244,33 +244,34 @@ pub fn read_body<T: DeserializeOwned>(
 }
 
 /// Hands `message` to `actor`'s mailbox now, in the caller's order, and
-/// returns what waits for room when the mailbox is full: the typed halves'
-/// `on_actor`. The handling itself is not awaited: the actor takes its
-/// mailbox in order, and a handler that returns a future keeps that order
-/// with `actix::AtomicResponse`.
+/// returns what waits for room when the mailbox is full (a future that is
+/// finished at once otherwise): the typed halves' `on_actor`. The handling
+/// itself is not awaited: the actor takes its mailbox in order, and a
+/// handler that returns a future keeps that order with
+/// `actix::AtomicResponse`.
 pub fn hand_to_actor<M>(
     actor: &actix::Recipient<M>,
     message: M,
     path: &'static str,
     name: &'static str,
-) -> impl std::future::Future<Output = ()> + Send + 'static
+) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>
 where
     M: actix::Message + Send + 'static,
     M::Result: Send,
 {
-    let waiting = match actor.try_send(message) {
-        Ok(()) => None,
-        Err(actix::dev::SendError::Full(message)) => Some(actor.send(message)),
+    match actor.try_send(message) {
+        Ok(()) => Box::pin(std::future::ready(())),
+        Err(actix::dev::SendError::Full(message)) => {
+            let waiting = actor.send(message);
+            Box::pin(async move {
+                if waiting.await.is_err() {
+                    tracing::error!(path, event = name, "event dropped: its actor has stopped");
+                }
+            })
+        }
         Err(actix::dev::SendError::Closed(_)) => {
             tracing::error!(path, event = name, "event dropped: its actor has stopped");
-            None
-        }
-    };
-    async move {
-        if let Some(waiting) = waiting {
-            if waiting.await.is_err() {
-                tracing::error!(path, event = name, "event dropped: its actor has stopped");
-            }
+            Box::pin(std::future::ready(()))
         }
     }
 }

@@ -225,12 +225,21 @@ impl<P: Protocol> SandboxHalf<P> {
     /// Hands each `E` the hosts send to `actor` as a [`Received`], into its
     /// mailbox in order with the namespace's other events (see
     /// [`hand_to_actor`] for what keeps an async handler in order).
-    pub fn on_actor<E>(self, actor: impl Into<Recipient<Received<SandboxEnd<P>, E>>>) -> Self
+    pub fn on_actor<E>(mut self, actor: impl Into<Recipient<Received<SandboxEnd<P>, E>>>) -> Self
     where
         E: Event<P, ToSandbox>,
     {
         let actor = actor.into();
-        self.on(move |ns, event: E| hand_to_actor(&actor, Received { ns, event }, P::PATH, E::NAME))
+        self.namespace = self.namespace.on_handing(E::NAME, move |ns, data| {
+            match read_event::<E>(ns.path(), E::NAME, data) {
+                Some(event) => {
+                    let ns = SandboxEnd::new(ns);
+                    hand_to_actor(&actor, Received { ns, event }, P::PATH, E::NAME)
+                }
+                None => Box::pin(std::future::ready(())),
+            }
+        });
+        self
     }
 
     /// Answers each `R` the hosts send with `actor`, as an [`Asked`].

@@ -10,7 +10,7 @@ use std::time::Duration;
 /// Hardened by default: every capability dropped, `no-new-privileges`, a
 /// read-only root filesystem (with a tmpfs `/tmp` and working directory),
 /// and `SandboxConfig::limits` for memory and processes. Each can be
-/// changed here; the README's security section says what each change opens.
+/// changed here; the book's security chapter (docs/src/security.md) says what each change opens.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ContainerSettings {
     /// The base image; the bundle is mounted into it.

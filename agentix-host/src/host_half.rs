@@ -196,7 +196,13 @@ impl<P: Protocol> HostHalf<P> {
         E: Event<P, ToHost>,
     {
         let actor = actor.into();
-        self.on(move |ns, event: E| hand_to_actor(&actor, Received { ns, event }, P::PATH, E::NAME))
+        let handed = self.on(move |ns, event: E| {
+            hand_to_actor(&actor, Received { ns, event }, P::PATH, E::NAME)
+        });
+        HostHalf {
+            namespace: handed.namespace.handed_at_once(E::NAME),
+            protocol: ProtocolMarker::default(),
+        }
     }
 
     /// Answers each `R` the sandbox sends with `actor`, as an [`Asked`].

@@ -44,6 +44,7 @@ use actix::Recipient;
 use agentix_actors::attachment::{Attachment, WithAttachments};
 use agentix_actors::errors::{ErrorKind, RemoteError};
 use agentix_actors::json_text::JsonText;
+use agentix_actors::namespace::run_caught;
 use agentix_actors::namespace_messages::{
     actor_event_handlers, NamespaceEvent, NamespaceFault, NamespaceRequest,
 };
@@ -148,6 +149,9 @@ pub struct HostNamespace {
     /// The events handed on the receive path to an actor's own bounded
     /// queue: no task, so no budget.
     inline: HashSet<String>,
+    /// The events whose handler hands them on at once (a typed actor's):
+    /// called on the receive path when nothing waits on the event lane.
+    handing: HashSet<String>,
     budget: Arc<NamespaceBudget>,
 }
 
@@ -289,6 +293,7 @@ impl HostNamespace {
             handlers: HashMap::new(),
             requests: HashSet::new(),
             inline: HashSet::new(),
+            handing: HashSet::new(),
             budget: Arc::default(),
         }
     }
@@ -298,6 +303,7 @@ impl HostNamespace {
     fn set_handler(&mut self, event: String, handler: Handler) {
         self.requests.remove(&event);
         self.inline.remove(&event);
+        self.handing.remove(&event);
         self.handlers.insert(event, handler);
     }
 
@@ -455,6 +461,13 @@ impl HostNamespace {
         };
         self.set_handler(event.to_owned(), Arc::new(handler));
         self.requests.insert(event.to_owned());
+        self
+    }
+
+    /// Marks `event`'s handler (already set) as one that hands the event on
+    /// at once, so it may run on the receive path when nothing waits.
+    pub(crate) fn handed_at_once(mut self, event: &str) -> Self {
+        self.handing.insert(event.to_owned());
         self
     }
 
@@ -812,12 +825,13 @@ pub(crate) async fn join(
     let handlers = Arc::new(namespace.handlers);
     let requests = namespace.requests;
     let inline = namespace.inline;
+    let handing = namespace.handing;
     let budget = namespace.budget;
     let path: Arc<str> = Arc::from(namespace.path.as_str());
     let answering = Answering::default();
     let asking = Asking::default();
     let quick = quick_replies(path.clone());
-    let ordered = ordered_events(path.clone());
+    let (ordered, pending) = ordered_events(path.clone());
     let on_delivery = {
         let path = path.clone();
         let answering = answering.clone();
@@ -901,16 +915,43 @@ pub(crate) async fn join(
             if !is_request {
                 // In order, after the events before it, the handler itself
                 // called in its turn too; the budget bounds the queue, so a
-                // full one is a budget spent.
-                let event = OrderedEvent {
-                    handler: handler.clone(),
-                    ns,
-                    incoming,
-                    admission,
-                    name,
+                // full one is a budget spent. A handler that hands the event
+                // on at once runs here when nothing waits before it.
+                let idle = pending.load(std::sync::atomic::Ordering::Acquire) == 0;
+                let event = if handing.contains(&name) && idle {
+                    let handed = std::panic::catch_unwind(AssertUnwindSafe(|| {
+                        let mut handed = handler(ns, incoming);
+                        (&mut handed).now_or_never().is_none().then_some(handed)
+                    }));
+                    match handed {
+                        Ok(None) => return,
+                        Ok(Some(handled)) => OrderedEvent::Waiting {
+                            handled,
+                            admission,
+                            name,
+                        },
+                        Err(_) => {
+                            tracing::error!(
+                                path = &*path,
+                                event = name,
+                                "namespace handler panicked"
+                            );
+                            return;
+                        }
+                    }
+                } else {
+                    OrderedEvent::Call {
+                        handler: handler.clone(),
+                        ns,
+                        incoming,
+                        admission,
+                        name,
+                    }
                 };
+                pending.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
                 if let Err(full) = ordered.try_send(event) {
-                    budget.event_dropped(&path, &full.into_inner().name);
+                    pending.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+                    budget.event_dropped(&path, full.into_inner().name());
                 }
                 return;
             }
@@ -960,43 +1001,69 @@ fn answer_asked(asking: &Asking, path: &str, name: &str, incoming: Incoming) {
     }
 }
 
-/// An event waiting for its turn: its handler, what to call it with, its
-/// budget and its name.
-struct OrderedEvent {
-    handler: Handler,
-    ns: HostNamespaceHandle,
-    incoming: Incoming,
-    admission: crate::namespace_budget::Admission,
-    name: String,
+/// An event waiting for its turn: its handler and what to call it with,
+/// or the unfinished future of a handler already called; its budget and
+/// its name.
+enum OrderedEvent {
+    Call {
+        handler: Handler,
+        ns: HostNamespaceHandle,
+        incoming: Incoming,
+        admission: crate::namespace_budget::Admission,
+        name: String,
+    },
+    Waiting {
+        handled: BoxFuture,
+        admission: crate::namespace_budget::Admission,
+        name: String,
+    },
+}
+
+impl OrderedEvent {
+    fn name(&self) -> &str {
+        match self {
+            OrderedEvent::Call { name, .. } | OrderedEvent::Waiting { name, .. } => name,
+        }
+    }
 }
 
 /// The task that runs namespace `path`'s event handlers one at a time, in
-/// the order their events came. It ends with the receive path, which holds
-/// the queue.
-fn ordered_events(path: Arc<str>) -> tokio::sync::mpsc::Sender<OrderedEvent> {
+/// the order their events came, and the count of events queued or running
+/// there. It ends with the receive path, which holds the queue.
+fn ordered_events(
+    path: Arc<str>,
+) -> (
+    tokio::sync::mpsc::Sender<OrderedEvent>,
+    Arc<std::sync::atomic::AtomicUsize>,
+) {
     let (tx, mut rx) =
         tokio::sync::mpsc::channel::<OrderedEvent>(crate::namespace_budget::EVENT_LANE_ITEMS);
+    let pending = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let done = pending.clone();
     tokio::spawn(async move {
         while let Some(event) = rx.recv().await {
-            let OrderedEvent {
-                handler,
-                ns,
-                incoming,
-                admission,
-                name,
-            } = event;
-            let handled = std::panic::catch_unwind(AssertUnwindSafe(|| handler(ns, incoming)));
-            let finished = match handled {
-                Ok(fut) => AssertUnwindSafe(fut).catch_unwind().await.is_ok(),
-                Err(_) => false,
+            let (finished, admission, name) = match event {
+                OrderedEvent::Call {
+                    handler,
+                    ns,
+                    incoming,
+                    admission,
+                    name,
+                } => (run_caught(|| handler(ns, incoming)).await, admission, name),
+                OrderedEvent::Waiting {
+                    handled,
+                    admission,
+                    name,
+                } => (run_caught(|| handled).await, admission, name),
             };
             if !finished {
                 tracing::error!(path = &*path, event = name, "namespace handler panicked");
             }
             drop(admission);
+            done.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
         }
     });
-    tx
+    (tx, pending)
 }
 
 /// A reply to emit: on which connection, which event, what.

@@ -20,6 +20,7 @@
 //! connect handler, which runs after the ack, they would miss an event the
 //! host sends right after joining.
 
+use actix::dev::SendError;
 use actix::Addr;
 use agentix_actors::errors::{ErrorKind, RemoteError};
 use agentix_actors::part::{split, PartTable, SPLIT_ABOVE};
@@ -41,7 +42,9 @@ use agentix_actors::supervision::ChildAddr;
 
 use crate::auth::{auth_middleware, Token};
 use crate::call_request::CallRequest;
-use crate::call_router::{AckStream, CallRouter, CancelCall, HostDisconnected, StartCall};
+use crate::call_router::{
+    AckStream, CallRouter, CancelCall, HostDisconnected, StartCall, ROUTER_MAILBOX,
+};
 use crate::calls::{NewCall, Origin, Reply, StreamEvent};
 use crate::emit::emit;
 use crate::raw_event::RawEvent;
@@ -106,17 +109,27 @@ fn attach(s: SocketRef, router: ChildAddr<CallRouter>, max_event_bytes: usize) {
     s.on(
         EVENT_CANCEL,
         move |s: SocketRef, TryData(data): TryData<Value>| {
-            match data.map(serde_json::from_value::<CancelEvent>) {
+            let cancel = match data.map(serde_json::from_value::<CancelEvent>) {
                 Ok(Ok(CancelEvent { id })) => {
                     lock(&parts).discard(id);
-                    sup.get().do_send(CancelCall(Origin {
+                    Some(CancelCall(Origin {
                         socket: s.id,
                         host_id: id,
                     }))
                 }
-                _ => tracing::warn!(socket = %s.id, "malformed cancel event dropped"),
+                _ => {
+                    tracing::warn!(socket = %s.id, "malformed cancel event dropped");
+                    None
+                }
+            };
+            let sup = sup.get();
+            // Waits for room in the router's mailbox: a cancel is never
+            // dropped, and a flood of them waits rather than piles up.
+            async move {
+                if let Some(cancel) = cancel {
+                    let _ = sup.send(cancel).await;
+                }
             }
-            std::future::ready(())
         },
     );
     let sup = router.clone();
@@ -126,14 +139,17 @@ fn attach(s: SocketRef, router: ChildAddr<CallRouter>, max_event_bytes: usize) {
             let sup = sup.get();
             async move {
                 match data.map(serde_json::from_value::<AckEvent>) {
-                    Ok(Ok(AckEvent { id, items, bytes })) => sup.do_send(AckStream {
-                        origin: Origin {
-                            socket: s.id,
-                            host_id: id,
-                        },
-                        items,
-                        bytes,
-                    }),
+                    Ok(Ok(AckEvent { id, items, bytes })) => {
+                        let ack = AckStream {
+                            origin: Origin {
+                                socket: s.id,
+                                host_id: id,
+                            },
+                            items,
+                            bytes,
+                        };
+                        let _ = sup.send(ack).await;
+                    }
                     _ => tracing::warn!(socket = %s.id, "malformed ack event dropped"),
                 }
             }
@@ -241,13 +257,16 @@ async fn on_call(
             let (events, rx) = mpsc::unbounded_channel();
             let reply = Reply::Stream { events, window };
             let stream_target = target.clone();
-            router.do_send(StartCall(NewCall {
-                origin,
-                target,
-                args,
-                trace,
-                reply,
-            }));
+            start_call(
+                &router,
+                NewCall {
+                    origin,
+                    target,
+                    args,
+                    trace,
+                    reply,
+                },
+            );
             relay_stream(&s, &router, origin, &stream_target, rx, max).await;
         }
     }
@@ -277,13 +296,16 @@ async fn unary_call(
         trace,
     } = call;
     let (reply, rx) = oneshot::channel();
-    router.do_send(StartCall(NewCall {
-        origin,
-        target: target.clone(),
-        args,
-        trace,
-        reply: Reply::Unary(reply),
-    }));
+    start_call(
+        router,
+        NewCall {
+            origin,
+            target: target.clone(),
+            args,
+            trace,
+            reply: Reply::Unary(reply),
+        },
+    );
     let id = origin.host_id;
     match rx.await.unwrap_or_else(|_| Err(shutting_down())) {
         Ok(mut pieces) => {
@@ -378,6 +400,20 @@ async fn relay_stream(
                 return;
             }
         }
+    }
+}
+
+/// Hands `call` to the router through its bounded mailbox; a call it has
+/// no room for is answered at once, `Degraded` (a host that floods calls
+/// gets refusals, not a server that holds them all).
+fn start_call(router: &Addr<CallRouter>, call: NewCall) {
+    match router.try_send(StartCall(call)) {
+        Ok(()) => {}
+        Err(SendError::Full(StartCall(call))) => call.reply.fail(RemoteError::new(
+            ErrorKind::Degraded,
+            format!("the server has {ROUTER_MAILBOX} calls waiting to be taken; try again later"),
+        )),
+        Err(SendError::Closed(StartCall(call))) => call.reply.fail(shutting_down()),
     }
 }
 

@@ -312,14 +312,17 @@ fn start_router(
     root: Addr<ServerSupervisor>,
 ) -> Addr<CallRouter> {
     let guard = ChildGuard::new(ServerChild::CallRouter, root.recipient());
-    CallRouter::new(
+    let router = CallRouter::new(
         incarnation,
         config.max_inflight,
         config.max_message_bytes,
         calls.clone(),
         guard,
-    )
-    .start()
+    );
+    CallRouter::create(|ctx| {
+        ctx.set_mailbox_capacity(crate::call_router::ROUTER_MAILBOX);
+        router
+    })
 }
 
 impl Actor for ServerSupervisor {

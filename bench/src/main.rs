@@ -1,4 +1,4 @@
-//! `cargo run --release -p agentix-bench [-- --json] [--only SECTION,..]
+//! `cargo run --release -p agentix-bench [-- --json] [--markdown] [--only SECTION,..]
 //! [--untuned-host]`: measures Agentix on this machine with the embedded
 //! local provider.
 //! Sections: boot, echo, inflight, blob, blob64, loaded, stream, cancel, bash, files,
@@ -7,7 +7,9 @@
 //!
 //! The binary is its own bundle (it calls `agentix::bundle::dispatch` first),
 //! so the sandbox runs exactly the code measured here. It prints a table; with
-//! `--json` the last line is one JSON object with every figure. Figures are
+//! `--json` the last line is one JSON object with every figure, and with
+//! `--markdown` a Markdown table of them follows (the book's benchmarks
+//! page is one). Figures are
 //! medians or totals over many calls; nothing here asserts a target.
 //!
 //! As a host moving large payloads should, the bench tunes its allocator
@@ -39,6 +41,7 @@ fn main() {
     agentix::bundle::dispatch_with(bench_fns::worker_setup);
     let args: Vec<String> = std::env::args().collect();
     let json = args.iter().any(|a| a == "--json");
+    let markdown = args.iter().any(|a| a == "--markdown");
     let only: Option<Vec<String>> = args
         .iter()
         .position(|a| a == "--only")
@@ -49,6 +52,9 @@ fn main() {
     }
     let report = run(Sections(only));
     report.print_table();
+    if markdown {
+        print!("{}", report.to_markdown());
+    }
     if json {
         println!("{}", report.to_json());
     }

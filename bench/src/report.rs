@@ -1,4 +1,5 @@
-//! The bench's figures: a table for people, one JSON object for programs.
+//! The bench's figures: a table for people, one JSON object for programs,
+//! and a Markdown table for the book.
 
 /// Figures in the order they were measured.
 #[derive(Default)]
@@ -35,6 +36,23 @@ impl Report {
         for r in &self.rows {
             println!("{:<32} {:>14.1} {:<8} {}", r.key, r.value, r.unit, r.what);
         }
+    }
+
+    /// Every figure as a Markdown table, for the book's benchmarks page.
+    pub(crate) fn to_markdown(&self) -> String {
+        let mut table = String::from("| figure | key | value |\n|---|---|---|\n");
+        for r in &self.rows {
+            let value = if r.value.abs() >= 100.0 {
+                format!("{:.0}", r.value)
+            } else {
+                format!("{:.1}", r.value)
+            };
+            table.push_str(&format!(
+                "| {} | `{}` | {value} {} |\n",
+                r.what, r.key, r.unit
+            ));
+        }
+        table
     }
 
     /// Every figure as one JSON object, keys as recorded.

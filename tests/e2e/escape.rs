@@ -235,10 +235,10 @@ fn a_kernel_that_refuses_user_namespaces_gets_an_error_saying_so_and_how_to_opt_
 }
 
 #[test]
-fn the_readme_security_table_is_this_suites() {
+fn the_books_security_table_is_this_suites() {
     let table = attempts::readme_table();
     let readme = std::fs::read_to_string(
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md"),
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/src/security.md"),
     )
     .unwrap();
     let start = "<!-- escape-suite-table -->\n";
@@ -250,6 +250,7 @@ fn the_readme_security_table_is_this_suites() {
     assert_eq!(
         inside,
         Some(table.as_str()),
-        "the README's security table (between {start:?} and {end:?}) must read:\n{table}"
+        "the book's security table (docs/src/security.md, between {start:?} and {end:?}) \
+         must read:\n{table}"
     );
 }

@@ -1,13 +1,13 @@
-//! The README's "Use Agentix in your project" code is the code of
-//! `examples/harness`, which CI builds and runs: so it compiles as written.
+//! The book's "Your project" chapter shows the code of `examples/harness`,
+//! which CI builds and runs: so it compiles as written.
 
 use std::path::Path;
 
-/// The ```rust blocks of the README's section `heading`.
-fn rust_blocks(readme: &str, heading: &str) -> Vec<String> {
-    let start = readme.find(heading).expect("the section is in the README");
-    let section = &readme[start + heading.len()..];
-    let section = &section[..section.find("\n## ").unwrap_or(section.len())];
+/// The ```rust blocks of the page `text` from its `heading` on.
+fn rust_blocks(text: &str, heading: &str) -> Vec<String> {
+    let start = text.find(heading).expect("the heading is on the page");
+    let section = &text[start + heading.len()..];
+    let section = &section[..section.find("\n# ").unwrap_or(section.len())];
     section
         .split("```rust\n")
         .skip(1)
@@ -16,10 +16,10 @@ fn rust_blocks(readme: &str, heading: &str) -> Vec<String> {
 }
 
 #[test]
-fn the_readme_shows_the_harness_files_as_they_are() {
+fn the_book_shows_the_harness_files_as_they_are() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
-    let blocks = rust_blocks(&readme, "## Use Agentix in your project");
+    let page = std::fs::read_to_string(root.join("docs/src/project-layout.md")).unwrap();
+    let blocks = rust_blocks(&page, "# Your project: three crates");
     assert_eq!(blocks.len(), 3, "functions, bundle and host");
     for block in blocks {
         let (first, code) = block.split_once('\n').unwrap();
@@ -30,7 +30,8 @@ fn the_readme_shows_the_harness_files_as_they_are() {
             .unwrap_or_else(|e| panic!("{path} is not in the repository: {e}"));
         assert!(
             file == code,
-            "the README's {path} differs from the file; copy the file into the README"
+            "the book's {path} differs from the file; copy the file into \
+             docs/src/project-layout.md"
         );
     }
 }

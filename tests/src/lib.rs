@@ -696,11 +696,8 @@ pub async fn child_inherits_frame_pipes() -> Result<bool, std::io::Error> {
 pub async fn abandon_requests(n: u64) -> usize {
     let plugin = plugin();
     for _ in 0..n {
-        let request = plugin.request_with_timeout(
-            "silent",
-            serde_json::json!({}),
-            Duration::from_secs(300),
-        );
+        let request =
+            plugin.request_with_timeout("silent", serde_json::json!({}), Duration::from_secs(300));
         let _ = tokio::time::timeout(Duration::from_millis(1), request).await;
     }
     plugin.waiting_requests().await

@@ -4,6 +4,7 @@ agentix::plugin_crate!();
 
 use serde::{Deserialize, Serialize};
 
+// ANCHOR: run
 /// What [`run`] returns.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Output {
@@ -21,6 +22,7 @@ pub async fn run(input: String) -> Output {
         worker_pid: std::process::id(),
     }
 }
+// ANCHOR_END: run
 
 /// Divides `a` by `b`; dividing by zero is an error the host sees typed.
 #[agentix::remote]

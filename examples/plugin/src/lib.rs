@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use agentix::{RemoteSioError, SandboxEnd, SandboxHalf, WorkerContext};
 use serde::{Deserialize, Serialize};
 
+// ANCHOR: protocol
 /// Host to sandbox: which model to ask for.
 #[derive(Debug, Serialize, Deserialize)]
 pub struct Configure {
@@ -44,7 +45,9 @@ agentix::namespace_protocol! {
     to_sandbox { events [Configure] requests [] }
     to_host { events [Configured] requests [Fetch => Completion] }
 }
+// ANCHOR_END: protocol
 
+// ANCHOR: sandbox_half
 /// What `MyService` keeps for as long as its worker runs, in the worker's
 /// context (not in statics: it ends with the worker).
 #[derive(Default)]
@@ -98,3 +101,4 @@ pub async fn agent_step(prompt: String) -> Vec<String> {
     }
     report
 }
+// ANCHOR_END: sandbox_half

@@ -9,6 +9,7 @@ use agentix::actix::{Actor, Context, Handler};
 use agentix::{Asked, HostEnd, HostHalf, LocalProvider, NamespaceFault, Provider, SandboxConfig};
 use plugin_app::{Completion, Configure, Configured, Fetch, MyPlugin};
 
+// ANCHOR: host_half
 /// Stands in for a real model API. An actor, so it keeps state between
 /// requests (how many completions it served) without a lock; the sandbox's
 /// `Fetch` requests reach it as messages, and its `Ok` / `Err` is the reply.
@@ -63,6 +64,7 @@ async fn host() -> Result<(), Box<dyn std::error::Error>> {
         .answer_actor::<Fetch>(agentix::start_actor(|_| Upstream { served: 0 }));
     // Before the first remote call: the connections are planned then.
     sandbox.register_namespace(my_host)?;
+    // ANCHOR_END: host_half
 
     // The first call connects; then configure the service and wait for it.
     sandbox

@@ -2,7 +2,7 @@
 //! sandbox tries, and what each tier lets it get.
 //!
 //! [`CELLS`] is the table: one row per attempt, one column per tier. The
-//! README's security table is rendered from it ([`readme_table`]) and a
+//! book's security table (docs/src/security.md) is rendered from it ([`readme_table`]) and a
 //! test fails when the two differ. Each check below runs from inside a
 //! sandbox (a shell command through the bash plugin, or the remote function
 //! `try_reach`) against a real host secret, service or sandbox, and asserts
@@ -66,7 +66,7 @@ pub(crate) fn fill_tmp_script(mib: usize) -> String {
     format!("dd if=/dev/zero of=/tmp/fill bs=1M count={mib} 2>&1; s=$?; echo > /tmp/fill; exit $s")
 }
 
-/// Every attempt, and what each tier lets it do: the README's security
+/// Every attempt, and what each tier lets it do: the book's security
 /// table, row by row.
 pub(crate) const CELLS: &[Cell] = &[
     Cell {
@@ -179,7 +179,7 @@ pub(crate) const CELLS: &[Cell] = &[
     },
 ];
 
-/// The README's security table, as [`CELLS`] renders it.
+/// The book's security table, as [`CELLS`] renders it.
 pub(crate) fn readme_table() -> String {
     let mut table = String::from(
         "| code in the sandbox tries to | local, isolated (default) | container (Docker defaults) \

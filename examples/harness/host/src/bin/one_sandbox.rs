@@ -1,5 +1,5 @@
-//! The smallest host: one sandbox, one file, one agent step (the README's
-//! "Use Agentix in your project" shows this file as it is).
+//! The smallest host: one sandbox, one file, one agent step (the book's
+//! "Your project" chapter shows this file as it is).
 
 use agentix::prelude::*;
 
