@@ -141,6 +141,29 @@ where
     type Result = Result<R::Reply, NamespaceFault>;
 }
 
+/// A reply and the work that follows it once it is sent, in the same task:
+/// for a request whose answer opens something (a stream's head, then its
+/// body). See the host half's `answer_then`.
+pub struct ReplyThen<T> {
+    /// The reply, or the fault sent instead.
+    pub reply: Result<T, NamespaceFault>,
+    /// What runs after the reply has gone out.
+    pub then: Option<std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>>,
+}
+
+impl<T> ReplyThen<T> {
+    /// `reply` with nothing after it.
+    pub fn reply(reply: Result<T, NamespaceFault>) -> Self {
+        ReplyThen { reply, then: None }
+    }
+
+    /// The same reply, with `work` to run once it is sent.
+    pub fn then(mut self, work: impl std::future::Future<Output = ()> + Send + 'static) -> Self {
+        self.then = Some(Box::pin(work));
+        self
+    }
+}
+
 /// Ties a builder or handle to its protocol without owning one (and
 /// without making it less `Send` or `Sync`).
 pub type ProtocolMarker<P> = PhantomData<fn() -> P>;

@@ -41,12 +41,12 @@ use agentix_actors::namespace::DEFAULT_REQUEST_TIMEOUT;
 use agentix_actors::namespace_messages::NamespaceFault;
 use agentix_actors::protocol::{
     actor_stopped, hand_to_actor, read_reply, reply_value, Asked, Event, NamespaceEnd, Protocol,
-    ProtocolMarker, Received, Request, ToHost, ToSandbox,
+    ProtocolMarker, Received, ReplyThen, Request, ToHost, ToSandbox,
 };
 use agentix_actors::request_envelope::RemoteSioError;
 use tokio_util::sync::CancellationToken;
 
-use crate::namespace::{typed_body, HostNamespace, HostNamespaceHandle};
+use crate::namespace::{typed_body, Answered, HostNamespace, HostNamespaceHandle};
 
 /// The host's typed handle on protocol `P`'s namespace of one sandbox's
 /// connection: sends what `P` lets the host send.
@@ -183,6 +183,33 @@ impl<P: Protocol> HostHalf<P> {
             move |ns, request, cancelled| {
                 let work = handler(HostEnd::new(ns), request, cancelled);
                 async move { reply_value(work.await?) }
+            },
+        );
+        self
+    }
+
+    /// Answers each `R` the sandbox sends with `handler`'s [`ReplyThen`]:
+    /// its reply is sent, then its `then` work runs in the same task (a
+    /// stream's body after its head, say), so nothing it sends can overtake
+    /// the reply.
+    pub fn answer_then<R, F, Fut>(mut self, handler: F) -> Self
+    where
+        R: Request<P, ToHost>,
+        F: Fn(HostEnd<P>, R, CancellationToken) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = ReplyThen<R::Reply>> + Send + 'static,
+    {
+        self.namespace = self.namespace.answer_requests(
+            R::NAME,
+            typed_body::<R>,
+            move |ns, request, cancelled| {
+                let work = handler(HostEnd::new(ns), request, cancelled);
+                async move {
+                    let ReplyThen { reply, then } = work.await;
+                    Answered {
+                        reply: reply.and_then(reply_value),
+                        then,
+                    }
+                }
             },
         );
         self

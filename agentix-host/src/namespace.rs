@@ -417,7 +417,8 @@ impl HostNamespace {
         B: DeserializeOwned + Send + 'static,
         R: Fn(Option<B>) -> Result<C, String> + Send + Sync + 'static,
         F: Fn(HostNamespaceHandle, C, CancellationToken) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = Result<Value, NamespaceFault>> + Send + 'static,
+        Fut: Future + Send + 'static,
+        Fut::Output: Into<Answered>,
     {
         let name = event.to_owned();
         let handler = move |ns: HostNamespaceHandle, incoming: Incoming| -> BoxFuture {
@@ -453,9 +454,19 @@ impl HostNamespace {
                     }
                     Err(panic) => Err(panic),
                 };
+                let (outcome, then) = match outcome.map(Into::into) {
+                    Ok(Answered { reply, then }) => (Ok(reply), then),
+                    Err(panic) => (Err(panic), None),
+                };
                 let (reply_event, reply) = reply_for(&name, request_id, outcome);
                 if let Err(e) = ns.emit(&reply_event, reply).await {
                     tracing::debug!("reply not sent: {e}");
+                }
+                // The rest of the work, after its reply, in this task.
+                if let Some(then) = then {
+                    if AssertUnwindSafe(then).catch_unwind().await.is_err() {
+                        tracing::error!(event = name, "the work after a reply panicked");
+                    }
                 }
             })
         };
@@ -510,6 +521,19 @@ impl<T> WithAttachments for Decoded<T> {
     // Binary attachments stay placeholders, as in any JSON value.
     fn attachments_mut(&mut self) -> Vec<&mut Attachment> {
         Vec::new()
+    }
+}
+
+/// A request handler's answer: the reply, and the work to run after it is
+/// sent, if any.
+pub(crate) struct Answered {
+    pub(crate) reply: Result<Value, NamespaceFault>,
+    pub(crate) then: Option<BoxFuture>,
+}
+
+impl From<Result<Value, NamespaceFault>> for Answered {
+    fn from(reply: Result<Value, NamespaceFault>) -> Self {
+        Answered { reply, then: None }
     }
 }
 

@@ -483,3 +483,143 @@ impl Handler<StopRouter> for CallRouter {
         ctx.stop();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! The router driven by messages alone: a stub parent, a worker outbox
+    //! read directly, hosts' replies on their channels; no process.
+
+    use super::*;
+    use agentix_actors::frame_bytes::FrameBytes;
+    use agentix_actors::supervision::ChildEnded;
+    use bytes::Bytes;
+    use tokio::sync::{mpsc, oneshot};
+
+    use crate::calls::{Outcome, Reply};
+
+    /// Stands in for the server supervisor.
+    struct Parent;
+
+    impl Actor for Parent {
+        type Context = Context<Self>;
+    }
+
+    impl Handler<ChildEnded<ServerChild>> for Parent {
+        type Result = ();
+
+        fn handle(&mut self, _: ChildEnded<ServerChild>, _: &mut Context<Self>) {}
+    }
+
+    fn router(max_inflight: usize) -> Addr<CallRouter> {
+        let guard = ChildGuard::new(ServerChild::CallRouter, Parent.start().recipient());
+        CallRouter::new(1, max_inflight, 1 << 20, CallCount::default(), guard).start()
+    }
+
+    /// A unary call `host_id` of `socket` to `target`, and where its
+    /// outcome arrives.
+    fn call(socket: Sid, host_id: u64, target: &str) -> (StartCall, oneshot::Receiver<Outcome>) {
+        let (reply, outcome) = oneshot::channel();
+        let call = NewCall {
+            origin: Origin { socket, host_id },
+            target: target.into(),
+            args: vec![Bytes::from_static(b"\x80")],
+            trace: None,
+            reply: Reply::Unary(reply),
+        };
+        (StartCall(call), outcome)
+    }
+
+    async fn outcome(rx: oneshot::Receiver<Outcome>) -> Outcome {
+        tokio::time::timeout(std::time::Duration::from_secs(5), rx)
+            .await
+            .expect("the call ends")
+            .expect("an outcome")
+    }
+
+    #[actix_rt::test]
+    async fn a_call_waits_for_a_worker_then_its_result_comes_back_to_its_host() {
+        let router = router(16);
+        let socket = Sid::new();
+        let (start, rx) = call(socket, 7, "echo");
+        router.send(start).await.unwrap();
+
+        let (tx, mut frames) = mpsc::channel(8);
+        let ready = WorkerNews::Ready {
+            generation: 1,
+            frames: Outbox::new(tx),
+        };
+        router.send(ready).await.unwrap();
+        let Some(Frame::Call { id, target, .. }) = frames.recv().await else {
+            panic!("the queued call goes to the worker once it is ready");
+        };
+        assert_eq!(target, "echo");
+
+        let result = Frame::Result {
+            id,
+            value: FrameBytes(Bytes::from_static(b"\x01")),
+        };
+        router
+            .send(CallFrame {
+                generation: 1,
+                frame: result,
+            })
+            .await
+            .unwrap();
+        let value = outcome(rx).await.expect("a result");
+        assert_eq!(value.concat(), b"\x01");
+    }
+
+    #[actix_rt::test]
+    async fn a_reused_id_and_a_call_past_the_limit_are_refused_and_a_queued_call_can_be_cancelled()
+    {
+        let router = router(1);
+        let socket = Sid::new();
+        let (first, first_rx) = call(socket, 1, "slow");
+        router.send(first).await.unwrap();
+
+        let (again, again_rx) = call(socket, 1, "slow");
+        router.send(again).await.unwrap();
+        assert_eq!(
+            outcome(again_rx).await.unwrap_err().kind,
+            ErrorKind::Protocol
+        );
+
+        let (more, more_rx) = call(socket, 2, "slow");
+        router.send(more).await.unwrap();
+        assert_eq!(
+            outcome(more_rx).await.unwrap_err().kind,
+            ErrorKind::Degraded
+        );
+
+        router
+            .send(CancelCall(Origin { socket, host_id: 1 }))
+            .await
+            .unwrap();
+        assert_eq!(
+            outcome(first_rx).await.unwrap_err().kind,
+            ErrorKind::Cancelled
+        );
+    }
+
+    #[actix_rt::test]
+    async fn a_worker_that_dies_ends_its_calls_with_why() {
+        let router = router(16);
+        let (tx, mut frames) = mpsc::channel(8);
+        let ready = WorkerNews::Ready {
+            generation: 1,
+            frames: Outbox::new(tx),
+        };
+        router.send(ready).await.unwrap();
+        let (start, rx) = call(Sid::new(), 1, "work");
+        router.send(start).await.unwrap();
+        assert!(matches!(frames.recv().await, Some(Frame::Call { .. })));
+
+        let died = RemoteError::new(ErrorKind::WorkerExited, "killed by SIGKILL");
+        let gone = WorkerNews::Gone {
+            error: died.clone(),
+            queued_too: false,
+        };
+        router.send(gone).await.unwrap();
+        assert_eq!(outcome(rx).await.unwrap_err(), died);
+    }
+}

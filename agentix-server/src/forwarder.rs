@@ -545,3 +545,126 @@ fn hand_to_forwarder(
 fn lock(lagging: &Mutex<HashSet<Sid>>) -> std::sync::MutexGuard<'_, HashSet<Sid>> {
     lagging.lock().unwrap_or_else(|p| p.into_inner())
 }
+
+#[cfg(test)]
+mod tests {
+    //! The forwarder driven by messages alone: a stub supervisor, a worker
+    //! outbox read directly, no process and no host.
+
+    use super::*;
+    use agentix_actors::supervision::ChildEnded;
+    use serde_json::json;
+
+    /// Stands in for the worker supervisor: reports each end it hears of.
+    struct Parent(mpsc::UnboundedSender<ChildEnded<String>>);
+
+    impl Actor for Parent {
+        type Context = Context<Self>;
+    }
+
+    impl Handler<ChildEnded<String>> for Parent {
+        type Result = ();
+
+        fn handle(&mut self, ended: ChildEnded<String>, _: &mut Context<Self>) {
+            let _ = self.0.send(ended);
+        }
+    }
+
+    /// A forwarder of `/p` passing hosts' events to `worker`, its parent's
+    /// reports, and its counts.
+    fn forwarder(
+        worker: Option<Outbox>,
+    ) -> (
+        Addr<NamespaceForwarder>,
+        mpsc::UnboundedReceiver<ChildEnded<String>>,
+        ForwarderCounts,
+    ) {
+        let (_service, io) = SocketIo::new_svc();
+        let (ended_tx, ended) = mpsc::unbounded_channel();
+        let parent = Parent(ended_tx).start();
+        let counts = ForwarderCounts::default();
+        let guard = ChildGuard::new("/p".to_owned(), parent.recipient());
+        let forwarder = NamespaceForwarder::new("/p".into(), io, worker, counts.clone(), guard);
+        (forwarder.start_bounded(), ended, counts)
+    }
+
+    fn text(value: serde_json::Value) -> JsonText {
+        JsonText::from_value(&value)
+    }
+
+    async fn next_frame(frames: &mut mpsc::Receiver<Frame>) -> (String, String, serde_json::Value) {
+        match tokio::time::timeout(Duration::from_secs(5), frames.recv()).await {
+            Ok(Some(Frame::SioEvent { path, event, data })) => (path, event, data.to_value()),
+            other => panic!("expected a namespace event for the worker, got {other:?}"),
+        }
+    }
+
+    #[actix_rt::test]
+    async fn hosts_events_reach_the_worker_in_order_and_a_request_no_host_takes_is_answered() {
+        let (tx, mut frames) = mpsc::channel(64);
+        let (forwarder, _ended, _counts) = forwarder(Some(Outbox::new(tx)));
+        for i in 0..10 {
+            let event = HostEvent {
+                event: "n".into(),
+                data: text(json!(i)),
+            };
+            forwarder.send(event).await.unwrap();
+        }
+        for i in 0..10 {
+            assert_eq!(
+                next_frame(&mut frames).await,
+                ("/p".into(), "n".into(), json!(i))
+            );
+        }
+
+        // The worker asks while no host is on the path: it is answered at
+        // once, on the hosts' behalf, instead of waiting out its timeout.
+        let ask = ToHosts {
+            event: "fetch".into(),
+            data: text(json!({"request_id": "r1", "data": 1})),
+        };
+        forwarder.send(ask).await.unwrap();
+        let (path, event, data) = next_frame(&mut frames).await;
+        assert_eq!((path.as_str(), event.as_str()), ("/p", "fetch:error"));
+        assert_eq!(data["request_id"], "r1");
+        assert_eq!(data["error"]["type"], NO_HOST);
+    }
+
+    #[actix_rt::test]
+    async fn without_a_ready_worker_hosts_events_go_nowhere_and_the_next_worker_gets_what_follows()
+    {
+        let (forwarder, _ended, _counts) = forwarder(None);
+        let lost = HostEvent {
+            event: "lost".into(),
+            data: text(json!(1)),
+        };
+        forwarder.send(lost).await.unwrap();
+        let (tx, mut frames) = mpsc::channel(8);
+        forwarder
+            .send(WorkerFrames(Some(Outbox::new(tx))))
+            .await
+            .unwrap();
+        let kept = HostEvent {
+            event: "kept".into(),
+            data: text(json!(2)),
+        };
+        forwarder.send(kept).await.unwrap();
+        assert_eq!(next_frame(&mut frames).await.1, "kept");
+        assert!(
+            frames.try_recv().is_err(),
+            "nothing else reached the worker"
+        );
+    }
+
+    #[actix_rt::test]
+    async fn its_supervisor_hears_when_it_stops() {
+        let (forwarder, mut ended, _counts) = forwarder(None);
+        forwarder.send(StopForwarding).await.unwrap();
+        let report = tokio::time::timeout(Duration::from_secs(5), ended.recv())
+            .await
+            .expect("the supervisor hears of the end")
+            .expect("a report");
+        assert_eq!(report.child, "/p");
+        assert!(!report.panicked);
+    }
+}

@@ -7,6 +7,7 @@
 
 use std::time::Duration;
 
+use agentix::protocol::ReplyThen;
 use agentix::trace::{self, SpanContext};
 use agentix::{HostEnd, JsonText};
 use serde::Deserialize;
@@ -290,10 +291,9 @@ impl Gateway {
     }
 
     /// Answers a `stream` request (`open`, already known to the pumps so a
-    /// cancel finds it through `control`) with the upstream's head; its
-    /// body follows through the pump, which starts now and waits for the
-    /// sandbox's acknowledgements (the sandbox keeps items that come before
-    /// the head until it has read it).
+    /// cancel finds it through `control`) with the upstream's head, and the
+    /// pump that sends its body once the head has gone out (so no item
+    /// competes with it on the way).
     pub(crate) async fn open_stream(
         &self,
         end: HostEnd<Abridge>,
@@ -301,19 +301,20 @@ impl Gateway {
         control: StreamControl,
         parent: Option<SpanContext>,
         slot: Option<OwnedSemaphorePermit>,
-    ) -> StreamHead {
+    ) -> ReplyThen<StreamHead> {
         let Some(slot) = slot else {
-            return StreamHead::whole(self.busy(open.request.api));
+            return ReplyThen::reply(Ok(StreamHead::whole(self.busy(open.request.api))));
         };
         let api = open.request.api;
         let prepared = self.prepare(open.request, parent);
         let (head, pump) = self.stream_head(end, api, prepared, control, slot).await;
+        let answer = ReplyThen::reply(Ok(head));
         // Even if the head is lost: the pump then ends at its first item,
         // and ends the exchange's observation with it.
-        if let Some(pump) = pump {
-            tokio::spawn(pump.run());
+        match pump {
+            Some(pump) => answer.then(pump.run()),
+            None => answer,
         }
-        head
     }
 
     async fn stream_head(

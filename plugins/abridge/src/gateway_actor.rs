@@ -76,11 +76,11 @@ impl Gateway {
             let control = pumps.register(open.stream_id.clone());
             let slot = slots.clone().try_acquire_owned().ok();
             let (gateway, parent) = (gateway.clone(), parent.clone());
-            async move { Ok(gateway.open_stream(end, open, control, parent, slot).await) }
+            async move { gateway.open_stream(end, open, control, parent, slot).await }
         };
         HostHalf::<Abridge>::new()
             .answer(whole)
-            .answer(open)
+            .answer_then(open)
             .on_actor::<StreamAck>(actor.clone())
             .on_actor::<StreamAbandon>(actor)
     }
