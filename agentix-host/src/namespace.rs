@@ -372,6 +372,11 @@ impl HostNamespace {
     /// `B`, a type of the plugin's own, straight from the packet. A request
     /// whose body is not a `B` is answered `<event>:error {type:
     /// "BadRequest"}` saying why, without reaching `handler`.
+    #[deprecated(
+        since = "0.2.0",
+        note = "declare the request in a protocol (`agentix::namespace_protocol!`) and answer it \
+                with `HostHalf::answer`"
+    )]
     pub fn request_handler_as<B, F, Fut, T, E>(self, event: &str, handler: F) -> Self
     where
         B: DeserializeOwned + Send + 'static,
@@ -574,6 +579,11 @@ impl HostNamespace {
     /// event is read: `handler` is called on the receive path with the
     /// request id and the body read as `B`, or why it is not one, and its
     /// future runs as a task. Requests without an id are dropped.
+    #[deprecated(
+        since = "0.2.0",
+        note = "declare the request in a protocol (`agentix::namespace_protocol!`) and answer it \
+                with `HostHalf::answer_then`, whose handler is called on the receive path too"
+    )]
     pub fn on_request_as<B, F, Fut>(mut self, event: &str, handler: F) -> Self
     where
         B: DeserializeOwned + Send + 'static,
