@@ -75,20 +75,43 @@ pub struct CallJson {
 
 /// Starts the streaming function `target` and sends each item to `to`, then
 /// [`StreamItem::End`] or [`StreamItem::Failed`]; the response resolves once
-/// the last message was handled.
-#[derive(Message)]
-#[rtype(result = "()")]
-pub struct StreamTo {
+/// the last message was handled. Items are the stream's own type `T`
+/// ([`StreamTo::of`]), or JSON values for a stream called by name.
+pub struct StreamTo<T: Send + 'static = serde_json::Value> {
     /// The function's wire name.
     pub target: String,
     /// Its CBOR-encoded argument tuple.
     args: Result<Vec<u8>, RemoteError>,
     /// Who gets the items.
-    pub to: Recipient<StreamItem>,
+    pub to: Recipient<StreamItem<T>>,
+}
+
+impl<T: Send + 'static> Message for StreamTo<T> {
+    type Result = ();
+}
+
+impl<T: Send + 'static> StreamTo<T> {
+    /// Streams `f` called with `args` to `to`, each item as the stream's
+    /// own type.
+    pub fn of<A: Serialize>(
+        f: RemoteStream<A, T>,
+        args: impl CallArgs<A>,
+        to: Recipient<StreamItem<T>>,
+    ) -> Self {
+        StreamTo {
+            target: f.name().to_owned(),
+            args: cbor::to_vec(&args.into_args()),
+            to,
+        }
+    }
 }
 
 impl StreamTo {
     /// Streams `f` called with `args` to `to`, items as JSON values.
+    #[deprecated(
+        since = "0.2.0",
+        note = "use `StreamTo::of`, whose items are the stream's own type"
+    )]
     pub fn new<A: Serialize, T>(
         f: RemoteStream<A, T>,
         args: impl CallArgs<A>,
@@ -116,15 +139,18 @@ impl StreamTo {
 }
 
 /// One message of a stream sent to an actor by [`StreamTo`].
-#[derive(Debug, Message)]
-#[rtype(result = "()")]
-pub enum StreamItem {
+#[derive(Debug)]
+pub enum StreamItem<T = serde_json::Value> {
     /// The next item.
-    Item(serde_json::Value),
+    Item(T),
     /// The stream ended after its last item.
     End,
     /// The stream ended with this error (no item follows).
     Failed(RemoteError),
+}
+
+impl<T: Send + 'static> Message for StreamItem<T> {
+    type Result = ();
 }
 
 /// The sandbox server's `/health` report.
@@ -216,14 +242,14 @@ impl Handler<CallJson> for SandboxActor {
     }
 }
 
-impl Handler<StreamTo> for SandboxActor {
+impl<T: serde::de::DeserializeOwned + Send + 'static> Handler<StreamTo<T>> for SandboxActor {
     type Result = ResponseFuture<()>;
 
-    fn handle(&mut self, msg: StreamTo, _: &mut Context<Self>) -> Self::Result {
+    fn handle(&mut self, msg: StreamTo<T>, _: &mut Context<Self>) -> Self::Result {
         let sandbox = self.sandbox.clone();
         Box::pin(async move {
             let StreamTo { target, args, to } = msg;
-            let call = crate::stream::StreamCall::<serde_json::Value>::new(&*sandbox, target, args);
+            let call = crate::stream::StreamCall::<T>::new(&*sandbox, target, args);
             let mut items = match call.await {
                 Ok(items) => items,
                 Err(e) => {

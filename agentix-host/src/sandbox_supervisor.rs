@@ -263,10 +263,10 @@ impl Handler<SandboxHealth> for SandboxSupervisor {
     }
 }
 
-impl Handler<StreamTo> for SandboxSupervisor {
+impl<T: serde::de::DeserializeOwned + Send + 'static> Handler<StreamTo<T>> for SandboxSupervisor {
     type Result = ResponseFuture<()>;
 
-    fn handle(&mut self, msg: StreamTo, _: &mut Context<Self>) -> Self::Result {
+    fn handle(&mut self, msg: StreamTo<T>, _: &mut Context<Self>) -> Self::Result {
         let ready = self.ready();
         Box::pin(async move {
             match ready.await {

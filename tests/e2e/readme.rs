@@ -3,13 +3,9 @@
 
 use std::path::Path;
 
-/// The ```rust blocks of the page `text` from its `heading` on.
-fn rust_blocks(text: &str, heading: &str) -> Vec<String> {
-    let start = text.find(heading).expect("the heading is on the page");
-    let section = &text[start + heading.len()..];
-    let section = &section[..section.find("\n# ").unwrap_or(section.len())];
-    section
-        .split("```rust\n")
+/// The ```rust blocks of the page `text`.
+fn rust_blocks(text: &str) -> Vec<String> {
+    text.split("```rust\n")
         .skip(1)
         .map(|block| block[..block.find("```").expect("a closed block")].to_owned())
         .collect()
@@ -19,7 +15,7 @@ fn rust_blocks(text: &str, heading: &str) -> Vec<String> {
 fn the_book_shows_the_harness_files_as_they_are() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let page = std::fs::read_to_string(root.join("docs/src/project-layout.md")).unwrap();
-    let blocks = rust_blocks(&page, "# Your project: three crates");
+    let blocks = rust_blocks(&page);
     assert_eq!(blocks.len(), 3, "functions, bundle and host");
     for block in blocks {
         let (first, code) = block.split_once('\n').unwrap();
