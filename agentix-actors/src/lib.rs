@@ -16,6 +16,7 @@
 //!   [`sandbox_half`]: a typed protocol's sandbox half, closures or actors.
 //! - [`namespace`]: plugin namespaces, sandbox half: handlers, emit, requests;
 //!   [`namespace_messages`]: what a namespace actor handles, on either side;
+//!   [`event_lane`]: a namespace's events, handled one at a time in order;
 //!   [`event_route`]: a namespace's events to an actor, in order, bounded;
 //!   [`outbox`]: a namespace's frames to the server, in order, bounded.
 //! - [`remote`]: the typed handle `#[remote]` generates for each function;
@@ -47,6 +48,7 @@ pub mod call_args;
 pub mod cbor;
 pub mod codec;
 pub mod errors;
+pub mod event_lane;
 pub mod event_route;
 pub mod frame_bytes;
 pub mod invoke;

@@ -37,7 +37,7 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures_util::FutureExt;
@@ -46,6 +46,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use actix::Recipient;
 
+use crate::event_lane::{hand_on_here, EventLane, HandedOn, Turn};
 use crate::json_text::JsonText;
 use crate::namespace_messages::{actor_event_handlers, NamespaceEvent, NamespaceFault};
 use crate::outbox::Outbox;
@@ -202,30 +203,6 @@ pub struct SandboxNamespaceHandle {
     inbound: Arc<Inbound>,
 }
 
-/// An event waiting on its namespace's lane: its handler and what to call
-/// it with, or the unfinished future of a handler already called; and its
-/// name.
-enum LaneTurn {
-    Call {
-        handler: EventHandler,
-        ns: SandboxNamespaceHandle,
-        data: Value,
-        event: String,
-    },
-    Waiting {
-        handled: BoxFuture,
-        event: String,
-    },
-}
-
-impl LaneTurn {
-    fn event(&self) -> &str {
-        match self {
-            LaneTurn::Call { event, .. } | LaneTurn::Waiting { event, .. } => event,
-        }
-    }
-}
-
 /// A closure handling events.
 type EventHandler = Arc<dyn Fn(SandboxNamespaceHandle, Value) -> BoxFuture + Send + Sync>;
 
@@ -235,20 +212,16 @@ type EventHandler = Arc<dyn Fn(SandboxNamespaceHandle, Value) -> BoxFuture + Sen
 struct Inbound {
     answering: Mutex<HashMap<String, CancellationToken>>,
     room: Arc<tokio::sync::Semaphore>,
-    /// Started with the first event, on the worker's runtime.
-    lane: OnceLock<mpsc::Sender<LaneTurn>>,
-    /// Turns queued on the lane or running there.
-    pending: Arc<std::sync::atomic::AtomicUsize>,
+    lane: EventLane,
     dropped_events: std::sync::atomic::AtomicU64,
 }
 
-impl Default for Inbound {
-    fn default() -> Self {
+impl Inbound {
+    fn new(path: Arc<str>) -> Self {
         Inbound {
             answering: Mutex::default(),
             room: Arc::new(tokio::sync::Semaphore::new(REQUESTS_IN_FLIGHT)),
-            lane: OnceLock::new(),
-            pending: Arc::default(),
+            lane: EventLane::new(path, EVENT_LANE_ITEMS),
             dropped_events: Default::default(),
         }
     }
@@ -259,50 +232,10 @@ impl Inbound {
         self.answering.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The lane's sender; its task runs each handler to its end before the
-    /// next begins, and ends with the namespace.
-    fn lane(&self, path: &str) -> &mpsc::Sender<LaneTurn> {
-        self.lane.get_or_init(|| {
-            let (tx, mut rx) = mpsc::channel::<LaneTurn>(EVENT_LANE_ITEMS);
-            let path = path.to_owned();
-            let pending = self.pending.clone();
-            tokio::spawn(async move {
-                while let Some(turn) = rx.recv().await {
-                    let finished = match turn {
-                        LaneTurn::Call {
-                            handler,
-                            ns,
-                            data,
-                            event,
-                        } => (run_caught(|| handler(ns, data)).await, event),
-                        LaneTurn::Waiting { handled, event } => {
-                            (run_caught(|| handled).await, event)
-                        }
-                    };
-                    if let (false, event) = finished {
-                        tracing::error!(path, event, "namespace handler panicked");
-                    }
-                    pending.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
-                }
-            });
-            tx
-        })
-    }
-
-    /// Whether nothing waits on the lane or runs there: an event handed on
-    /// now cannot overtake one before it.
-    fn idle(&self) -> bool {
-        self.pending.load(std::sync::atomic::Ordering::Acquire) == 0
-    }
-
-    /// Queues `turn` on the lane; a full lane drops it, counted.
-    fn queue(&self, path: &str, turn: LaneTurn) {
-        self.pending
-            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
-        if let Err(full) = self.lane(path).try_send(turn) {
-            self.pending
-                .fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
-            self.event_dropped(path, full.into_inner().event());
+    /// Queues `turn` for `event` on the lane; a full lane drops it, counted.
+    fn queue(&self, path: &str, event: String, turn: Turn) {
+        if let Err(event) = self.lane.push(event, turn) {
+            self.event_dropped(path, &event);
         }
     }
 
@@ -363,7 +296,7 @@ impl NamespaceTable {
             path: Arc::from(namespace.path.as_str()),
             waiting: Waiting::default(),
             out: Outbox::new(self.out.clone()),
-            inbound: Arc::default(),
+            inbound: Arc::new(Inbound::new(Arc::from(namespace.path.as_str()))),
         };
         let registered = Registered {
             handle: handle.clone(),
@@ -420,30 +353,20 @@ fn deliver(
     }
     match handler {
         Some(Handler::Actor(hand_over)) => hand_over(ns, data),
-        Some(Handler::Handing(handler)) if ns.inbound.idle() => {
+        Some(Handler::Handing(handler)) if ns.inbound.lane.idle() => {
             // Nothing before it waits: handed on here, without a task hop.
             let inbound = ns.inbound.clone();
-            let handed = std::panic::catch_unwind(AssertUnwindSafe(|| {
-                let mut handed = handler(ns, data);
-                (&mut handed).now_or_never().is_none().then_some(handed)
-            }));
-            match handed {
-                Ok(None) => {}
-                Ok(Some(handled)) => inbound.queue(path, LaneTurn::Waiting { handled, event }),
-                Err(_) => tracing::error!(path, event, "namespace handler panicked"),
+            match hand_on_here(|| handler(ns, data)) {
+                HandedOn::Done => {}
+                HandedOn::Waiting(waiting) => inbound.queue(path, event, Box::new(move || waiting)),
+                HandedOn::Panicked => tracing::error!(path, event, "namespace handler panicked"),
             }
         }
         Some(Handler::Event(handler) | Handler::Handing(handler)) => {
             // The closure itself is called in the event's turn too, on the
             // lane: a panic in it must not end the frame loop.
             let inbound = ns.inbound.clone();
-            let turn = LaneTurn::Call {
-                handler,
-                ns,
-                data,
-                event,
-            };
-            inbound.queue(path, turn);
+            inbound.queue(path, event, Box::new(move || handler(ns, data)));
         }
         Some(Handler::Request(handler)) => answer(ns, event, data, handler),
         None => match request_id(&event, &data) {
@@ -453,15 +376,6 @@ fn deliver(
             }
             None => tracing::debug!(path, event, "no handler for this event; dropped"),
         },
-    }
-}
-
-/// Calls `make` and runs its future, a panic in either caught: whether it
-/// finished. Either half's event lane runs each handler so.
-pub async fn run_caught<F: Future<Output = ()>>(make: impl FnOnce() -> F) -> bool {
-    match std::panic::catch_unwind(AssertUnwindSafe(make)) {
-        Ok(fut) => AssertUnwindSafe(fut).catch_unwind().await.is_ok(),
-        Err(_) => false,
     }
 }
 

@@ -43,8 +43,8 @@ use std::sync::{Arc, Mutex};
 use actix::Recipient;
 use agentix_actors::attachment::{Attachment, WithAttachments};
 use agentix_actors::errors::{ErrorKind, RemoteError};
+use agentix_actors::event_lane::{hand_on_here, EventLane, HandedOn, Turn};
 use agentix_actors::json_text::JsonText;
-use agentix_actors::namespace::run_caught;
 use agentix_actors::namespace_messages::{
     actor_event_handlers, NamespaceEvent, NamespaceFault, NamespaceRequest,
 };
@@ -865,7 +865,7 @@ pub(crate) async fn join(
     let answering = Answering::default();
     let asking = Asking::default();
     let quick = quick_replies(path.clone());
-    let (ordered, pending) = ordered_events(path.clone());
+    let ordered = EventLane::new(path.clone(), crate::namespace_budget::EVENT_LANE_ITEMS);
     let on_delivery = {
         let path = path.clone();
         let answering = answering.clone();
@@ -951,20 +951,16 @@ pub(crate) async fn join(
                 // called in its turn too; the budget bounds the queue, so a
                 // full one is a budget spent. A handler that hands the event
                 // on at once runs here when nothing waits before it.
-                let idle = pending.load(std::sync::atomic::Ordering::Acquire) == 0;
-                let event = if handing.contains(&name) && idle {
-                    let handed = std::panic::catch_unwind(AssertUnwindSafe(|| {
-                        let mut handed = handler(ns, incoming);
-                        (&mut handed).now_or_never().is_none().then_some(handed)
-                    }));
-                    match handed {
-                        Ok(None) => return,
-                        Ok(Some(handled)) => OrderedEvent::Waiting {
-                            handled,
-                            admission,
-                            name,
-                        },
-                        Err(_) => {
+                let turn: Turn = if handing.contains(&name) && ordered.idle() {
+                    match hand_on_here(|| handler(ns, incoming)) {
+                        HandedOn::Done => return,
+                        HandedOn::Waiting(waiting) => Box::new(move || {
+                            Box::pin(async move {
+                                waiting.await;
+                                drop(admission);
+                            })
+                        }),
+                        HandedOn::Panicked => {
                             tracing::error!(
                                 path = &*path,
                                 event = name,
@@ -974,18 +970,17 @@ pub(crate) async fn join(
                         }
                     }
                 } else {
-                    OrderedEvent::Call {
-                        handler: handler.clone(),
-                        ns,
-                        incoming,
-                        admission,
-                        name,
-                    }
+                    let handler = handler.clone();
+                    Box::new(move || {
+                        let handled = handler(ns, incoming);
+                        Box::pin(async move {
+                            handled.await;
+                            drop(admission);
+                        })
+                    })
                 };
-                pending.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
-                if let Err(full) = ordered.try_send(event) {
-                    pending.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
-                    budget.event_dropped(&path, full.into_inner().name());
+                if let Err(name) = ordered.push(name, turn) {
+                    budget.event_dropped(&path, &name);
                 }
                 return;
             }
@@ -1033,71 +1028,6 @@ fn answer_asked(asking: &Asking, path: &str, name: &str, incoming: Incoming) {
         }
         None => tracing::debug!(path, event = name, "reply for no waiting request; dropped"),
     }
-}
-
-/// An event waiting for its turn: its handler and what to call it with,
-/// or the unfinished future of a handler already called; its budget and
-/// its name.
-enum OrderedEvent {
-    Call {
-        handler: Handler,
-        ns: HostNamespaceHandle,
-        incoming: Incoming,
-        admission: crate::namespace_budget::Admission,
-        name: String,
-    },
-    Waiting {
-        handled: BoxFuture,
-        admission: crate::namespace_budget::Admission,
-        name: String,
-    },
-}
-
-impl OrderedEvent {
-    fn name(&self) -> &str {
-        match self {
-            OrderedEvent::Call { name, .. } | OrderedEvent::Waiting { name, .. } => name,
-        }
-    }
-}
-
-/// The task that runs namespace `path`'s event handlers one at a time, in
-/// the order their events came, and the count of events queued or running
-/// there. It ends with the receive path, which holds the queue.
-fn ordered_events(
-    path: Arc<str>,
-) -> (
-    tokio::sync::mpsc::Sender<OrderedEvent>,
-    Arc<std::sync::atomic::AtomicUsize>,
-) {
-    let (tx, mut rx) =
-        tokio::sync::mpsc::channel::<OrderedEvent>(crate::namespace_budget::EVENT_LANE_ITEMS);
-    let pending = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let done = pending.clone();
-    tokio::spawn(async move {
-        while let Some(event) = rx.recv().await {
-            let (finished, admission, name) = match event {
-                OrderedEvent::Call {
-                    handler,
-                    ns,
-                    incoming,
-                    admission,
-                    name,
-                } => (run_caught(|| handler(ns, incoming)).await, admission, name),
-                OrderedEvent::Waiting {
-                    handled,
-                    admission,
-                    name,
-                } => (run_caught(|| handled).await, admission, name),
-            };
-            if !finished {
-                tracing::error!(path = &*path, event = name, "namespace handler panicked");
-            }
-            drop(admission);
-            done.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
-        }
-    });
-    (tx, pending)
 }
 
 /// A reply to emit: on which connection, which event, what.
