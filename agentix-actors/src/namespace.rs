@@ -484,9 +484,12 @@ impl SandboxNamespaceHandle {
     }
 
     /// Emits `event` with `data` written straight to JSON (no value built).
+    /// A payload JSON cannot hold (a map with keys that are not strings) is
+    /// not sent; an error line says why.
     pub(crate) fn emit_json<T: serde::Serialize + ?Sized>(&self, event: &str, data: &T) {
-        self.out
-            .push(self.text_frame(event.to_owned(), JsonText::to_json(data)));
+        if let Some(frame) = self.json_frame(event, data) {
+            self.out.push(frame);
+        }
     }
 
     /// [`Self::emit_json`], waiting while the pipe to the server is full.
@@ -495,8 +498,19 @@ impl SandboxNamespaceHandle {
         event: &str,
         data: &T,
     ) {
-        let frame = self.text_frame(event.to_owned(), JsonText::to_json(data));
-        self.out.send(frame).await;
+        if let Some(frame) = self.json_frame(event, data) {
+            self.out.send(frame).await;
+        }
+    }
+
+    fn json_frame<T: serde::Serialize + ?Sized>(&self, event: &str, data: &T) -> Option<Frame> {
+        match serde_json::value::to_raw_value(data) {
+            Ok(raw) => Some(self.text_frame(event.to_owned(), JsonText::from_raw(raw))),
+            Err(e) => {
+                tracing::error!(path = self.path(), event, "event not sent: not JSON: {e}");
+                None
+            }
+        }
     }
 
     fn event_frame(&self, event: String, data: Value) -> Frame {

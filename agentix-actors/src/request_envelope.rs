@@ -51,8 +51,13 @@ pub fn request_id_in_text(event: &str, data: &crate::json_text::JsonText) -> Opt
         .request_id
 }
 
+/// Whether `event` answers a request (`<name>:result` or `<name>:error`).
+pub fn is_reply(event: &str) -> bool {
+    event.ends_with(":result") || event.ends_with(":error")
+}
+
 fn is_reply_or_cancel(event: &str) -> bool {
-    event.ends_with(":result") || event.ends_with(":error") || event.ends_with(CANCEL_SUFFIX)
+    is_reply(event) || event.ends_with(CANCEL_SUFFIX)
 }
 
 const CANCEL_SUFFIX: &str = ":cancel";

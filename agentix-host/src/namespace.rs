@@ -49,8 +49,8 @@ use agentix_actors::namespace_messages::{
     actor_event_handlers, NamespaceEvent, NamespaceFault, NamespaceRequest,
 };
 use agentix_actors::request_envelope::{
-    cancel_event, cancelled_event, error_reply, no_handler_reply, reply_outcome, request_id,
-    request_key, RemoteSioError,
+    cancel_event, cancelled_event, error_reply, is_reply, no_handler_reply, reply_outcome,
+    request_id, request_key, RemoteSioError,
 };
 use futures_util::FutureExt;
 use serde::de::{DeserializeOwned, IgnoredAny};
@@ -1004,11 +1004,6 @@ pub(crate) async fn join(
         answering,
         asking,
     ))
-}
-
-/// Whether `event` is a reply to a request this host made.
-fn is_reply(event: &str) -> bool {
-    event.ends_with(":result") || event.ends_with(":error")
 }
 
 /// Hands a reply to the request of this host's that waits for it; a reply

@@ -35,7 +35,8 @@ use agentix_actors::json_text::JsonText;
 use agentix_actors::outbox::Outbox;
 use agentix_actors::part::MAX_SOCKET_MESSAGE_BYTES;
 use agentix_actors::request_envelope::{
-    error_reply, request_id_in_text, HOST_BEHIND, NO_HANDLER, NO_HOST, OVERLOADED, TOO_LARGE,
+    error_reply, is_reply, request_id_in_text, HOST_BEHIND, NO_HANDLER, NO_HOST, OVERLOADED,
+    TOO_LARGE,
 };
 use agentix_actors::supervision::ChildGuard;
 use agentix_actors::wire::{check_plugin_path, Frame};
@@ -199,7 +200,7 @@ impl NamespaceForwarder {
             );
             return;
         };
-        let is_reply = event.ends_with(":result") || event.ends_with(":error");
+        let answers_a_request = is_reply(&event);
         let frame = Frame::SioEvent {
             path: self.path.clone(),
             event,
@@ -209,7 +210,9 @@ impl NamespaceForwarder {
         // it. Other events queue in order, so a burst arrives whole, until
         // the worker is far behind its pipe: then they are dropped, counted,
         // and a host cannot fill the server's memory.
-        if is_reply || !frames.waiting_past(HOST_EVENTS_WAIT_PAST, HOST_EVENT_BYTES_WAIT_PAST) {
+        if answers_a_request
+            || !frames.waiting_past(HOST_EVENTS_WAIT_PAST, HOST_EVENT_BYTES_WAIT_PAST)
+        {
             frames.push(frame);
             return;
         }
