@@ -128,7 +128,9 @@ fn forward_logs() {
             return;
         }
     };
-    crate::trace::add_processor(side.trace_processor());
+    // Inline: the side pipe's queue is bounded and its producer waits, so
+    // nothing a sandbox traces is dropped before it reaches the host.
+    crate::trace::TraceHub::unscoped().add_inline(side.trace_processor());
     let capture = side.capture_output(worker_id.clone());
     CAPTURES_OUTPUT.store(capture.is_some(), std::sync::atomic::Ordering::Relaxed);
     let layer = side.log_layer(worker_id, capture);

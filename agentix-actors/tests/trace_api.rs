@@ -1,10 +1,14 @@
-//! The trace API in one process: nesting, attributes, events, status, and
-//! processors that run behind their mailboxes.
+//! The trace API in one process: nesting, attributes, events, status,
+//! processors that run behind their bounded lanes, and hubs that keep one
+//! program's processors from another's spans.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use agentix_actors::trace::{self, Processor, SpanData, SpanStatus, TraceData};
+use agentix_actors::trace::{
+    self, Processor, SpanData, SpanStatus, TraceData, TraceHub, PROCESSOR_QUEUE,
+};
 
 #[derive(Clone, Default)]
 struct Slow {
@@ -30,9 +34,10 @@ impl Processor for Slow {
 #[test]
 fn spans_nest_carry_their_data_and_flush_delivers_everything() {
     let seen = Slow::default();
-    trace::add_processor(seen.clone());
+    let hub = TraceHub::new();
+    hub.add_processor(seen.clone());
 
-    let eval = trace::trace("eval");
+    let eval = hub.trace("eval");
     let trace_id = eval.id().to_owned();
     let step_id;
     {
@@ -51,8 +56,9 @@ fn spans_nest_carry_their_data_and_flush_delivers_everything() {
     }
     drop(eval);
     assert_eq!(trace::current(), None, "guards restore the outer context");
+    assert!(TraceHub::current().is_none(), "and the outer hub");
 
-    trace::force_flush();
+    hub.force_flush();
     let ends = seen.ends.lock().unwrap().clone();
     let mine: Vec<&SpanData> = ends.iter().filter(|s| s.trace_id == trace_id).collect();
     assert_eq!(mine.len(), 201, "force_flush waits for every queued event");
@@ -93,8 +99,9 @@ fn a_span_outside_any_trace_starts_its_own() {
 fn the_json_lines_processor_writes_every_event() {
     let path = std::env::temp_dir().join(format!("agentix-trace-{}.jsonl", std::process::id()));
     let _ = std::fs::remove_file(&path);
-    trace::add_processor(trace::JsonLinesProcessor::create(&path).unwrap());
-    let t = trace::trace("json-lines");
+    let hub = TraceHub::new();
+    hub.add_processor(trace::JsonLinesProcessor::create(&path).unwrap());
+    let t = hub.trace("json-lines");
     let trace_id = t.id().to_owned();
     {
         let _in = t.enter();
@@ -102,7 +109,7 @@ fn the_json_lines_processor_writes_every_event() {
         s.add_event("e");
     }
     drop(t);
-    trace::force_flush();
+    hub.force_flush();
     let text = std::fs::read_to_string(&path).unwrap();
     let mine: Vec<trace::TraceEvent> = text
         .lines()
@@ -154,8 +161,9 @@ impl std::io::Write for Shared {
 #[test]
 fn the_console_processor_prints_an_indented_tree() {
     let out = Shared::default();
-    trace::add_processor(trace::ConsoleProcessor::to_writer(out.clone()));
-    let t = trace::trace("console-tree");
+    let hub = TraceHub::new();
+    hub.add_processor(trace::ConsoleProcessor::to_writer(out.clone()));
+    let t = hub.trace("console-tree");
     {
         let _in = t.enter();
         let parent = trace::span("console.parent").attr("model", "claude");
@@ -165,7 +173,7 @@ fn the_console_processor_prints_an_indented_tree() {
         child.set_error("boom");
     }
     drop(t);
-    trace::force_flush();
+    hub.force_flush();
     let text = String::from_utf8(out.0.lock().unwrap().clone()).unwrap();
     let child = text.lines().find(|l| l.contains("console.child")).unwrap();
     let parent = text.lines().find(|l| l.contains("console.parent")).unwrap();
@@ -177,4 +185,151 @@ fn the_console_processor_prints_an_indented_tree() {
     assert!(parent.starts_with("[local]   console.parent "), "{parent}");
     assert!(parent.contains("model=\"claude\""), "{parent}");
     assert!(text.contains("trace console-tree ended after"), "{text}");
+}
+
+/// Counts the spans that end, by name.
+#[derive(Clone, Default)]
+struct Names(Arc<Mutex<Vec<String>>>);
+
+impl Processor for Names {
+    fn on_span_end(&mut self, s: &SpanData) {
+        self.0.lock().unwrap().push(s.name.clone());
+    }
+}
+
+impl Names {
+    fn seen(&self) -> Vec<String> {
+        let mut names = self.0.lock().unwrap().clone();
+        names.sort();
+        names
+    }
+}
+
+#[tokio::test]
+async fn two_hubs_in_one_process_see_only_their_own_spans() {
+    let (a, b) = (TraceHub::new(), TraceHub::new());
+    let (seen_a, seen_b) = (Names::default(), Names::default());
+    a.add_processor(seen_a.clone());
+    b.add_processor(seen_b.clone());
+    let in_a = a.scope(async {
+        // The free functions publish to the hub in scope, across awaits.
+        let _s = trace::span("made in a");
+        tokio::task::yield_now().await;
+        let _t = trace::span("also in a");
+    });
+    let in_b = b.scope(async {
+        let _s = trace::span("made in b");
+    });
+    tokio::join!(in_a, in_b);
+    drop(trace::span("made in no hub"));
+    a.flush().await;
+    b.flush().await;
+    assert_eq!(seen_a.seen(), ["also in a", "made in a"]);
+    assert_eq!(seen_b.seen(), ["made in b"]);
+}
+
+#[tokio::test]
+async fn a_childs_spans_reach_its_parent_and_not_its_sibling() {
+    let parent = TraceHub::new();
+    let (first, second) = (parent.child(), parent.child());
+    let (all, only_first, only_second) = (Names::default(), Names::default(), Names::default());
+    parent.add_processor(all.clone());
+    first.add_processor(only_first.clone());
+    second.add_processor(only_second.clone());
+    drop(first.span("first's"));
+    drop(second.span("second's"));
+    drop(parent.span("parent's"));
+    // Flushing a child flushes what it passed on too.
+    first.flush().await;
+    second.flush().await;
+    assert_eq!(all.seen(), ["first's", "parent's", "second's"]);
+    assert_eq!(only_first.seen(), ["first's"]);
+    assert_eq!(only_second.seen(), ["second's"]);
+}
+
+/// Holds its first event until released, then counts every event.
+struct Stuck {
+    release: std::sync::mpsc::Receiver<()>,
+    waited: bool,
+    handled: Arc<AtomicUsize>,
+}
+
+impl Stuck {
+    fn count(&mut self) {
+        if !self.waited {
+            self.waited = true;
+            let _ = self.release.recv();
+        }
+        self.handled.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+impl Processor for Stuck {
+    fn on_span_start(&mut self, _: &SpanData) {
+        self.count();
+    }
+    fn on_span_end(&mut self, _: &SpanData) {
+        self.count();
+    }
+}
+
+#[test]
+fn a_stuck_processor_costs_its_own_events_counted_never_the_traced_code() {
+    let hub = TraceHub::new();
+    let (release, held) = std::sync::mpsc::channel();
+    let handled = Arc::new(AtomicUsize::new(0));
+    hub.add_processor(Stuck {
+        release: held,
+        waited: false,
+        handled: handled.clone(),
+    });
+    // A start and an end each: more than the lane holds.
+    let spans = PROCESSOR_QUEUE;
+    // Would never return if traced code waited for the stuck processor.
+    for _ in 0..spans {
+        drop(hub.span("s"));
+    }
+    let refused = hub.refused() as usize;
+    assert!(refused >= PROCESSOR_QUEUE - 256, "a full lane refuses: {refused}");
+    release.send(()).unwrap();
+    hub.force_flush();
+    assert_eq!(
+        handled.load(Ordering::SeqCst) + refused,
+        2 * spans,
+        "every event is handled or counted"
+    );
+    // The lane works again once drained.
+    drop(hub.span("after"));
+    hub.force_flush();
+    assert_eq!(handled.load(Ordering::SeqCst) + refused, 2 * spans + 2);
+}
+
+#[test]
+fn a_processor_that_panics_stops_alone_and_its_losses_are_counted() {
+    struct Panics;
+    impl Processor for Panics {
+        fn on_span_end(&mut self, _: &SpanData) {
+            panic!("a broken exporter");
+        }
+    }
+    let hub = TraceHub::new();
+    hub.add_processor(Panics);
+    let healthy = Names::default();
+    hub.add_processor(healthy.clone());
+    drop(hub.span("first"));
+    hub.force_flush();
+    drop(hub.span("second"));
+    hub.force_flush();
+    assert_eq!(healthy.seen(), ["first", "second"]);
+    assert_eq!(hub.refused(), 2, "the start and end the stopped processor missed");
+}
+
+#[test]
+#[allow(deprecated)]
+fn the_free_functions_of_v0_1_still_reach_the_unscoped_hub() {
+    let seen = Names::default();
+    trace::add_processor(seen.clone());
+    drop(trace::span("unscoped-v0.1"));
+    trace::force_flush();
+    assert!(seen.seen().contains(&"unscoped-v0.1".to_owned()));
 }

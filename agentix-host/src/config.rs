@@ -3,6 +3,8 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use agentix_actors::trace::TraceHub;
+
 use agentix_actors::log_record::LogRecord;
 
 use crate::container_settings::ContainerSettings;
@@ -66,6 +68,10 @@ pub struct SandboxConfig {
     /// How much memory, how many processes and how much CPU the sandbox
     /// may use (see [`SandboxLimits`] for the defaults).
     pub limits: SandboxLimits,
+    /// Where the sandbox's spans go after its own processors: `None` (the
+    /// default) is the hub in scope where the sandbox is created, else
+    /// [`TraceHub::unscoped`].
+    pub trace_hub: Option<TraceHub>,
 }
 
 impl std::fmt::Debug for SandboxConfig {
@@ -101,7 +107,23 @@ impl SandboxConfig {
             isolation: Isolation::default(),
             limits: SandboxLimits::default(),
             container: ContainerSettings::default(),
+            trace_hub: None,
         }
+    }
+
+    /// Sends the sandbox's spans to `hub`'s processors (after the
+    /// sandbox's own, [`Sandbox::traces`](crate::Sandbox::traces)).
+    pub fn trace_hub(mut self, hub: TraceHub) -> Self {
+        self.trace_hub = Some(hub);
+        self
+    }
+
+    /// The hub a sandbox made now with this config sends its spans on to.
+    pub(crate) fn hub_to_trace_to(&self) -> TraceHub {
+        self.trace_hub
+            .clone()
+            .or_else(TraceHub::current)
+            .unwrap_or_else(|| TraceHub::unscoped().clone())
     }
 
     /// Runs the sandbox's processes as `run_as` says (see [`RunAs`]).

@@ -113,6 +113,11 @@ impl<P: Protocol> HostEnd<P> {
     pub fn untyped(&self) -> &HostNamespaceHandle {
         &self.handle
     }
+
+    /// The sandbox's trace hub (see [`HostNamespaceHandle::traces`]).
+    pub fn traces(&self) -> &agentix_actors::trace::TraceHub {
+        self.handle.traces()
+    }
 }
 
 /// Builds protocol `P`'s host half: what handles each event and request

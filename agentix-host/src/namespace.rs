@@ -48,6 +48,7 @@ use agentix_actors::json_text::JsonText;
 use agentix_actors::namespace_messages::{
     actor_event_handlers, NamespaceEvent, NamespaceFault, NamespaceRequest,
 };
+use agentix_actors::trace::TraceHub;
 use agentix_actors::request_envelope::{
     cancel_event, cancelled_event, error_reply, is_reply, no_handler_reply, reply_outcome,
     request_id, request_key, RemoteSioError,
@@ -162,16 +163,31 @@ pub struct HostNamespaceHandle {
     path: Arc<str>,
     answering: Answering,
     asking: Asking,
+    traces: TraceHub,
 }
 
 impl HostNamespaceHandle {
-    fn new(client: SioClient, path: Arc<str>, answering: Answering, asking: Asking) -> Self {
+    fn new(
+        client: SioClient,
+        path: Arc<str>,
+        answering: Answering,
+        asking: Asking,
+        traces: TraceHub,
+    ) -> Self {
         HostNamespaceHandle {
             client,
             path,
             answering,
             asking,
+            traces,
         }
+    }
+
+    /// The sandbox's trace hub: its handlers run with it in scope, so the
+    /// spans they make are the sandbox's (and go on to the hub it was
+    /// created with).
+    pub fn traces(&self) -> &TraceHub {
+        &self.traces
     }
 
     /// The namespace path.
@@ -855,6 +871,7 @@ pub(crate) async fn join(
     client: &SioClient,
     endpoint: &Endpoint,
     namespace: HostNamespace,
+    traces: TraceHub,
 ) -> Result<HostNamespaceHandle, RemoteError> {
     let handlers = Arc::new(namespace.handlers);
     let requests = namespace.requests;
@@ -870,10 +887,14 @@ pub(crate) async fn join(
         let path = path.clone();
         let answering = answering.clone();
         let asking = asking.clone();
+        let traces = traces.clone();
         move |delivery: Delivery| {
             let Delivery::Event(incoming) = delivery else {
                 return;
             };
+            // Handlers are called, and their futures run, in the sandbox's
+            // hub: the spans they make are the sandbox's.
+            let _in_hub = traces.enter();
             let name = incoming.name().to_owned();
             if is_reply(&name) {
                 answer_asked(&asking, &path, &name, incoming);
@@ -911,6 +932,7 @@ pub(crate) async fn join(
                     path.clone(),
                     answering.clone(),
                     asking.clone(),
+                    traces.clone(),
                 );
                 drop(handler(ns, incoming));
                 return;
@@ -945,6 +967,7 @@ pub(crate) async fn join(
                 path.clone(),
                 answering.clone(),
                 asking.clone(),
+                traces.clone(),
             );
             if !is_request {
                 // In order, after the events before it, the handler itself
@@ -979,19 +1002,19 @@ pub(crate) async fn join(
                         })
                     })
                 };
-                if let Err(name) = ordered.push(name, turn) {
+                if let Err(name) = ordered.push(name, in_hub(traces.clone(), turn)) {
                     budget.event_dropped(&path, &name);
                 }
                 return;
             }
             let fut = handler(ns, incoming);
             let path = path.clone();
-            tokio::spawn(async move {
+            tokio::spawn(traces.scope(async move {
                 if AssertUnwindSafe(fut).catch_unwind().await.is_err() {
                     tracing::error!(path = &*path, event = name, "namespace handler panicked");
                 }
                 drop(admission);
-            });
+            }));
         }
     };
     client
@@ -1003,7 +1026,16 @@ pub(crate) async fn join(
         path,
         answering,
         asking,
+        traces,
     ))
+}
+
+/// `turn`, called and run with `traces` in scope.
+fn in_hub(traces: TraceHub, turn: Turn) -> Turn {
+    Box::new(move || {
+        let _in_hub = traces.enter();
+        Box::pin(traces.scope(turn()))
+    })
 }
 
 /// Hands a reply to the request of this host's that waits for it; a reply

@@ -27,6 +27,7 @@ use crate::sandbox_resources::SandboxResources;
 use crate::sio::SioClient;
 use crate::stream::StreamCall;
 use crate::trace_replay;
+use agentix_actors::trace::TraceHub;
 use agentix_actors::namespace::RegisterError;
 use agentix_actors::wire::check_plugin_path;
 use futures_util::future::BoxFuture;
@@ -49,6 +50,9 @@ pub struct Sandbox {
     resources: Option<Arc<dyn SandboxResources>>,
     /// The deadline of unary calls that set none.
     call_timeout: Option<std::time::Duration>,
+    /// This sandbox's own processors; its spans go on to the hub it was
+    /// created with.
+    traces: TraceHub,
 }
 
 impl Sandbox {
@@ -108,7 +112,16 @@ impl Sandbox {
             joined: Mutex::new(std::collections::HashMap::new()),
             resources,
             call_timeout: config.call_timeout,
+            traces: config.hub_to_trace_to().child(),
         }
+    }
+
+    /// The sandbox's own trace hub: a processor added here sees this
+    /// sandbox's spans (replayed from it, and those its plugin namespaces'
+    /// host handlers make) and no other's; they go on to the hub the
+    /// sandbox was created with ([`SandboxConfig::trace_hub`]).
+    pub fn traces(&self) -> &TraceHub {
+        &self.traces
     }
 
     /// What deletes the sandbox, if this handle owns it.
@@ -330,11 +343,14 @@ impl Sandbox {
             .clone();
         let joins = plugins.into_iter().map(|ns| {
             let path = ns.path.clone();
-            async move { (path, namespace::join(client, &self.endpoint, ns).await) }
+            async move {
+                let joined = namespace::join(client, &self.endpoint, ns, self.traces.clone());
+                (path, joined.await)
+            }
         });
         let (logs, traces, plugins) = tokio::join!(
             log_replay::listen(client, &self.endpoint, id.clone(), self.log_tap.clone()),
-            trace_replay::listen(client, &self.endpoint, id),
+            trace_replay::listen(client, &self.endpoint, id, self.traces.clone()),
             futures_util::future::join_all(joins),
         );
         for (what, joined) in [("logs", logs), ("traces", traces)] {

@@ -760,7 +760,7 @@ async fn side_channels(provider: &LocalProvider, report: &mut Report) {
         });
     let sb = provider.session(config).await.expect("sandbox starts");
     let spans = Arc::new(AtomicU64::new(0));
-    agentix::trace::add_processor(SpanCounter(spans.clone()));
+    sb.traces().add_processor(SpanCounter(spans.clone()));
     sb.remote(bench_fns::emit_logs, (1_000,))
         .await
         .expect("warm-up");

@@ -349,14 +349,15 @@ async fn the_official_openai_and_anthropic_sdks_in_the_sandbox_work_through_abri
 ) {
     let seen: Seen = Arc::default();
     let base = sdk_upstream(seen.clone()).await;
-    let sb = support::python_sandbox().await;
+    let hub = agentix::trace::TraceHub::new();
     let ended = Arc::new(Mutex::new(Vec::new()));
-    agentix::trace::add_processor(EndedSpans(ended.clone()));
+    hub.add_processor(EndedSpans(ended.clone()));
+    let sb = hub.scope(support::python_sandbox()).await;
     let transcript = support::scratch_dir("abridge-transcript").join("exchanges.jsonl");
     let log = ExchangeLog::start(JsonLinesRecorder::create(&transcript).unwrap()).unwrap();
     let gateway = Gateway::openai(&base).key("host-secret").record_to(log);
     // The rollout's span is current where the namespace is made.
-    let rollout = agentix::trace::trace("rollout");
+    let rollout = hub.trace("rollout");
     let namespace = {
         let _current = rollout.enter();
         gateway.namespace()
@@ -450,7 +451,7 @@ async fn the_official_openai_and_anthropic_sdks_in_the_sandbox_work_through_abri
     // A stream's span ends when its pump does, which may be just after the
     // agent has read the last piece.
     let ours = || -> Vec<agentix::trace::SpanData> {
-        agentix::trace::force_flush();
+        hub.force_flush();
         ended
             .lock()
             .unwrap()

@@ -162,7 +162,7 @@ async fn files_logs_plugins_cancel_and_kills_work_in_a_container() {
     // Logs, output and spans reach the host; the durable log file inside
     // the container keeps the output too.
     let spans = Capture::default();
-    agentix::trace::add_processor(spans.clone());
+    sb.traces().add_processor(spans.clone());
     assert_eq!(sb.remote(agentix_e2e::chatter, (3, 3, 3)).await.unwrap(), 9);
     support::wait_until("the container's logs", Duration::from_secs(10), || {
         lines.lock().unwrap().iter().any(|l| l.contains("line 2"))

@@ -254,13 +254,16 @@ impl Handler<Collected> for Sink {
 #[tokio::test]
 async fn log_sinks_and_trace_processors_can_be_actors() {
     let sink = agentix::start_actor(|_| Sink::default());
-    agentix::trace::add_actor_processor(sink.clone().recipient());
-    let config = support::plain(SandboxConfig::new(bundle_path())).log_to(sink.clone().recipient());
+    let hub = agentix::trace::TraceHub::new();
+    hub.add_actor(sink.clone().recipient());
+    let config = support::plain(SandboxConfig::new(bundle_path()))
+        .log_to(sink.clone().recipient())
+        .trace_hub(hub.clone());
     let sb = support::sandbox_with(config).await;
     assert_eq!(sb.remote(agentix_e2e::chatter, (5, 0, 3)).await.unwrap(), 8);
     let start = std::time::Instant::now();
     let (messages, spans) = loop {
-        agentix::trace::force_flush();
+        hub.flush().await;
         let (messages, spans) = sink.send(Collected).await.unwrap();
         let logs: Vec<String> = messages
             .into_iter()

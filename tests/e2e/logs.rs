@@ -126,7 +126,7 @@ async fn a_burst_arrives_complete_and_in_order_per_stream() {
     let (config, seen) = collecting(&dir);
     let sb = sandbox_with(config).await;
     let spans: Arc<Mutex<Vec<u64>>> = Arc::default();
-    agentix::trace::add_processor(BurstSpans {
+    sb.traces().add_processor(BurstSpans {
         sandbox: sb.id().to_owned(),
         seen: spans.clone(),
     });

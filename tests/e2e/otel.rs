@@ -95,10 +95,14 @@ async fn host_and_sandbox_spans_reach_an_otlp_receiver_nested_and_labelled() {
         .service_name("e2e-eval")
         .start()
         .expect("the exporter starts");
-    trace::add_processor(exporter);
-    let sb = support::sandbox().await;
+    let hub = trace::TraceHub::new();
+    hub.add_processor(exporter);
+    let sb = support::sandbox_with(
+        agentix::SandboxConfig::new(support::bundle_path()).trace_hub(hub.clone()),
+    )
+    .await;
 
-    let step = trace::span("host.step").attr("model", "claude");
+    let step = hub.span("host.step").attr("model", "claude");
     let (trace_id, step_id) = (step.trace_id(), step.id());
     let sandbox_step = step
         .scope(sb.remote(agentix_e2e::traced_step, 2u32))
@@ -109,7 +113,7 @@ async fn host_and_sandbox_spans_reach_an_otlp_receiver_nested_and_labelled() {
         "the sandbox's spans at the host",
         Duration::from_secs(10),
         || {
-            trace::force_flush();
+            hub.force_flush();
             received
                 .lock()
                 .unwrap()

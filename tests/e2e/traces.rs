@@ -6,7 +6,7 @@ mod support;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use agentix::trace::{self, Processor, SpanData, TraceData, TraceEvent};
+use agentix::trace::{self, Processor, SpanData, TraceData, TraceEvent, TraceHub};
 use support::{sandbox, wait_until};
 
 /// Keeps every event it receives.
@@ -52,13 +52,15 @@ impl Capture {
 async fn sandbox_spans_nest_under_the_host_span_that_made_the_call() {
     let logs: Arc<Mutex<Vec<agentix::LogRecord>>> = Arc::default();
     let tap = logs.clone();
+    let hub = TraceHub::new();
+    let capture = Capture::default();
+    hub.add_processor(capture.clone());
     let config = agentix::SandboxConfig::new(support::bundle_path())
+        .trace_hub(hub.clone())
         .on_log(move |_, r| tap.lock().unwrap().push(r.clone()));
     let sb = support::sandbox_with(config).await;
-    let capture = Capture::default();
-    trace::add_processor(capture.clone());
 
-    let eval = trace::trace("eval");
+    let eval = hub.trace("eval");
     let trace_id = eval.id().to_owned();
     let host_step = {
         let _in_eval = eval.enter();
@@ -80,7 +82,7 @@ async fn sandbox_spans_nest_under_the_host_span_that_made_the_call() {
         || capture.ended_spans(&trace_id).len() >= 5,
     )
     .await;
-    trace::force_flush();
+    hub.flush().await;
     let spans = capture.ended_spans(&trace_id);
     let host = spans.iter().find(|s| s.name == "host.step").unwrap();
     assert_eq!(host.span_id, host_step_id);
@@ -160,9 +162,10 @@ async fn a_sandbox_processor_sees_only_sandbox_spans() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_context_follows_a_task_across_threads() {
     // A multi-thread runtime moves tasks between threads at .await points.
+    let hub = TraceHub::new();
     let capture = Capture::default();
-    trace::add_processor(capture.clone());
-    let outer = trace::span("host.migrating");
+    hub.add_processor(capture.clone());
+    let outer = hub.span("host.migrating");
     let outer_id = outer.id();
     let trace_id = outer.trace_id();
     let done = outer.scope(async move {
@@ -176,7 +179,7 @@ async fn the_context_follows_a_task_across_threads() {
     });
     let ids = tokio::spawn(done).await.unwrap();
     drop(outer);
-    trace::force_flush();
+    hub.flush().await;
     let spans = capture.ended_spans(&trace_id);
     for id in ids {
         let hop = spans.iter().find(|s| s.span_id == id).unwrap();
@@ -194,10 +197,11 @@ async fn tracing_spans_in_sandbox_code_join_the_trace_when_selected() {
         .tracing_spans("agentix_e2e=info")
         .on_log(move |_, r| tap.lock().unwrap().push(r.clone()));
     let sb = support::sandbox_with(config).await;
+    // The sandbox's own hub: its spans, and the host's spans made on it.
     let capture = Capture::default();
-    trace::add_processor(capture.clone());
+    sb.traces().add_processor(capture.clone());
 
-    let step = trace::span("host.instrumented");
+    let step = sb.traces().span("host.instrumented");
     let (trace_id, step_id) = (step.trace_id(), step.id());
     use agentix::prelude::InSpan;
     let done = sb
@@ -216,8 +220,8 @@ async fn tracing_spans_in_sandbox_code_join_the_trace_when_selected() {
     })
     .await;
     // The host span's end was queued when the call returned; the
-    // processor's thread may not have handled it yet.
-    trace::force_flush();
+    // processor's lane may not have handled it yet.
+    sb.traces().flush().await;
     let spans = capture.ended_spans(&trace_id);
     let host = spans.iter().find(|s| s.name == "host.instrumented");
     assert!(
@@ -265,9 +269,9 @@ async fn tracing_spans_in_sandbox_code_join_the_trace_when_selected() {
 // host's connection.
 #[tokio::test]
 async fn a_span_with_a_huge_attribute_arrives_cut_and_the_calls_go_on() {
-    let capture = Capture::default();
-    trace::add_processor(capture.clone());
     let sb = sandbox().await;
+    let capture = Capture::default();
+    sb.traces().add_processor(capture.clone());
     let bytes = 20usize << 20;
     assert_eq!(
         sb.remote(agentix_e2e::huge_span, bytes).await.unwrap(),
@@ -288,4 +292,72 @@ async fn a_span_with_a_huge_attribute_arrives_cut_and_the_calls_go_on() {
     assert!(big.len() <= (64 << 10) + 32, "{} bytes", big.len());
     assert!(big.ends_with("bytes cut]"));
     assert_eq!(sb.remote(agentix_e2e::add, (2, 2)).await.unwrap(), 4);
+}
+
+/// The names of the spans that ended, and where they came from.
+fn ended(capture: &Capture) -> Vec<(String, Option<String>)> {
+    let mut seen: Vec<_> = capture
+        .0
+        .lock()
+        .unwrap()
+        .iter()
+        .filter_map(|e| match e {
+            TraceEvent::SpanEnd(s) => Some((s.name.clone(), s.origin.clone())),
+            _ => None,
+        })
+        .collect();
+    seen.sort();
+    seen
+}
+
+#[tokio::test]
+async fn two_hosts_in_one_process_see_only_their_own_sandboxes_spans() {
+    let (hub_a, hub_b) = (TraceHub::new(), TraceHub::new());
+    let (seen_a, seen_b) = (Capture::default(), Capture::default());
+    hub_a.add_processor(seen_a.clone());
+    hub_b.add_processor(seen_b.clone());
+    // Given in the config for one, in scope where it is created for the other.
+    let a = support::sandbox_with(
+        agentix::SandboxConfig::new(support::bundle_path()).trace_hub(hub_a.clone()),
+    )
+    .await;
+    let b = hub_b.scope(support::sandbox()).await;
+    // A processor of one sandbox's own sees that sandbox only.
+    let only_b = Capture::default();
+    b.traces().add_processor(only_b.clone());
+
+    let (step_a, step_b) = (hub_a.span("host.a"), hub_b.span("host.b"));
+    step_a
+        .scope(a.remote(agentix_e2e::traced_step, (1,)))
+        .await
+        .unwrap();
+    step_b
+        .scope(b.remote(agentix_e2e::traced_step, (2,)))
+        .await
+        .unwrap();
+    drop((step_a, step_b));
+    let (id_a, id_b) = (Some(a.id().to_owned()), Some(b.id().to_owned()));
+    wait_until("both sandboxes' spans", Duration::from_secs(10), || {
+        ended(&seen_a).len() == 3 && ended(&seen_b).len() == 4
+    })
+    .await;
+    hub_a.flush().await;
+    b.traces().flush().await;
+    assert_eq!(
+        ended(&seen_a),
+        [
+            ("host.a".to_owned(), None),
+            ("sandbox.child".to_owned(), id_a.clone()),
+            ("sandbox.step".to_owned(), id_a),
+        ]
+    );
+    let from_b = [
+        ("host.b".to_owned(), None),
+        ("sandbox.child".to_owned(), id_b.clone()),
+        ("sandbox.child".to_owned(), id_b.clone()),
+        ("sandbox.step".to_owned(), id_b.clone()),
+    ];
+    assert_eq!(ended(&seen_b), from_b);
+    assert_eq!(ended(&only_b), from_b[1..], "the sandbox's own, not the host's");
+    assert_eq!(hub_a.refused() + hub_b.refused(), 0);
 }

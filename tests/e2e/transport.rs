@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use agentix::trace::{self, Processor, SpanData};
+use agentix::trace::{Processor, SpanData};
 use agentix::{
     Blob, ErrorKind, HostNamespace, LocalProvider, Provider, Sandbox, SandboxConfig, StreamExt,
 };
@@ -513,7 +513,7 @@ async fn after_a_lost_connection_the_next_call_rejoins_every_namespace() {
     )
     .unwrap();
     let spans = Arc::new(AtomicU64::new(0));
-    trace::add_processor(SpanCount(spans.clone()));
+    sb.traces().add_processor(SpanCount(spans.clone()));
     sb.remote(agentix_e2e::open_plugin, ()).await.unwrap();
     assert_eq!(
         sb.remote(agentix_e2e::ask_host, (3,)).await.unwrap(),

@@ -316,8 +316,8 @@ impl agentix::trace::Processor for SpanNames {
 async fn a_restarted_trace_relay_carries_the_sandboxs_spans_again() {
     let server = Server::start(config("traces")).await.unwrap();
     let (tx, mut spans) = mpsc::unbounded_channel();
-    agentix::trace::add_processor(SpanNames(tx));
     let sandbox = Sandbox::attach(server.addr(), "traces");
+    sandbox.traces().add_processor(SpanNames(tx));
     for restart in [false, true] {
         if restart {
             server

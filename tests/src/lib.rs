@@ -454,7 +454,7 @@ impl agentix::trace::Processor for SandboxCounter {
 /// Registers a counting processor inside the sandbox.
 #[agentix::remote]
 pub async fn install_sandbox_counter() -> bool {
-    agentix::trace::add_processor(SandboxCounter);
+    agentix::trace::TraceHub::unscoped().add_processor(SandboxCounter);
     true
 }
 
@@ -463,7 +463,7 @@ pub async fn install_sandbox_counter() -> bool {
 #[agentix::remote]
 pub async fn sandbox_counts() -> (u64, u64) {
     use std::sync::atomic::Ordering;
-    agentix::trace::force_flush();
+    agentix::trace::TraceHub::unscoped().flush().await;
     (
         SANDBOX_SPANS.load(Ordering::SeqCst),
         SANDBOX_FOREIGN.load(Ordering::SeqCst),

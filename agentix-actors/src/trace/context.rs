@@ -4,14 +4,16 @@
 //! carries one is being polled ([`InContext`]), or while a sync guard lives
 //! ([`Entered`]). So a task that moves between threads takes its context
 //! with it, and a context never leaks into another task on the same thread.
+//! The [`TraceHub`] that new spans publish to follows the same way.
 
 use std::cell::RefCell;
-use std::future::Future;
+use std::future::{Future, IntoFuture};
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use serde::{Deserialize, Serialize};
 
+use super::hub::TraceHub;
 use super::model::{SpanId, TraceId};
 
 /// Where new spans attach: a trace, and the span inside it (if any).
@@ -26,6 +28,7 @@ pub struct SpanContext {
 
 thread_local! {
     static CURRENT: RefCell<Option<SpanContext>> = const { RefCell::new(None) };
+    static CURRENT_HUB: RefCell<Option<TraceHub>> = const { RefCell::new(None) };
 }
 
 /// The context new spans attach to here, if any.
@@ -37,16 +40,76 @@ pub(crate) fn swap(ctx: Option<SpanContext>) -> Option<SpanContext> {
     CURRENT.with(|c| std::mem::replace(&mut *c.borrow_mut(), ctx))
 }
 
-/// A future that runs with `ctx` as the current context on every poll.
+fn swap_hub(hub: Option<TraceHub>) -> Option<TraceHub> {
+    CURRENT_HUB.with(|c| std::mem::replace(&mut *c.borrow_mut(), hub))
+}
+
+/// The hub new spans here publish to: the one in scope, else
+/// [`TraceHub::unscoped`].
+pub(crate) fn hub_here() -> TraceHub {
+    CURRENT_HUB
+        .with(|c| c.borrow().clone())
+        .unwrap_or_else(|| TraceHub::unscoped().clone())
+}
+
+impl TraceHub {
+    /// The hub in scope here, if any.
+    pub fn current() -> Option<TraceHub> {
+        CURRENT_HUB.with(|c| c.borrow().clone())
+    }
+
+    /// Runs `fut` with this hub in scope across every `.await`: the traces
+    /// and spans it makes with the free functions publish here.
+    pub fn scope<F: IntoFuture>(&self, fut: F) -> InContext<F::IntoFuture> {
+        InContext {
+            ctx: None,
+            sets_ctx: false,
+            hub: Some(self.clone()),
+            fut: fut.into_future(),
+        }
+    }
+
+    /// Puts this hub in scope on this thread while the guard lives (sync
+    /// code; use [`TraceHub::scope`] around `.await`).
+    pub fn enter(&self) -> Entered {
+        Entered {
+            outer: None,
+            sets_ctx: false,
+            outer_hub: Some(swap_hub(Some(self.clone()))),
+            _not_send: std::marker::PhantomData,
+        }
+    }
+}
+
+/// A future that runs with `ctx` as the current context on every poll
+/// (and a hub in scope, when it has one).
 pub struct InContext<F> {
     ctx: Option<SpanContext>,
+    /// Whether `ctx` replaces the context (a hub's scope leaves it).
+    sets_ctx: bool,
+    hub: Option<TraceHub>,
     fut: F,
 }
 
 impl<F> InContext<F> {
     /// Runs `fut` in `ctx` (none: with no current context).
     pub fn new(ctx: Option<SpanContext>, fut: F) -> Self {
-        InContext { ctx, fut }
+        InContext {
+            ctx,
+            sets_ctx: true,
+            hub: None,
+            fut,
+        }
+    }
+
+    /// Runs `fut` in `ctx` with `hub` in scope.
+    pub(crate) fn with_hub(ctx: Option<SpanContext>, hub: TraceHub, fut: F) -> Self {
+        InContext {
+            ctx,
+            sets_ctx: true,
+            hub: Some(hub),
+            fut,
+        }
     }
 }
 
@@ -57,17 +120,13 @@ impl<F: Future> Future for InContext<F> {
         // SAFETY: `fut` is never moved out of the pinned struct; `ctx` is
         // not structurally pinned.
         let this = unsafe { self.get_unchecked_mut() };
-        let outer = swap(this.ctx.clone());
-        // Restore even if the inner future panics.
-        struct Restore(Option<Option<SpanContext>>);
-        impl Drop for Restore {
-            fn drop(&mut self) {
-                if let Some(outer) = self.0.take() {
-                    swap(outer);
-                }
-            }
-        }
-        let _restore = Restore(Some(outer));
+        // Restored by the guard's drop, even if the inner future panics.
+        let _restore = Entered {
+            outer: this.sets_ctx.then(|| swap(this.ctx.clone())).flatten(),
+            sets_ctx: this.sets_ctx,
+            outer_hub: this.hub.clone().map(|hub| swap_hub(Some(hub))),
+            _not_send: std::marker::PhantomData,
+        };
         // SAFETY: see above; `fut` stays where it is.
         unsafe { Pin::new_unchecked(&mut this.fut) }.poll(cx)
     }
@@ -77,13 +136,19 @@ impl<F: Future> Future for InContext<F> {
 /// do not hold it across `.await`; use `scope` there).
 pub struct Entered {
     outer: Option<SpanContext>,
+    /// Whether `outer` is to be put back (a hub's guard leaves the context).
+    sets_ctx: bool,
+    /// The hub to put back, when a hub was put in scope.
+    outer_hub: Option<Option<TraceHub>>,
     _not_send: std::marker::PhantomData<*const ()>,
 }
 
 impl Entered {
-    pub(crate) fn new(ctx: Option<SpanContext>) -> Self {
+    pub(crate) fn new(ctx: Option<SpanContext>, hub: Option<TraceHub>) -> Self {
         Entered {
             outer: swap(ctx),
+            sets_ctx: true,
+            outer_hub: hub.map(|hub| swap_hub(Some(hub))),
             _not_send: std::marker::PhantomData,
         }
     }
@@ -91,6 +156,11 @@ impl Entered {
 
 impl Drop for Entered {
     fn drop(&mut self) {
-        swap(self.outer.take());
+        if self.sets_ctx {
+            swap(self.outer.take());
+        }
+        if let Some(hub) = self.outer_hub.take() {
+            swap_hub(hub);
+        }
     }
 }

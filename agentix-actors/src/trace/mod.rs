@@ -2,14 +2,20 @@
 //!
 //! The same API works in the sandbox and on the host:
 //!
-//! ```ignore
-//! use agentix::trace;
-//! let t = trace::trace("eval");
+//! ```no_run
+//! use agentix_actors::trace::{self, ConsoleProcessor, TraceHub};
+//! # async fn eval() {
+//! let hub = TraceHub::new();
+//! hub.add_processor(ConsoleProcessor::new());
+//! let t = hub.trace("eval");
 //! t.scope(async {
+//!     // In the trace's scope, the free functions make spans on its hub.
 //!     let step = trace::span("agent.step").attr("model", "claude");
 //!     step.scope(async { /* work */ }).await;
 //!     step.add_event("first_token");
 //! }).await;
+//! hub.flush().await;
+//! # }
 //! ```
 //!
 //! - `model`: what processors see ([`TraceData`], [`SpanData`], [`TraceEvent`]).
@@ -17,30 +23,41 @@
 //! - `span`: [`trace()`], [`span()`], [`Trace`], [`Span`].
 //! - `in_span`: [`InSpan`], `fut.in_span(span)` as `tracing` users write
 //!   `fut.instrument(span)`.
-//! - `processor`: the [`Processor`] trait, [`add_processor`], [`force_flush`].
+//! - `hub`: [`TraceHub`], the processors a program owns and where spans
+//!   made in its scope go; `processor_lane`: the bounded queue in front of
+//!   each processor.
+//! - `processor`: the [`Processor`] trait; `actor_processor`: an actix
+//!   actor as a processor.
 //! - `processors`: [`ConsoleProcessor`] and [`JsonLinesProcessor`].
-//! - `actor_processor`: [`add_actor_processor`], an actix actor as a processor.
 //!
 //! In a worker, an internal processor forwards every event to the host over
-//! `/trace`, where it is replayed to the host's processors; a remote call
-//! made inside a host span carries that span's context, so the sandbox's
-//! spans for the call are its children.
+//! `/trace`, where it is replayed to the sandbox's hub (its own processors,
+//! then the hub the program gave the sandbox); a remote call made inside a
+//! host span carries that span's context, so the sandbox's spans for the
+//! call are its children.
 
 mod actor_processor;
 mod context;
+mod hub;
 mod in_span;
 mod model;
 mod processor;
+mod processor_lane;
 mod processors;
 mod span;
 pub mod span_bound;
 
+#[allow(deprecated)]
 pub use actor_processor::add_actor_processor;
 pub(crate) use context::swap;
 pub use context::{current, Entered, InContext, SpanContext};
 pub use in_span::{InSpan, Spanned};
 pub(crate) use model::random_id;
 pub use model::{SpanData, SpanEvent, SpanId, SpanStatus, TraceData, TraceEvent, TraceId};
-pub use processor::{add_processor, force_flush, publish, shutdown, Processor};
+pub use hub::TraceHub;
+#[allow(deprecated)]
+pub use processor::{add_processor, force_flush, publish, shutdown};
+pub use processor::Processor;
+pub use processor_lane::PROCESSOR_QUEUE;
 pub use processors::{ConsoleProcessor, JsonLinesProcessor};
 pub use span::{span, span_under, trace, Span, Trace};

@@ -1,31 +1,90 @@
-//! [`Trace`] and [`Span`]: what user code creates.
+//! [`Trace`] and [`Span`]: what user code creates, and the [`TraceHub`]
+//! methods that create them on a given hub.
 
 use std::future::IntoFuture;
 use std::sync::Mutex;
 
-use super::context::{current, Entered, InContext, SpanContext};
+use super::context::{current, hub_here, Entered, InContext, SpanContext};
+use super::hub::TraceHub;
 use super::model::{random_id, SpanData, SpanEvent, SpanStatus, TraceData, TraceEvent};
-use super::processor::publish;
 use crate::log_record::now_us;
 
 /// A running trace; it ends when dropped.
 #[must_use = "a trace ends when dropped"]
 pub struct Trace {
     data: TraceData,
+    hub: TraceHub,
 }
 
-/// Starts a trace named `name`. Spans created inside [`Trace::scope`] (or
-/// while [`Trace::enter`] is held) belong to it.
+/// Starts a trace named `name` on the hub in scope. Spans created inside
+/// [`Trace::scope`] (or while [`Trace::enter`] is held) belong to it.
 pub fn trace(name: impl Into<String>) -> Trace {
-    let data = TraceData {
-        trace_id: random_id(16),
-        name: name.into(),
-        start_us: now_us(),
-        end_us: None,
-        origin: None,
-    };
-    publish(TraceEvent::TraceStart(data.clone()));
-    Trace { data }
+    hub_here().trace(name)
+}
+
+/// Creates a span named `name` under the current context (a new trace if
+/// there is none), on the hub in scope.
+pub fn span(name: impl Into<String>) -> Span {
+    span_under(name, current())
+}
+
+/// Creates a span named `name` under `parent` (a new trace if none), on
+/// the hub in scope.
+pub fn span_under(name: impl Into<String>, parent: Option<SpanContext>) -> Span {
+    hub_here().span_under(name, parent)
+}
+
+impl TraceHub {
+    /// Starts a trace named `name` whose events, and those of the spans
+    /// made in its scope, go to this hub.
+    pub fn trace(&self, name: impl Into<String>) -> Trace {
+        let data = TraceData {
+            trace_id: random_id(16),
+            name: name.into(),
+            start_us: now_us(),
+            end_us: None,
+            origin: None,
+        };
+        if self.listening() {
+            self.publish(TraceEvent::TraceStart(data.clone()));
+        }
+        Trace {
+            data,
+            hub: self.clone(),
+        }
+    }
+
+    /// Creates a span named `name` under the current context, on this hub.
+    pub fn span(&self, name: impl Into<String>) -> Span {
+        self.span_under(name, current())
+    }
+
+    /// Creates a span named `name` under `parent` (a new trace if none), on
+    /// this hub.
+    pub fn span_under(&self, name: impl Into<String>, parent: Option<SpanContext>) -> Span {
+        let (trace_id, parent_id) = match parent {
+            Some(ctx) => (ctx.trace_id, ctx.span_id),
+            None => (random_id(16), None),
+        };
+        Span {
+            inner: Mutex::new(SpanInner {
+                data: SpanData {
+                    trace_id,
+                    span_id: random_id(8),
+                    parent_id,
+                    name: name.into(),
+                    start_us: now_us(),
+                    end_us: None,
+                    attributes: Default::default(),
+                    events: Vec::new(),
+                    status: SpanStatus::Unset,
+                    origin: None,
+                },
+                announced: false,
+            }),
+            hub: self.clone(),
+        }
+    }
 }
 
 impl Trace {
@@ -44,20 +103,22 @@ impl Trace {
 
     /// Runs `fut` inside this trace, across every `.await`.
     pub fn scope<F: IntoFuture>(&self, fut: F) -> InContext<F::IntoFuture> {
-        InContext::new(Some(self.context()), fut.into_future())
+        InContext::with_hub(Some(self.context()), self.hub.clone(), fut.into_future())
     }
 
     /// Makes this trace current on this thread while the guard lives (sync
     /// code; use [`Trace::scope`] around `.await`).
     pub fn enter(&self) -> Entered {
-        Entered::new(Some(self.context()))
+        Entered::new(Some(self.context()), Some(self.hub.clone()))
     }
 }
 
 impl Drop for Trace {
     fn drop(&mut self) {
-        self.data.end_us = Some(now_us());
-        publish(TraceEvent::TraceEnd(self.data.clone()));
+        if self.hub.listening() {
+            self.data.end_us = Some(now_us());
+            self.hub.publish(TraceEvent::TraceEnd(self.data.clone()));
+        }
     }
 }
 
@@ -67,6 +128,7 @@ impl Drop for Trace {
 #[must_use = "a span ends when dropped"]
 pub struct Span {
     inner: Mutex<SpanInner>,
+    hub: TraceHub,
 }
 
 struct SpanInner {
@@ -74,47 +136,18 @@ struct SpanInner {
     announced: bool,
 }
 
-/// Creates a span named `name` under the current context (a new trace if
-/// there is none).
-pub fn span(name: impl Into<String>) -> Span {
-    span_under(name, current())
-}
-
-/// Creates a span named `name` under `parent` (a new trace if none).
-pub fn span_under(name: impl Into<String>, parent: Option<SpanContext>) -> Span {
-    let (trace_id, parent_id) = match parent {
-        Some(ctx) => (ctx.trace_id, ctx.span_id),
-        None => (random_id(16), None),
-    };
-    Span {
-        inner: Mutex::new(SpanInner {
-            data: SpanData {
-                trace_id,
-                span_id: random_id(8),
-                parent_id,
-                name: name.into(),
-                start_us: now_us(),
-                end_us: None,
-                attributes: Default::default(),
-                events: Vec::new(),
-                status: SpanStatus::Unset,
-                origin: None,
-            },
-            announced: false,
-        }),
-    }
-}
-
 impl Span {
-    fn with<R>(&self, f: impl FnOnce(&mut SpanInner) -> R) -> R {
+    fn with<R>(&self, f: impl FnOnce(&mut SpanInner, &TraceHub) -> R) -> R {
         let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        f(&mut inner)
+        f(&mut inner, &self.hub)
     }
 
-    fn announce(inner: &mut SpanInner) {
+    fn announce(inner: &mut SpanInner, hub: &TraceHub) {
         if !inner.announced {
             inner.announced = true;
-            publish(TraceEvent::SpanStart(inner.data.clone()));
+            if hub.listening() {
+                hub.publish(TraceEvent::SpanStart(inner.data.clone()));
+            }
         }
     }
 
@@ -126,13 +159,13 @@ impl Span {
 
     /// Sets attribute `key`.
     pub fn set_attr(&self, key: impl Into<String>, value: impl Into<serde_json::Value>) {
-        self.with(|i| i.data.attributes.insert(key.into(), value.into()));
+        self.with(|i, _| i.data.attributes.insert(key.into(), value.into()));
     }
 
     /// Records that `name` happened now.
     pub fn add_event(&self, name: impl Into<String>) {
-        self.with(|i| {
-            Self::announce(i);
+        self.with(|i, hub| {
+            Self::announce(i, hub);
             i.data.events.push(SpanEvent {
                 name: name.into(),
                 ts_us: now_us(),
@@ -143,7 +176,7 @@ impl Span {
 
     /// Sets how the span ended.
     pub fn set_status(&self, status: SpanStatus) {
-        self.with(|i| i.data.status = status);
+        self.with(|i, _| i.data.status = status);
     }
 
     /// Marks the span failed with `message`.
@@ -153,18 +186,18 @@ impl Span {
 
     /// Its id.
     pub fn id(&self) -> String {
-        self.with(|i| i.data.span_id.clone())
+        self.with(|i, _| i.data.span_id.clone())
     }
 
     /// Its trace's id.
     pub fn trace_id(&self) -> String {
-        self.with(|i| i.data.trace_id.clone())
+        self.with(|i, _| i.data.trace_id.clone())
     }
 
     /// The context its children attach to.
     pub fn context(&self) -> SpanContext {
-        self.with(|i| {
-            Self::announce(i);
+        self.with(|i, hub| {
+            Self::announce(i, hub);
             SpanContext {
                 trace_id: i.data.trace_id.clone(),
                 span_id: Some(i.data.span_id.clone()),
@@ -174,21 +207,23 @@ impl Span {
 
     /// Runs `fut` with this span current, across every `.await`.
     pub fn scope<F: IntoFuture>(&self, fut: F) -> InContext<F::IntoFuture> {
-        InContext::new(Some(self.context()), fut.into_future())
+        InContext::with_hub(Some(self.context()), self.hub.clone(), fut.into_future())
     }
 
     /// Makes this span current on this thread while the guard lives (sync
     /// code; use [`Span::scope`] around `.await`).
     pub fn enter(&self) -> Entered {
-        Entered::new(Some(self.context()))
+        Entered::new(Some(self.context()), Some(self.hub.clone()))
     }
 }
 
 impl Drop for Span {
     fn drop(&mut self) {
         let inner = self.inner.get_mut().unwrap_or_else(|p| p.into_inner());
-        Self::announce(inner);
-        inner.data.end_us = Some(now_us());
-        publish(TraceEvent::SpanEnd(inner.data.clone()));
+        Self::announce(inner, &self.hub);
+        if self.hub.listening() {
+            inner.data.end_us = Some(now_us());
+            self.hub.publish(TraceEvent::SpanEnd(inner.data.clone()));
+        }
     }
 }

@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
-use agentix::trace::{self, Processor, SpanData};
+use agentix::trace::{self, Processor, SpanData, TraceHub};
 use agentix::{LocalProvider, Provider, SandboxConfig};
 
 /// Keeps every span that ends, for printing the tree at the end.
@@ -29,15 +29,17 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 #[tokio::main]
 async fn host() -> Result<(), Box<dyn std::error::Error>> {
     agentix::configure_logging("host").map_err(|e| e.to_string())?;
+    // The program's processors; the sandbox's spans come to them too.
+    let hub = TraceHub::new();
     let capture = CaptureProcessor::default();
-    trace::add_processor(capture.clone());
+    hub.add_processor(capture.clone());
 
     let sandbox = LocalProvider::new()
-        .session(SandboxConfig::current_exe()?)
+        .session(SandboxConfig::current_exe()?.trace_hub(hub.clone()))
         .await?;
     tracing::info!("sandbox {} started", sandbox.id());
 
-    let rollout = trace::trace("rollout");
+    let rollout = hub.trace("rollout");
     let episode = {
         let _in_rollout = rollout.enter();
         trace::span("episode").attr("seed", 7)
@@ -51,7 +53,7 @@ async fn host() -> Result<(), Box<dyn std::error::Error>> {
 
     // Sandbox spans arrive over /trace; wait until the whole tree is here.
     for _ in 0..200 {
-        trace::force_flush();
+        hub.flush().await;
         if capture.0.lock().unwrap().len() >= 5 {
             break;
         }

@@ -2,18 +2,22 @@
 //! from sandboxes, nested as the host sees them) exported to OpenTelemetry
 //! over OTLP/HTTP, on the project's own `opentelemetry` crates.
 //!
-//! ```ignore
+//! ```no_run
+//! # fn main() -> Result<(), agentix_otel::OtelError> {
+//! let hub = agentix::trace::TraceHub::new();
 //! let otel = agentix_otel::OtlpProcessor::new("http://127.0.0.1:4318")
 //!     .service_name("my-eval")
 //!     .start()?;
-//! agentix::trace::add_processor(otel);
+//! hub.add_processor(otel);
+//! // Each sandbox's spans too: `SandboxConfig::new(..).trace_hub(hub.clone())`.
+//! # Ok(()) }
 //! ```
 //!
 //! Spans travel in batches from the SDK's batch processor (its own thread,
 //! a bounded queue: a collector that is down costs dropped spans, counted
 //! by the SDK, never a stalled host). A span from a sandbox carries
-//! `agentix.sandbox` = the sandbox id. `agentix::trace::force_flush()` and
-//! `shutdown()` reach the exporter.
+//! `agentix.sandbox` = the sandbox id. The hub's `flush()` and `shutdown()`
+//! reach the exporter.
 //!
 //! Layout: [`conversion`] maps a span; [`http_client`] posts the batches.
 
@@ -72,7 +76,7 @@ impl OtlpProcessor {
         self
     }
 
-    /// Starts the exporter; hand the result to `agentix::trace::add_processor`.
+    /// Starts the exporter; hand the result to `TraceHub::add_processor`.
     pub fn start(self) -> Result<OtlpSpans, OtelError> {
         let url = format!("{}/v1/traces", self.endpoint.trim_end_matches('/'));
         let exporter = opentelemetry_otlp::SpanExporter::builder()
