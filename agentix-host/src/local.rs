@@ -70,6 +70,8 @@ pub struct LocalProvider {
     markers: MarkerDir,
     owner: Arc<OwnerIdText>,
     sandboxes: SandboxRegistry,
+    /// The threads its servers are started from.
+    keepers: keeper::Keepers,
 }
 
 /// This host's [`OwnerId`], as markers record it: read once per provider.
@@ -398,7 +400,7 @@ impl LocalProvider {
             created_ms: sandbox_marker::now_ms(),
         };
         self.write_marker(&marker);
-        let started = keeper::start(cmd, format!("{token}\n").into_bytes()).await;
+        let started = keeper::start(&self.keepers, cmd, format!("{token}\n").into_bytes()).await;
         drop(program);
         let (server, ready) = match started {
             Ok(started) => started,
