@@ -56,7 +56,7 @@ pub fn run_with(setup: impl FnOnce()) -> i32 {
             return 2;
         }
     };
-    forward_logs();
+    let captures_output = forward_logs();
     let (out_tx, out_rx) = mpsc::channel::<Frame>(1024);
     let context = WorkerContext::new(out_tx.clone());
     // The runtime's threads and this one (the setup's) know their worker.
@@ -82,7 +82,10 @@ pub fn run_with(setup: impl FnOnce()) -> i32 {
     }
     let code = runtime.block_on(async {
         match frame_pipes(fds) {
-            Ok((input, output)) => serve(input, output, (out_tx, out_rx), context, setup).await,
+            Ok((input, output)) => {
+                let frames = (out_tx, out_rx);
+                serve(input, output, frames, context, captures_output, setup).await
+            }
             Err(e) => {
                 eprintln!("agentix worker: fds 3 and 4 are not usable pipes: {e}");
                 2
@@ -103,19 +106,17 @@ pub fn run_with(setup: impl FnOnce()) -> i32 {
 const BLOCKING_THREAD_KEEP_ALIVE: std::time::Duration =
     std::time::Duration::from_secs(100 * 365 * 24 * 3600);
 
-/// Whether this worker reads its own output (the ready frame says so).
-static CAPTURES_OUTPUT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-
 /// Sends every `tracing` and `log` record (filtered by `RUST_LOG`, default
 /// `info`) and every trace event to the server over the side pipe (fd 5),
-/// when the server gave one.
-fn forward_logs() {
+/// when the server gave one: whether it reads its own output (the ready
+/// frame says so).
+fn forward_logs() -> bool {
     use tracing_subscriber::layer::SubscriberExt;
     use tracing_subscriber::util::SubscriberInitExt;
     use tracing_subscriber::Layer;
 
     if !keep_from_children(WORKER_SIDE_OUT_FD) {
-        return;
+        return false;
     }
     // SAFETY: fd 5 was checked open and is the server's side pipe, handed to
     // this process for its exclusive use.
@@ -125,14 +126,14 @@ fn forward_logs() {
         Ok(side) => side,
         Err(e) => {
             eprintln!("agentix worker: cannot start log forwarding: {e}");
-            return;
+            return false;
         }
     };
     // Inline: the side pipe's queue is bounded and its producer waits, so
     // nothing a sandbox traces is dropped before it reaches the host.
     crate::trace::TraceHub::unscoped().add_inline(side.trace_processor());
     let capture = side.capture_output(worker_id.clone());
-    CAPTURES_OUTPUT.store(capture.is_some(), std::sync::atomic::Ordering::Relaxed);
+    let captures_output = capture.is_some();
     let layer = side.log_layer(worker_id, capture);
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
@@ -149,6 +150,7 @@ fn forward_logs() {
     {
         eprintln!("agentix worker: another global logger is installed; logs stay local: {e}");
     }
+    captures_output
 }
 
 /// Marks `fd` close-on-exec, so processes that remote functions start do not
@@ -199,6 +201,7 @@ async fn serve(
     output: pipe::Sender,
     (out_tx, out_rx): (mpsc::Sender<Frame>, mpsc::Receiver<Frame>),
     context: WorkerContext,
+    captures_output: bool,
     setup: impl FnOnce(),
 ) -> i32 {
     crate::worker_start::run_all();
@@ -209,7 +212,7 @@ async fn serve(
         pid: std::process::id(),
         functions: registry::names().len() as u32,
         version: crate::VERSION.to_owned(),
-        captures_output: CAPTURES_OUTPUT.load(std::sync::atomic::Ordering::Relaxed),
+        captures_output,
     };
     if out_tx.send(ready).await.is_err() {
         return 1;
