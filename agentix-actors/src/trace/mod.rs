@@ -26,8 +26,9 @@
 //! - `hub`: [`TraceHub`], the processors a program owns and where spans
 //!   made in its scope go; `processor_lane`: the bounded queue in front of
 //!   each processor.
-//! - `processor`: the [`Processor`] trait; `actor_processor`: an actix
-//!   actor as a processor.
+//! - `processor`: the [`Processor`] trait; an actix actor is one too
+//!   (`TraceHub::add_actor`).
+//! - `unscoped_functions`: v0.1's free functions, deprecated.
 //! - `processors`: [`ConsoleProcessor`] and [`JsonLinesProcessor`].
 //!
 //! In a worker, an internal processor forwards every event to the host over
@@ -36,7 +37,6 @@
 //! host span carries that span's context, so the sandbox's spans for the
 //! call are its children.
 
-mod actor_processor;
 mod context;
 mod hub;
 mod in_span;
@@ -45,19 +45,18 @@ mod processor;
 mod processor_lane;
 mod processors;
 mod span;
+mod unscoped_functions;
 pub mod span_bound;
 
-#[allow(deprecated)]
-pub use actor_processor::add_actor_processor;
 pub(crate) use context::swap;
 pub use context::{current, Entered, InContext, SpanContext};
 pub use in_span::{InSpan, Spanned};
 pub(crate) use model::random_id;
 pub use model::{SpanData, SpanEvent, SpanId, SpanStatus, TraceData, TraceEvent, TraceId};
 pub use hub::TraceHub;
-#[allow(deprecated)]
-pub use processor::{add_processor, force_flush, publish, shutdown};
 pub use processor::Processor;
+#[allow(deprecated)]
+pub use unscoped_functions::{add_actor_processor, add_processor, force_flush, publish, shutdown};
 pub use processor_lane::PROCESSOR_QUEUE;
 pub use processors::{ConsoleProcessor, JsonLinesProcessor};
 pub use span::{span, span_under, trace, Span, Trace};

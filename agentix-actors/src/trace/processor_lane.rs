@@ -12,11 +12,16 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
-use actix::Recipient;
+use actix::{Message, Recipient};
 use tokio::sync::{mpsc, oneshot};
 
 use super::model::TraceEvent;
 use super::processor::{deliver, Processor};
+
+/// What an actor processor handles.
+impl Message for TraceEvent {
+    type Result = ();
+}
 
 /// Events a processor may fall behind by before the next one is refused.
 /// Slots are allocated as they fill, so an idle lane costs little.
