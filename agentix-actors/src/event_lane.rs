@@ -18,6 +18,10 @@ use std::sync::{Arc, OnceLock};
 use futures_util::FutureExt;
 use tokio::sync::mpsc;
 
+/// Events of one namespace that may wait for their handlers on its
+/// ordered lane (the same bound on both halves).
+pub const EVENT_LANE_ITEMS: usize = 16_384;
+
 /// A handler's work on one event.
 pub type Handled = Pin<Box<dyn Future<Output = ()> + Send>>;
 

@@ -34,12 +34,12 @@
 //! event is `<name> <payload>`, a request `<name> {request_id, data}`, its
 //! reply `<name>:result {request_id, data}` or `<name>:error {request_id,
 //! error: {type, message}}`, and a caller that stops waiting sends
-//! `<name>:cancel {request_id}` (see [`crate::request_envelope`]).
+//! `<name>:cancel {request_id}` (see [`agentix_wire::request_envelope`]).
 //!
 //! Either half may be an actix actor: it handles a [`Received`] per event
 //! type and an [`Asked`] per request type, where `N` is that half's typed
 //! handle (so a handler can send back). The handles and builders live on
-//! each side: the sandbox's in [`crate::sandbox_half`], the host's in
+//! each side: the sandbox's in `agentix_worker::sandbox_half`, the host's in
 //! `agentix-host`.
 
 use std::marker::PhantomData;
@@ -317,9 +317,9 @@ pub fn reply_value<T: Serialize>(reply: T) -> Result<serde_json::Value, Namespac
 pub fn read_reply<T: DeserializeOwned>(
     name: &str,
     reply: serde_json::Value,
-) -> Result<T, crate::request_envelope::RemoteSioError> {
+) -> Result<T, agentix_wire::request_envelope::RemoteSioError> {
     serde_json::from_value(reply).map_err(|e| {
-        crate::request_envelope::RemoteSioError::Malformed(format!(
+        agentix_wire::request_envelope::RemoteSioError::Malformed(format!(
             "the reply to `{name}` is not the protocol's reply type: {e}"
         ))
     })
@@ -356,7 +356,7 @@ mod tests {
     fn a_reply_that_is_not_the_reply_type_is_a_malformed_reply() {
         let err = read_reply::<u32>("Ping", serde_json::json!("seven")).unwrap_err();
         assert!(
-            matches!(&err, crate::request_envelope::RemoteSioError::Malformed(m) if m.contains("`Ping`")),
+            matches!(&err, agentix_wire::request_envelope::RemoteSioError::Malformed(m) if m.contains("`Ping`")),
             "{err}"
         );
         assert_eq!(read_reply::<u32>("Ping", serde_json::json!(7)), Ok(7));

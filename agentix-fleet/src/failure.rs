@@ -3,8 +3,8 @@
 //! sandbox that died, a provider that refused and an attempt's deadline
 //! are the infrastructure's, and the task runs again on a fresh sandbox.
 
-use agentix_actors::errors::{ErrorKind, RemoteError};
 use agentix_host::ProviderError;
+use agentix_wire::errors::{ErrorKind, RemoteError};
 use serde::{Deserialize, Serialize};
 
 /// Which class a failure is in; what the pool does about it follows.

@@ -27,8 +27,8 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use agentix_actors::errors::RemoteError;
 use agentix_host::{Provider, Sandbox, SandboxConfig};
+use agentix_wire::errors::RemoteError;
 use futures_util::future::BoxFuture;
 use serde::Serialize;
 use tokio::sync::mpsc;
@@ -53,7 +53,7 @@ type ResetHook =
 /// sandboxes, a record a second run resumes from, progress.
 ///
 /// ```no_run
-/// # use agentix_actors::remote::Remote;
+/// # use agentix_wire::remote::Remote;
 /// # async fn example(square: Remote<(i64,), i64>) -> std::io::Result<()> {
 /// use agentix_fleet::{Pool, Task};
 /// use agentix_host::{LocalProvider, SandboxConfig};

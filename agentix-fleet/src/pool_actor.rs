@@ -19,8 +19,8 @@ use std::future::Future;
 use std::sync::Arc;
 
 use actix::prelude::*;
-use agentix_actors::errors::RemoteError;
 use agentix_host::Sandbox;
+use agentix_wire::errors::RemoteError;
 use futures_util::future::BoxFuture;
 use futures_util::StreamExt;
 use serde::Serialize;

@@ -9,8 +9,8 @@ use std::marker::PhantomData;
 use std::pin::Pin;
 use std::time::Duration;
 
-use agentix_actors::cbor::{self, DecodeFailure};
-use agentix_actors::errors::{ErrorKind, RemoteError};
+use agentix_wire::cbor::{self, DecodeFailure};
+use agentix_wire::errors::{ErrorKind, RemoteError};
 use serde::de::DeserializeOwned;
 
 use crate::connect::Connect;

@@ -137,7 +137,7 @@ impl SandboxCgroup {
                 continue;
             };
             for pid in procs.lines().filter_map(|l| l.trim().parse::<u32>().ok()) {
-                agentix_actors::process::signal_pid(pid, libc::SIGKILL);
+                agentix_wire::process::signal_pid(pid, libc::SIGKILL);
             }
         }
     }

@@ -3,9 +3,9 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use agentix_actors::trace::TraceHub;
+use agentix_trace::TraceHub;
 
-use agentix_actors::log_record::LogRecord;
+use agentix_wire::log_record::LogRecord;
 
 use crate::container_settings::ContainerSettings;
 use crate::isolation::Isolation;
@@ -244,9 +244,6 @@ impl SandboxConfig {
     /// `my_eval=info,my_eval::tools=debug`) as agentix spans, nested in the
     /// trace of the call that made them; none are by default.
     pub fn tracing_spans(self, directives: impl Into<String>) -> Self {
-        self.env(
-            agentix_actors::span_bridge::ENV_TRACING_SPANS,
-            directives.into(),
-        )
+        self.env(agentix_wire::wire::ENV_TRACING_SPANS, directives.into())
     }
 }

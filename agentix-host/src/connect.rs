@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use agentix_actors::errors::RemoteError;
+use agentix_wire::errors::RemoteError;
 use futures_util::future::BoxFuture;
 
 use crate::connection::RpcConnection;

@@ -17,9 +17,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use agentix_actors::errors::{ErrorKind, RemoteError};
-use agentix_actors::part::{self, PartTable};
-use agentix_actors::wire::{
+use agentix_wire::errors::{ErrorKind, RemoteError};
+use agentix_wire::part::{self, PartTable};
+use agentix_wire::wire::{
     AckEvent, Attachment, CallEvent, CancelEvent, PartEvent, Window, EVENT_ACK, EVENT_CALL,
     EVENT_CANCEL, EVENT_HEARTBEAT, EVENT_PART, RPC_NAMESPACE,
 };
@@ -219,7 +219,7 @@ impl RpcConnection {
             id,
         };
         // Made inside a span: the sandbox's spans for this call nest under it.
-        let trace = agentix_actors::trace::current();
+        let trace = agentix_trace::current();
         if let Err(e) = self.send_call(id, target, args, stream, trace).await {
             guard.disarm();
             self.pending.remove(&id);
@@ -240,7 +240,7 @@ impl RpcConnection {
         target: &str,
         args: Vec<u8>,
         stream: Option<Window>,
-        trace: Option<agentix_actors::trace::SpanContext>,
+        trace: Option<agentix_trace::SpanContext>,
     ) -> Result<(), SioError> {
         let total = args.len() as u64;
         // Most calls are small: no piece list, no lock.

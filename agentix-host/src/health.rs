@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use agentix_actors::errors::{ErrorKind, RemoteError};
+use agentix_wire::errors::{ErrorKind, RemoteError};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Empty};
 use hyper::Request;

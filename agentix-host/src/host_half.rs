@@ -36,14 +36,14 @@ use std::future::Future;
 use std::time::Duration;
 
 use actix::Recipient;
-use agentix_actors::errors::RemoteError;
-use agentix_actors::namespace::DEFAULT_REQUEST_TIMEOUT;
 use agentix_actors::namespace_messages::NamespaceFault;
 use agentix_actors::protocol::{
     actor_stopped, hand_to_actor, read_reply, reply_value, Asked, Event, NamespaceEnd, Protocol,
     ProtocolMarker, Received, ReplyThen, Request, ToHost, ToSandbox,
 };
-use agentix_actors::request_envelope::RemoteSioError;
+use agentix_wire::errors::RemoteError;
+use agentix_wire::request_envelope::RemoteSioError;
+use agentix_wire::request_envelope::DEFAULT_REQUEST_TIMEOUT;
 use tokio_util::sync::CancellationToken;
 
 use crate::namespace::{typed_body, Answered, HostNamespace, HostNamespaceHandle};
@@ -81,7 +81,7 @@ impl<P: Protocol> HostEnd<P> {
     pub async fn emit<E: Event<P, ToSandbox>>(&self, event: &E) -> Result<(), RemoteError> {
         let data = serde_json::to_value(event).map_err(|e| {
             RemoteError::new(
-                agentix_actors::errors::ErrorKind::BadArguments,
+                agentix_wire::errors::ErrorKind::BadArguments,
                 format!("cannot write `{}` as JSON: {e}", E::NAME),
             )
         })?;
@@ -115,7 +115,7 @@ impl<P: Protocol> HostEnd<P> {
     }
 
     /// The sandbox's trace hub (see [`HostNamespaceHandle::traces`]).
-    pub fn traces(&self) -> &agentix_actors::trace::TraceHub {
+    pub fn traces(&self) -> &agentix_trace::TraceHub {
         self.handle.traces()
     }
 }

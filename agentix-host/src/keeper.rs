@@ -21,7 +21,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use agentix_actors::process;
+use agentix_wire::process;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
 use tokio::runtime::Handle;
 use tokio::sync::{oneshot, watch};

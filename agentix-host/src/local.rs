@@ -30,15 +30,15 @@ use serde_json::Value;
 
 use std::sync::Arc;
 
-use agentix_actors::errors::{ErrorKind, RemoteError};
+use agentix_wire::errors::{ErrorKind, RemoteError};
 use futures_util::future::BoxFuture;
 
-use agentix_actors::isolation_spec::{IsolationSpec, ISOLATE_ROLE, ISOLATION_REFUSED_EXIT};
+use agentix_wire::isolation_spec::{IsolationSpec, ISOLATE_ROLE, ISOLATION_REFUSED_EXIT};
 
 /// How long a server whose output closed without a ready line is given to
 /// exit, so that its status can say why.
 const EXIT_AFTER_SILENCE: std::time::Duration = std::time::Duration::from_secs(2);
-use agentix_actors::process;
+use agentix_wire::process;
 
 use crate::cgroup_limits::{self, SandboxCgroup};
 use crate::config::SandboxConfig;
@@ -364,10 +364,10 @@ impl LocalProvider {
             .envs(passed_env(&config))
             // The durable log lives in the sandbox's own private directory
             // (and goes with it) unless the config says where.
-            .env(agentix_actors::log_file::ENV_LOG_DIR, dir.join("logs"))
+            .env(agentix_wire::log_file::ENV_LOG_DIR, dir.join("logs"))
             // The files plugin stays inside the sandbox unless told otherwise.
             .env(
-                agentix_actors::wire::ENV_FILES_ROOT,
+                agentix_wire::wire::ENV_FILES_ROOT,
                 config.files_root.as_deref().unwrap_or(&dir),
             )
             // Inside, the host's home and temp dir are not there: the

@@ -9,9 +9,9 @@
 
 use std::sync::Arc;
 
-use agentix_actors::errors::RemoteError;
-use agentix_actors::log_record::LogRecord;
-use agentix_actors::wire::{LogsEvent, EVENT_RECORDS, LOG_NAMESPACE};
+use agentix_wire::errors::RemoteError;
+use agentix_wire::log_record::LogRecord;
+use agentix_wire::wire::{LogsEvent, EVENT_RECORDS, LOG_NAMESPACE};
 
 use crate::endpoint::Endpoint;
 use crate::side_listener;

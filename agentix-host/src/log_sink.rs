@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use actix::{Message, Recipient};
 use agentix_actors::event_route::EventRoute;
-use agentix_actors::log_record::LogRecord;
+use agentix_wire::log_record::LogRecord;
 
 use crate::config::SandboxConfig;
 

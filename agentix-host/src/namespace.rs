@@ -41,15 +41,15 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 
 use actix::Recipient;
-use agentix_actors::attachment::{Attachment, WithAttachments};
-use agentix_actors::errors::{ErrorKind, RemoteError};
 use agentix_actors::event_lane::{hand_on_here, EventLane, HandedOn, Turn};
-use agentix_actors::json_text::JsonText;
 use agentix_actors::namespace_messages::{
     actor_event_handlers, NamespaceEvent, NamespaceFault, NamespaceRequest,
 };
-use agentix_actors::trace::TraceHub;
-use agentix_actors::request_envelope::{
+use agentix_trace::TraceHub;
+use agentix_wire::attachment::{Attachment, WithAttachments};
+use agentix_wire::errors::{ErrorKind, RemoteError};
+use agentix_wire::json_text::JsonText;
+use agentix_wire::request_envelope::{
     cancel_event, cancelled_event, error_reply, is_reply, no_handler_reply, reply_outcome,
     request_id, request_key, RemoteSioError,
 };

@@ -22,11 +22,11 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 pub const HANDLER_TASKS: usize = 256;
 /// Most events that wait for one namespace's handlers (the same bound as
 /// the sandbox half's).
-pub use agentix_actors::namespace::EVENT_LANE_ITEMS;
+pub use agentix_actors::event_lane::EVENT_LANE_ITEMS;
 /// Most payload bytes those hold at once (one larger payload passes alone).
 pub const HANDLER_BYTES: usize = 64 << 20;
 /// The error type of a request turned away because its namespace is full.
-pub use agentix_actors::request_envelope::OVERLOADED;
+pub use agentix_wire::request_envelope::OVERLOADED;
 
 /// One namespace's limits and counts, shared by every connection's join.
 #[derive(Debug)]

@@ -8,7 +8,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
-use agentix_actors::errors::{ErrorKind, RemoteError};
+use agentix_wire::errors::{ErrorKind, RemoteError};
 use bytes::Bytes;
 use dashmap::DashMap;
 use tokio::sync::{mpsc, oneshot};

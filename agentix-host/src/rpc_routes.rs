@@ -7,9 +7,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::Instant;
 
-use agentix_actors::errors::{ErrorKind, RemoteError};
-use agentix_actors::part::PartTable;
-use agentix_actors::wire::{
+use agentix_wire::errors::{ErrorKind, RemoteError};
+use agentix_wire::part::PartTable;
+use agentix_wire::wire::{
     EndEvent, ErrorEvent, ItemsEvent, PartAckEvent, PartEvent, ResultEvent, EVENT_END, EVENT_ERROR,
     EVENT_HEARTBEAT, EVENT_ITEMS, EVENT_PART, EVENT_PART_ACK, EVENT_RESULT, RPC_NAMESPACE,
 };
@@ -189,7 +189,7 @@ struct MalformedEvent {
 /// Decodes an `/rpc` event's payload, or says why not and which call it named.
 fn decode<T>(incoming: Incoming) -> Result<T, MalformedEvent>
 where
-    T: serde::de::DeserializeOwned + agentix_actors::wire::WithAttachments,
+    T: serde::de::DeserializeOwned + agentix_wire::wire::WithAttachments,
 {
     #[derive(serde::Deserialize)]
     struct Named {

@@ -9,10 +9,10 @@
 
 use std::sync::{Arc, Mutex};
 
-use agentix_actors::call_args::CallArgs;
-use agentix_actors::cbor;
-use agentix_actors::errors::{ErrorKind, RemoteError};
-use agentix_actors::remote::{Remote, RemoteStream};
+use agentix_wire::call_args::CallArgs;
+use agentix_wire::cbor;
+use agentix_wire::errors::{ErrorKind, RemoteError};
+use agentix_wire::remote::{Remote, RemoteStream};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
@@ -27,9 +27,9 @@ use crate::sandbox_resources::SandboxResources;
 use crate::sio::SioClient;
 use crate::stream::StreamCall;
 use crate::trace_replay;
-use agentix_actors::trace::TraceHub;
-use agentix_actors::namespace::RegisterError;
-use agentix_actors::wire::check_plugin_path;
+use agentix_trace::TraceHub;
+use agentix_wire::register_error::RegisterError;
+use agentix_wire::wire::check_plugin_path;
 use futures_util::future::BoxFuture;
 
 /// A running sandbox.

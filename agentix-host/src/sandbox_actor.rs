@@ -25,11 +25,11 @@ use std::marker::PhantomData;
 use std::sync::Arc;
 
 use actix::prelude::*;
-use agentix_actors::call_args::CallArgs;
-use agentix_actors::cbor;
-use agentix_actors::errors::RemoteError;
-use agentix_actors::remote::{Remote, RemoteStream};
 use agentix_actors::supervision::ChildGuard;
+use agentix_wire::call_args::CallArgs;
+use agentix_wire::cbor;
+use agentix_wire::errors::RemoteError;
+use agentix_wire::remote::{Remote, RemoteStream};
 use futures_util::StreamExt;
 use serde::de::DeserializeOwned;
 use serde::Serialize;

@@ -9,7 +9,7 @@
 
 use std::path::Path;
 
-use agentix_actors::errors::RemoteError;
+use agentix_wire::errors::RemoteError;
 use futures_util::future::BoxFuture;
 
 /// How to delete one sandbox, and what its provider can tell about it.

@@ -19,9 +19,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use actix::prelude::*;
-use agentix_actors::errors::{ErrorKind, RemoteError};
 use agentix_actors::restart_policy::{Restart, RestartPolicy};
 use agentix_actors::supervision::{ChildEnded, ChildGuard};
+use agentix_wire::errors::{ErrorKind, RemoteError};
 use serde::de::DeserializeOwned;
 use tokio::sync::watch;
 

@@ -11,9 +11,9 @@
 //! huge ones) is dropped, warned of, and acknowledged all the same, so the
 //! server's window is not left short.
 
-use agentix_actors::budgeted_channel::{budgeted_channel, PayloadLen};
-use agentix_actors::errors::RemoteError;
-use agentix_actors::wire::EVENT_SIDE_ACK;
+use agentix_wire::budgeted_channel::{budgeted_channel, PayloadLen};
+use agentix_wire::errors::RemoteError;
+use agentix_wire::wire::EVENT_SIDE_ACK;
 use serde_json::json;
 
 use crate::connection::connect_error;

@@ -13,9 +13,9 @@ use std::pin::Pin;
 use std::task::{ready, Context, Poll};
 use std::time::Duration;
 
-use agentix_actors::cbor;
-use agentix_actors::errors::{ErrorKind, RemoteError};
-use agentix_actors::wire::Window;
+use agentix_wire::cbor;
+use agentix_wire::errors::{ErrorKind, RemoteError};
+use agentix_wire::wire::Window;
 use futures_util::future::BoxFuture;
 use futures_util::Stream;
 use serde::de::DeserializeOwned;

@@ -8,9 +8,9 @@
 
 use std::sync::Arc;
 
-use agentix_actors::errors::RemoteError;
-use agentix_actors::trace::TraceHub;
-use agentix_actors::wire::{TracesEvent, EVENT_TRACE_EVENTS, TRACE_NAMESPACE};
+use agentix_trace::TraceHub;
+use agentix_wire::errors::RemoteError;
+use agentix_wire::wire::{TracesEvent, EVENT_TRACE_EVENTS, TRACE_NAMESPACE};
 
 use crate::endpoint::Endpoint;
 use crate::side_listener;

@@ -124,7 +124,7 @@ fn expand(func: ItemFn) -> syn::Result<proc_macro2::TokenStream> {
         quote!(::core::future::ready(#impl_name(#(#names),*)))
     };
     // `Err(e)` becomes its wire form here, where `E` is concrete, so an error
-    // type that is `Serialize` keeps its fields (see `agentix_actors::raised`).
+    // type that is `Serialize` keeps its fields (see `agentix_wire::raised`).
     let raise = quote!(|e| {
         #[allow(unused_imports)]
         use ::agentix::__private::{RaisePlain as _, RaiseWithData as _};

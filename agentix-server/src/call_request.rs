@@ -3,9 +3,9 @@
 //! Kept apart from the socket code so the decoding of untrusted input is a
 //! pure function that property tests can throw anything at.
 
-use agentix_actors::errors::{ErrorKind, RemoteError};
-use agentix_actors::trace::SpanContext;
-use agentix_actors::wire::{CallEvent, ErrorEvent, Window};
+use agentix_trace::SpanContext;
+use agentix_wire::errors::{ErrorKind, RemoteError};
+use agentix_wire::wire::{CallEvent, ErrorEvent, Window};
 use bytes::Bytes;
 use serde_json::Value;
 
@@ -58,7 +58,7 @@ impl CallRequest {
                 ),
             ),
         })?;
-        agentix_actors::attachment::resolve(&mut event, frames).map_err(|e| ErrorEvent {
+        agentix_wire::attachment::resolve(&mut event, frames).map_err(|e| ErrorEvent {
             id: event.id,
             error: RemoteError::new(
                 ErrorKind::BadArguments,

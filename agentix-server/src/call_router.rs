@@ -21,10 +21,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use actix::prelude::*;
-use agentix_actors::errors::{ErrorKind, RemoteError};
-use agentix_actors::outbox::Outbox;
 use agentix_actors::supervision::ChildGuard;
-use agentix_actors::wire::Frame;
+use agentix_wire::errors::{ErrorKind, RemoteError};
+use agentix_wire::outbox::Outbox;
+use agentix_wire::wire::Frame;
 use socketioxide::socket::Sid;
 
 use crate::calls::{CallTable, Cancelled, Delivery, NewCall, Origin, PartDelivery};
@@ -490,8 +490,8 @@ mod tests {
     //! read directly, hosts' replies on their channels; no process.
 
     use super::*;
-    use agentix_actors::frame_bytes::FrameBytes;
     use agentix_actors::supervision::ChildEnded;
+    use agentix_wire::frame_bytes::FrameBytes;
     use bytes::Bytes;
     use tokio::sync::{mpsc, oneshot};
 

@@ -10,19 +10,19 @@
 
 use std::collections::{HashMap, VecDeque};
 
-use agentix_actors::codec::DEFAULT_MAX_FRAME;
-use agentix_actors::errors::{ErrorKind, RemoteError};
-use agentix_actors::frame_bytes::FrameBytes;
-use agentix_actors::part::Partial;
-use agentix_actors::trace::SpanContext;
-use agentix_actors::wire::{Frame, Window};
+use agentix_trace::SpanContext;
+use agentix_wire::codec::DEFAULT_MAX_FRAME;
+use agentix_wire::errors::{ErrorKind, RemoteError};
+use agentix_wire::frame_bytes::FrameBytes;
+use agentix_wire::part::Partial;
+use agentix_wire::wire::{Frame, Window};
 use bytes::Bytes;
 use serde_bytes::ByteBuf;
 use socketioxide::socket::Sid;
 use tokio::sync::{mpsc, oneshot};
 
 /// How a unary call ends: its CBOR value, in the pieces it arrived in
-/// (`agentix_actors::part`), or an error.
+/// (`agentix_wire::part`), or an error.
 pub type Outcome = Result<Vec<Bytes>, RemoteError>;
 
 /// What a streaming call delivers, in order; `End` or `Error` comes last.

@@ -29,9 +29,9 @@
 use std::collections::VecDeque;
 
 use actix::prelude::*;
-use agentix_actors::log_record::{LogRecord, TARGET_AGENTIX};
 use agentix_actors::supervision::ChildGuard;
-use agentix_actors::wire::{
+use agentix_wire::log_record::{LogRecord, TARGET_AGENTIX};
+use agentix_wire::wire::{
     LogsEvent, SideBatch, TracesEvent, EVENT_RECORDS, EVENT_TRACE_EVENTS, LOG_NAMESPACE,
     TRACE_NAMESPACE,
 };

@@ -28,18 +28,18 @@ use std::time::Duration;
 
 use actix::dev::SendError;
 use actix::prelude::*;
-use agentix_actors::budgeted_channel::{
+use agentix_actors::supervision::ChildGuard;
+use agentix_wire::budgeted_channel::{
     budgeted_channel, BudgetedReceiver, BudgetedSender, PayloadLen,
 };
-use agentix_actors::json_text::JsonText;
-use agentix_actors::outbox::Outbox;
-use agentix_actors::part::MAX_SOCKET_MESSAGE_BYTES;
-use agentix_actors::request_envelope::{
+use agentix_wire::json_text::JsonText;
+use agentix_wire::outbox::Outbox;
+use agentix_wire::part::MAX_SOCKET_MESSAGE_BYTES;
+use agentix_wire::request_envelope::{
     error_reply, is_reply, request_id_in_text, HOST_BEHIND, NO_HANDLER, NO_HOST, OVERLOADED,
     TOO_LARGE,
 };
-use agentix_actors::supervision::ChildGuard;
-use agentix_actors::wire::{check_plugin_path, Frame};
+use agentix_wire::wire::{check_plugin_path, Frame};
 use socketioxide::extract::{Event, SocketRef};
 use socketioxide::handler::ConnectHandler;
 use socketioxide::socket::Sid;

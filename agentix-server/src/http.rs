@@ -92,7 +92,7 @@ impl HttpRoutes {
                     "plugin_events_not_sent_to_lagging_hosts": h.plugin_events_dropped,
                     "plugin_events_not_sent_to_lagging_worker": h.host_events_dropped,
                     "uptime_s": uptime_s,
-                    "version": agentix_actors::VERSION,
+                    "version": agentix_wire::VERSION,
                     "pid": std::process::id(),
                 }),
             ),

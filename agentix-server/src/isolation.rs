@@ -28,7 +28,7 @@
 use std::ffi::{CString, OsString};
 use std::os::unix::ffi::OsStrExt;
 
-use agentix_actors::isolation_spec::{IsolationSpec, ISOLATION_REFUSED_EXIT};
+use agentix_wire::isolation_spec::{IsolationSpec, ISOLATION_REFUSED_EXIT};
 use hakoniwa::{Container, MountOptions, Namespace, Rlimit, Runctl};
 use nix::sys::signal::{self, SigSet, Signal};
 use nix::unistd::Pid;
@@ -190,7 +190,7 @@ fn stop_signals() -> SigSet {
 /// Hands a stop signal to the server; kills the sandbox if there is no
 /// server yet to hand it to (a stop is a stop).
 fn forward(keeper: Pid, stop: Signal) {
-    match agentix_actors::process::first_child(keeper.as_raw() as u32) {
+    match agentix_wire::process::first_child(keeper.as_raw() as u32) {
         Some(server) => {
             let _ = signal::kill(Pid::from_raw(server as i32), stop);
         }

@@ -5,7 +5,7 @@
 
 fn main() {
     // Before the token is read: sandbox code runs as this user.
-    if let Err(e) = agentix_actors::process::hide_memory() {
+    if let Err(e) = agentix_wire::process::hide_memory() {
         eprintln!("agentix-server: cannot keep its memory private: {e}");
         std::process::exit(1);
     }

@@ -8,7 +8,7 @@
 use std::convert::Infallible;
 use std::sync::Arc;
 
-use agentix_actors::json_text::JsonText;
+use agentix_wire::json_text::JsonText;
 use bytes::Bytes;
 use serde::de::IgnoredAny;
 use serde::Deserializer as _;

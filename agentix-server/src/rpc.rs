@@ -8,7 +8,7 @@
 //! items, bytes}` as it consumes them. Arguments, results and item batches
 //! are CBOR in binary attachments; past 1.25 MiB they travel as `call:part`
 //! events before the event that carries their last part
-//! (`agentix_actors::part`), so they never hold other replies back. Each
+//! (`agentix_wire::part`), so they never hold other replies back. Each
 //! event is handed to the
 //! `CallRouter` mailbox as soon as it is parsed, so calls, acks and
 //! cancels from one socket reach it in the order they were sent. A
@@ -22,10 +22,10 @@
 
 use actix::dev::SendError;
 use actix::Addr;
-use agentix_actors::errors::{ErrorKind, RemoteError};
-use agentix_actors::part::{split, PartTable, SPLIT_ABOVE};
-use agentix_actors::trace::SpanContext;
-use agentix_actors::wire::{
+use agentix_trace::SpanContext;
+use agentix_wire::errors::{ErrorKind, RemoteError};
+use agentix_wire::part::{split, PartTable, SPLIT_ABOVE};
+use agentix_wire::wire::{
     AckEvent, Attachment, CancelEvent, EndEvent, ErrorEvent, ItemsEvent, PartEvent, ResultEvent,
     EVENT_ACK, EVENT_CALL, EVENT_CANCEL, EVENT_END, EVENT_ERROR, EVENT_HEARTBEAT, EVENT_ITEMS,
     EVENT_PART, EVENT_PART_ACK, EVENT_RESULT, RPC_NAMESPACE,
@@ -184,7 +184,7 @@ fn on_part(s: &SocketRef, parts: &SocketParts, raw: RawEvent) {
     let decoded = raw.into_parts().and_then(|(data, frames)| {
         let mut event = serde_json::from_value::<PartEvent>(data)
             .map_err(|e| format!("malformed call:part event: {e}"))?;
-        agentix_actors::attachment::resolve(&mut event, frames)?;
+        agentix_wire::attachment::resolve(&mut event, frames)?;
         Ok(event)
     });
     match decoded {
@@ -315,7 +315,7 @@ async fn unary_call(
             }
             let Some(window) = window else {
                 // One event; Socket.IO attachments carry it in 1 MiB frames.
-                let value = Attachment::new(agentix_actors::part::join(pieces));
+                let value = Attachment::new(agentix_wire::part::join(pieces));
                 return emit(s, EVENT_RESULT, &ResultEvent { id, value }).await;
             };
             if pieces.len() == 1 && total > SPLIT_ABOVE {
@@ -369,7 +369,7 @@ async fn relay_stream(
         match rx.recv().await {
             Some(StreamEvent::Items(items)) => {
                 let encoded =
-                    agentix_actors::cbor::to_vec(&items).and_then(|bytes| {
+                    agentix_wire::cbor::to_vec(&items).and_then(|bytes| {
                         match too_large("a batch of items", target, bytes.len(), max) {
                             Some(error) => Err(error),
                             None => Ok(Attachment::new(bytes)),

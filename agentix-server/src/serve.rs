@@ -23,7 +23,7 @@ use crate::server::{Server, StartError};
 /// Runs the server until SIGTERM/SIGINT; returns the process exit code.
 pub fn run(config: ServerConfig) -> i32 {
     init_tracing();
-    agentix_actors::process::tune_allocator();
+    agentix_wire::process::tune_allocator();
     actix_rt::System::new().block_on(serve(config))
 }
 

@@ -14,8 +14,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use actix::Addr;
-use agentix_actors::part::MAX_SOCKET_MESSAGE_BYTES;
 use agentix_actors::supervision::ChildAddr;
+use agentix_wire::part::MAX_SOCKET_MESSAGE_BYTES;
 use socketioxide::SocketIo;
 
 use crate::auth::Token;
@@ -189,7 +189,7 @@ impl Server {
     /// Hosts connected on `/rpc` now.
     pub fn hosts(&self) -> usize {
         self.io
-            .of(agentix_actors::wire::RPC_NAMESPACE)
+            .of(agentix_wire::wire::RPC_NAMESPACE)
             .map_or(0, |ns| ns.sockets().len())
     }
 

@@ -7,7 +7,7 @@
 //! [`crate::side_relay`]). Handlers are attached before the connect ack
 //! (see [`crate::rpc`] for why).
 
-use agentix_actors::wire::{EVENT_SIDE_ACK, LOG_NAMESPACE, TRACE_NAMESPACE};
+use agentix_wire::wire::{EVENT_SIDE_ACK, LOG_NAMESPACE, TRACE_NAMESPACE};
 use socketioxide::extract::{Event, SocketRef};
 use socketioxide::handler::ConnectHandler;
 use socketioxide::SocketIo;

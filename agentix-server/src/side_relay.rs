@@ -5,7 +5,7 @@
 
 use actix::Addr;
 use agentix_actors::supervision::ChildAddr;
-use agentix_actors::wire::SideBatch;
+use agentix_wire::wire::SideBatch;
 
 use crate::channel_relay::{ChannelRelay, HostJoined, Relay};
 

@@ -17,10 +17,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use actix::prelude::*;
-use agentix_actors::budgeted_channel::budgeted_channel;
-use agentix_actors::outbox::Outbox;
-use agentix_actors::process;
 use agentix_actors::supervision::ChildAddr;
+use agentix_wire::budgeted_channel::budgeted_channel;
+use agentix_wire::outbox::Outbox;
+use agentix_wire::process;
 
 use crate::call_router::CallRouter;
 use crate::side_relay::SideRelay;
@@ -91,7 +91,7 @@ pub struct WorkerHandle {
     /// The id the server gave it.
     pub worker_id: String,
     /// Frames to its pipe, in order: a bounded queue with an outbox in
-    /// front for what cannot wait (see `agentix_actors::outbox`).
+    /// front for what cannot wait (see `agentix_wire::outbox`).
     pub frames: Outbox,
     /// The last lines it printed.
     pub tail: OutputTail,

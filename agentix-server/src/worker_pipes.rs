@@ -12,11 +12,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use actix::prelude::*;
-use agentix_actors::budgeted_channel::BudgetedReceiver;
-use agentix_actors::codec::{self, FrameReader};
-use agentix_actors::process;
 use agentix_actors::supervision::ChildAddr;
-use agentix_actors::wire::Frame;
+use agentix_wire::budgeted_channel::BudgetedReceiver;
+use agentix_wire::codec::{self, FrameReader};
+use agentix_wire::process;
+use agentix_wire::wire::Frame;
 
 use crate::call_router::{CallFrame, CallRouter, UnreadableReply};
 use crate::oom_kills::oom_kills;

@@ -4,7 +4,7 @@
 //! The worker gets its frame pipes as fds 3 and 4 and its side pipe (logs)
 //! as fd 5. Its stdout and stderr are pipes whose read ends it gets too, as
 //! fds 6 and 7: it reads its own output, so its lines and its records keep
-//! their order (see `agentix_actors::output_capture`). The server keeps the
+//! their order (see `agentix_worker::output_capture`). The server keeps the
 //! read ends as well, untouched while the worker lives, and reads what is
 //! left in them, line by line, once it has died (or at once, for a worker
 //! that says it does not capture): a crashed worker's last words are not
@@ -17,10 +17,10 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 
-use agentix_actors::log_file::{self, SandboxLogFile};
-use agentix_actors::log_record::{LogRecord, TARGET_STDERR, TARGET_STDOUT};
-use agentix_actors::process;
-use agentix_actors::wire::{
+use agentix_wire::log_file::{self, SandboxLogFile};
+use agentix_wire::log_record::{LogRecord, TARGET_STDERR, TARGET_STDOUT};
+use agentix_wire::process;
+use agentix_wire::wire::{
     SideBatch, ENV_WORKER_ID, WORKER_FRAME_IN_FD, WORKER_FRAME_OUT_FD, WORKER_SIDE_OUT_FD,
     WORKER_STDERR_FD, WORKER_STDOUT_FD,
 };
@@ -234,7 +234,7 @@ impl OutputTail {
 }
 
 /// The process tag of worker `worker_id` (see
-/// [`agentix_actors::process::ENV_PROCESS_TAG`]).
+/// [`agentix_wire::process::ENV_PROCESS_TAG`]).
 pub fn worker_tag(worker_id: &str) -> String {
     format!("w{worker_id}")
 }

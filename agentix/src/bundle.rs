@@ -7,7 +7,7 @@
 
 use std::ffi::OsString;
 
-use agentix_actors::isolation_spec::ISOLATE_ROLE;
+use agentix_wire::isolation_spec::ISOLATE_ROLE;
 
 /// Runs the bundle: `serve [server flags]` or `worker`; exits the process.
 pub fn main() -> ! {
@@ -46,14 +46,14 @@ pub fn dispatch_with(worker_setup: fn()) {
             agentix_server::init_process::become_init_if_pid_one();
             // Before the token is read: sandbox code runs as this user. (A
             // worker's run does the same for itself.)
-            if let Err(e) = agentix_actors::process::hide_memory() {
+            if let Err(e) = agentix_wire::process::hide_memory() {
                 eprintln!("agentix bundle: cannot keep its memory private: {e}");
                 std::process::exit(1);
             }
             let rest: Vec<OsString> = args.collect();
             std::process::exit(serve(rest))
         }
-        Some("worker") => std::process::exit(agentix_actors::worker::run_with(worker_setup)),
+        Some("worker") => std::process::exit(agentix_worker::worker::run_with(worker_setup)),
         Some(ISOLATE_ROLE) => std::process::exit(agentix_server::isolation::run(args.collect())),
         _ => {}
     }

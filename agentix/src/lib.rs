@@ -37,27 +37,12 @@ pub mod bundle;
 
 pub use actix;
 pub use agentix_actors::actor_home::start_actor;
-pub use agentix_actors::call_args::CallArgs;
-pub use agentix_actors::cbor::Blob;
-pub use agentix_actors::errors::{DataError, ErrorKind, RemoteError};
-pub use agentix_actors::json_text::JsonText;
-pub use agentix_actors::log_record::LogRecord;
-pub use agentix_actors::namespace::{
-    RegisterError, RemoteSioError, SandboxNamespace, SandboxNamespaceHandle,
-};
 pub use agentix_actors::namespace_messages::{
     CancellationToken, NamespaceEvent, NamespaceFault, NamespaceRequest,
 };
 pub use agentix_actors::namespace_protocol;
-pub use agentix_actors::process;
 pub use agentix_actors::protocol::{self, Asked, Received};
-pub use agentix_actors::remote::{Remote, RemoteStream};
 pub use agentix_actors::restart_policy::RestartPolicy;
-pub use agentix_actors::sandbox_half::{SandboxEnd, SandboxHalf};
-pub use agentix_actors::trace;
-pub use agentix_actors::wire::Window;
-pub use agentix_actors::wire::ENV_FILES_ROOT;
-pub use agentix_actors::worker_context::{register_namespace, WorkerContext};
 pub use agentix_fleet as fleet;
 pub use agentix_host::namespace_budget::{self, NamespaceLoad};
 pub use agentix_host::owner;
@@ -77,6 +62,21 @@ pub use agentix_host::{
 };
 pub use agentix_macros::remote;
 pub use agentix_server as server;
+pub use agentix_trace as trace;
+pub use agentix_wire::call_args::CallArgs;
+pub use agentix_wire::cbor::Blob;
+pub use agentix_wire::errors::{DataError, ErrorKind, RemoteError};
+pub use agentix_wire::json_text::JsonText;
+pub use agentix_wire::log_record::LogRecord;
+pub use agentix_wire::process;
+pub use agentix_wire::remote::{Remote, RemoteStream};
+pub use agentix_wire::wire::Window;
+pub use agentix_wire::wire::ENV_FILES_ROOT;
+pub use agentix_worker::namespace::{
+    RegisterError, RemoteSioError, SandboxNamespace, SandboxNamespaceHandle,
+};
+pub use agentix_worker::sandbox_half::{SandboxEnd, SandboxHalf};
+pub use agentix_worker::worker_context::{register_namespace, WorkerContext};
 pub use futures_util::{stream, Stream, StreamExt};
 pub use serde_json::Value as JsonValue;
 
@@ -94,12 +94,12 @@ pub mod prelude {
 /// Items the `#[remote]` expansion refers to; not part of the public API.
 #[doc(hidden)]
 pub mod __private {
-    pub use agentix_actors::invoke;
-    pub use agentix_actors::raised::{RaisePlain, RaiseWithData, Raised};
-    pub use agentix_actors::registry::{Invoke, RemoteFn};
-    pub use agentix_actors::remote::Fallible;
-    pub use agentix_actors::worker_start::WorkerStart;
     pub use agentix_host::ProviderFactory;
+    pub use agentix_wire::raised::{RaisePlain, RaiseWithData, Raised};
+    pub use agentix_wire::remote::Fallible;
+    pub use agentix_worker::invoke;
+    pub use agentix_worker::registry::{Invoke, RemoteFn};
+    pub use agentix_worker::worker_start::WorkerStart;
     pub use inventory;
 }
 
@@ -124,7 +124,7 @@ macro_rules! register_provider {
 /// worker (the durable log directory), if it is set and nobody else may
 /// write it.
 pub fn state_dir() -> Option<std::path::PathBuf> {
-    agentix_actors::log_file::private_dir()
+    agentix_wire::log_file::private_dir()
 }
 
 /// Runs `f` (a `fn()`) in every worker before it takes calls: the place for

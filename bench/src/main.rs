@@ -246,7 +246,7 @@ async fn rss(sb: &Sandbox, report: &mut Report) {
         rss_kib(server) + rss_kib(worker),
     );
     // Both processes hand freed message buffers back after a second without
-    // large messages (see agentix_actors::process::tune_allocator).
+    // large messages (see agentix_wire::process::tune_allocator).
     tokio::time::sleep(Duration::from_millis(2500)).await;
     report.add(
         "rss_server_kib",

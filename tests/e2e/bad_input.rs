@@ -11,7 +11,7 @@ use support::raw_socket::{placeholder, RawSocket};
 use support::{bundle_path, plain_sandbox, rss_kib, sandbox_with, scratch_dir};
 
 fn add_args(a: i64, b: i64) -> Vec<u8> {
-    agentix_actors::cbor::to_vec(&(a, b)).unwrap()
+    agentix_wire::cbor::to_vec(&(a, b)).unwrap()
 }
 
 /// Emits a `call` of `target` as `id` with CBOR `args` as its attachment.
@@ -31,7 +31,7 @@ async fn good_call(raw: &mut RawSocket, id: u64) {
     assert_eq!(event.name, "call:result", "{}", event.payload);
     assert_eq!(event.payload["id"], id);
     assert_eq!(event.payload["value"], placeholder(0));
-    let sum: i64 = agentix_actors::cbor::from_slice(&event.attachments[0]).unwrap();
+    let sum: i64 = agentix_wire::cbor::from_slice(&event.attachments[0]).unwrap();
     assert_eq!(sum, 42);
 }
 
@@ -89,7 +89,7 @@ async fn garbage_events_get_clear_errors_and_the_connection_keeps_serving() {
     good_call(&mut raw, 5).await;
 
     // A call id that is still running cannot be reused.
-    let slow = agentix_actors::cbor::to_vec(&(300u64,)).unwrap();
+    let slow = agentix_wire::cbor::to_vec(&(300u64,)).unwrap();
     call(&mut raw, 6, "agentix_e2e::sleep_ms", slow.clone()).await;
     call(&mut raw, 6, "agentix_e2e::sleep_ms", slow).await;
     let err = expect_error(&mut raw, 6, "Protocol").await;

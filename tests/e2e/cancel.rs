@@ -7,7 +7,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use agentix::ErrorKind;
-use agentix_actors::process::is_alive;
+use agentix_wire::process::is_alive;
 use support::{bundle_path, plain_sandbox, scratch_dir, wait_until, wait_until_async};
 
 fn path_str(p: &Path) -> String {

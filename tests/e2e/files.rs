@@ -477,7 +477,7 @@ async fn a_killed_workers_temporary_uploads_are_removed_by_the_next_worker() {
     };
     assert_eq!(hidden(), 1, "the upload in progress has its temporary file");
     let pid = worker_pid_from_health(&sb).await;
-    agentix_actors::process::signal_pid(pid, libc::SIGKILL);
+    agentix_wire::process::signal_pid(pid, libc::SIGKILL);
     support::wait_until("a new worker", Duration::from_secs(20), || {
         !std::path::Path::new(&format!("/proc/{pid}")).exists()
     })

@@ -37,7 +37,7 @@ async fn raw_stream(raw: &mut RawSocket, id: u64, n: u64, window: serde_json::Va
     raw.emit_binary(
         "call",
         json!({"id": id, "target": "agentix_e2e::count", "args": placeholder(0), "stream": window}),
-        vec![agentix_actors::cbor::to_vec(&(n,)).unwrap()],
+        vec![agentix_wire::cbor::to_vec(&(n,)).unwrap()],
     )
     .await;
 }
@@ -75,7 +75,7 @@ async fn an_ack_past_what_was_sent_neither_silences_nor_unbounds_a_stream() {
         match event.name.as_str() {
             "call:items" => {
                 let items: Vec<serde_bytes::ByteBuf> =
-                    agentix_actors::cbor::from_slice(&event.attachments[0]).unwrap();
+                    agentix_wire::cbor::from_slice(&event.attachments[0]).unwrap();
                 assert!(items.len() <= 10, "the worker ran past its window");
                 got += items.len() as u64;
                 let ack = if bogus_sent {
@@ -772,7 +772,7 @@ async fn a_frozen_worker_shows_in_health_and_the_default_timeout_ends_calls() {
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
-    agentix_actors::process::signal_pid(pid, libc::SIGCONT);
+    agentix_wire::process::signal_pid(pid, libc::SIGCONT);
     assert_eq!(health["status"], "unresponsive", "{health}");
     assert_eq!(health["worker"]["state"], "unresponsive", "{health}");
     assert!(
@@ -858,7 +858,7 @@ async fn a_host_that_floods_a_frozen_worker_costs_the_server_bounded_memory() {
     tokio::time::sleep(Duration::from_secs(1)).await;
     let grown = support::rss_kib(server).saturating_sub(before);
     let health = sb.health().await.unwrap();
-    agentix_actors::process::signal_pid(worker, libc::SIGCONT);
+    agentix_wire::process::signal_pid(worker, libc::SIGCONT);
     assert!(
         grown < 96 << 10,
         "the server grew by {grown} KiB for a worker that does not read"
@@ -1106,7 +1106,7 @@ async fn an_error_of_any_size_reaches_the_host_cut_to_fit() {
     let start: String = err.message.chars().take(200).collect();
     assert_eq!(err.kind, ErrorKind::Panic, "{start}");
     assert!(
-        err.message.len() <= agentix_actors::errors::MAX_ERROR_TEXT + 64,
+        err.message.len() <= agentix_wire::errors::MAX_ERROR_TEXT + 64,
         "{} bytes",
         err.message.len()
     );

@@ -9,7 +9,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use agentix::ErrorKind;
-use agentix_actors::process::{is_alive, signal_pid};
+use agentix_wire::process::{is_alive, signal_pid};
 use support::{bundle_path, plain_sandbox, wait_until, worker_pid_from_health};
 
 const GONE_WITHIN: Duration = Duration::from_secs(10);

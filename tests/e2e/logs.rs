@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use agentix::{ErrorKind, LogRecord, SandboxConfig};
-use agentix_actors::process::signal_pid;
+use agentix_wire::process::signal_pid;
 use support::{bundle_path, rss_kib, sandbox_with, scratch_dir, wait_until};
 
 type Seen = Arc<Mutex<Vec<LogRecord>>>;
@@ -289,7 +289,7 @@ async fn records_made_while_no_host_listens_are_kept_or_counted() {
     let sb = support::sandbox().await;
     // A client that makes calls but does not listen on /log.
     let mut raw = RawSocket::connect(sb.addr(), sb.token()).await;
-    let args = agentix_actors::cbor::to_vec(&(120_000u64, 0u64, 0u64)).unwrap();
+    let args = agentix_wire::cbor::to_vec(&(120_000u64, 0u64, 0u64)).unwrap();
     raw.emit_binary(
         "call",
         serde_json::json!({"id": 1, "target": "agentix_e2e::chatter", "args": placeholder(0)}),

@@ -263,7 +263,7 @@ async fn log_flooding_server(
 ) -> String {
     use futures_util::SinkExt;
     let record =
-        agentix_actors::log_record::LogRecord::now("INFO", "flood", "y".repeat(record_bytes));
+        agentix_wire::log_record::LogRecord::now("INFO", "flood", "y".repeat(record_bytes));
     let mut cbor = Vec::new();
     ciborium::into_writer(&[record], &mut cbor).unwrap();
     let cbor = bytes::Bytes::from(cbor);

@@ -7,7 +7,7 @@ mod support;
 use std::time::{Duration, Instant};
 
 use agentix::{ErrorKind, Sandbox, SandboxConfig};
-use agentix_actors::process::{is_alive, signal_pid};
+use agentix_wire::process::{is_alive, signal_pid};
 use support::{bundle_path, plain_sandbox, sandbox_with, wait_until, HandStartedServer};
 
 #[tokio::test]

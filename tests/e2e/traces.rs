@@ -358,6 +358,10 @@ async fn two_hosts_in_one_process_see_only_their_own_sandboxes_spans() {
         ("sandbox.step".to_owned(), id_b.clone()),
     ];
     assert_eq!(ended(&seen_b), from_b);
-    assert_eq!(ended(&only_b), from_b[1..], "the sandbox's own, not the host's");
+    assert_eq!(
+        ended(&only_b),
+        from_b[1..],
+        "the sandbox's own, not the host's"
+    );
     assert_eq!(hub_a.refused() + hub_b.refused(), 0);
 }

@@ -277,7 +277,7 @@ async fn a_large_result_waits_for_part_acks_and_never_queues_ahead_of_other_repl
     raw.emit_binary(
         "call",
         json!({"id": 1, "target": "agentix_e2e::make_blob", "args": placeholder(0), "parts": true}),
-        vec![agentix_actors::cbor::to_vec(&(size,)).unwrap()],
+        vec![agentix_wire::cbor::to_vec(&(size,)).unwrap()],
     )
     .await;
     // Unacknowledged, the server sends two parts and no more.
@@ -292,7 +292,7 @@ async fn a_large_result_waits_for_part_acks_and_never_queues_ahead_of_other_repl
     raw.emit_binary(
         "call",
         json!({"id": 2, "target": "agentix_e2e::add", "args": placeholder(0)}),
-        vec![agentix_actors::cbor::to_vec(&(20i64, 22i64)).unwrap()],
+        vec![agentix_wire::cbor::to_vec(&(20i64, 22i64)).unwrap()],
     )
     .await;
     let ev = tokio::time::timeout(Duration::from_secs(20), raw.recv_binary_event())
@@ -335,7 +335,7 @@ async fn a_large_result_waits_for_part_acks_and_never_queues_ahead_of_other_repl
     raw.emit_binary(
         "call",
         json!({"id": 3, "target": "agentix_e2e::make_blob", "args": placeholder(0)}),
-        vec![agentix_actors::cbor::to_vec(&(size,)).unwrap()],
+        vec![agentix_wire::cbor::to_vec(&(size,)).unwrap()],
     )
     .await;
     let ev = raw.recv_binary_event().await.expect("the result");
@@ -351,7 +351,7 @@ async fn arguments_sent_in_parts_by_any_client_arrive_whole_or_fail_their_call()
     let sb = sandbox().await;
     let mut raw = RawSocket::connect(sb.addr(), sb.token()).await;
     let blob = serde_bytes::ByteBuf::from(pattern(3 << 20, 9));
-    let args = agentix_actors::cbor::to_vec(&(blob.clone(),)).unwrap();
+    let args = agentix_wire::cbor::to_vec(&(blob.clone(),)).unwrap();
     let total = args.len();
     let (first, rest) = args.split_at(1 << 20);
     let (second, last) = rest.split_at(1 << 20);
@@ -591,7 +591,7 @@ async fn a_frozen_server_ends_calls_by_ping_timeout() {
     let call = sb.remote(agentix_e2e::sleep_ms, (600_000,));
     let freeze = async {
         tokio::time::sleep(Duration::from_millis(300)).await;
-        agentix_actors::process::signal_pid(server.child.id(), libc::SIGSTOP);
+        agentix_wire::process::signal_pid(server.child.id(), libc::SIGSTOP);
     };
     let started = Instant::now();
     let (outcome, ()) = tokio::time::timeout(Duration::from_secs(15), async {

@@ -717,16 +717,16 @@ pub async fn reply_garbage(id: u64) -> u32 {
             (Value::Text("value".into()), Value::Text("not bytes".into())),
         ]),
     )]);
-    // The pipe's layout (`agentix_actors::codec`): body length, envelope
+    // The pipe's layout (`agentix_wire::codec`): body length, envelope
     // length, envelope; no tail.
-    let envelope = agentix_actors::cbor::to_vec(&bad).unwrap();
+    let envelope = agentix_wire::cbor::to_vec(&bad).unwrap();
     let mut frame = (envelope.len() as u32 + 4).to_be_bytes().to_vec();
     frame.extend_from_slice(&(envelope.len() as u32).to_be_bytes());
     frame.extend_from_slice(&envelope);
     // SAFETY: fd 4 is the worker's frame pipe; ManuallyDrop leaves it open.
     // The frame is far below PIPE_BUF, so its write is atomic.
     let mut pipe = std::mem::ManuallyDrop::new(unsafe {
-        std::fs::File::from_raw_fd(agentix_actors::wire::WORKER_FRAME_OUT_FD)
+        std::fs::File::from_raw_fd(agentix_wire::wire::WORKER_FRAME_OUT_FD)
     });
     let _ = pipe.write_all(&frame);
     tokio::time::sleep(Duration::from_secs(10)).await;

@@ -37,8 +37,8 @@ use tokio_tungstenite::tungstenite::Error as WsError;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::WebSocketStream;
 
-use agentix_actors::part::MAX_SOCKET_MESSAGE_BYTES;
-use agentix_actors::wire::{decode_event, WithAttachments};
+use agentix_wire::part::MAX_SOCKET_MESSAGE_BYTES;
+use agentix_wire::wire::{decode_event, WithAttachments};
 
 use super::error::SioError;
 use super::packet::{self, Decoder, Inbound, RawPayload};
@@ -322,7 +322,7 @@ impl SioClient {
     }
 
     /// Emits `event` with `data` on `ns`; byte fields (`serde_bytes`, an
-    /// [`agentix_actors::wire::Attachment`]) travel as binary attachments.
+    /// [`agentix_wire::wire::Attachment`]) travel as binary attachments.
     /// Waits while the socket cannot take more.
     pub async fn emit<T: Serialize + ?Sized>(
         &self,
@@ -335,7 +335,7 @@ impl SioClient {
     }
 
     /// [`SioClient::emit`] for a payload whose bytes are all
-    /// [`Attachment`](agentix_actors::attachment::Attachment)s (a call, a
+    /// [`Attachment`](agentix_wire::attachment::Attachment)s (a call, a
     /// part): their bytes go out as they are, not copied once more.
     pub async fn emit_attachments<T: Serialize + ?Sized>(
         &self,
@@ -683,9 +683,9 @@ async fn read_loop(
         let inbound = match message {
             Message::Text(text) => decoder.text(text.as_str()),
             Message::Binary(bytes) => {
-                if bytes.len() >= agentix_actors::process::LARGE_BUFFER {
+                if bytes.len() >= agentix_wire::process::LARGE_BUFFER {
                     // Keeps a tuned allocator from trimming mid-flow.
-                    agentix_actors::process::note_large_buffer();
+                    agentix_wire::process::note_large_buffer();
                 }
                 decoder.binary(bytes)
             }

@@ -10,7 +10,7 @@
 //! decodes it), and binary attachments, which are collected here without
 //! being copied.
 
-use agentix_actors::attachment::{to_json_collecting, PART_BYTES};
+use agentix_wire::attachment::{to_json_collecting, PART_BYTES};
 use bytes::Bytes;
 use engineioxide_core::{OpenPacket, Str};
 use serde::Serialize;
@@ -216,7 +216,7 @@ pub(crate) fn encode_event<T: Serialize + ?Sized>(
 }
 
 /// [`encode_event`] for a payload (not a tuple) whose bytes are all
-/// [`Attachment`](agentix_actors::attachment::Attachment)s: their bytes
+/// [`Attachment`](agentix_wire::attachment::Attachment)s: their bytes
 /// become the binary messages as they are, where Socket.IO's serializer
 /// copies each. Bytes of any other type would become JSON numbers.
 pub(crate) fn encode_attachments_event<T: Serialize + ?Sized>(
@@ -253,7 +253,7 @@ fn messages(packet: Packet) -> Vec<Message> {
     header.push_str(&text);
     out.push(Message::text(header));
     // Each at most SPLIT_ABOVE: larger payloads travel as parts (see
-    // agentix_actors::attachment), so no one message fills a write buffer.
+    // agentix_wire::attachment), so no one message fills a write buffer.
     out.extend(attachments.into_iter().map(Message::Binary));
     out
 }
@@ -310,8 +310,8 @@ mod tests {
 
     #[test]
     fn attachments_go_out_as_socketio_sends_them_without_a_copy() {
-        use agentix_actors::attachment::{Attachment, SPLIT_ABOVE};
-        use agentix_actors::wire::{CallEvent, PartEvent};
+        use agentix_wire::attachment::{Attachment, SPLIT_ABOVE};
+        use agentix_wire::wire::{CallEvent, PartEvent};
         let call = |args: Bytes| CallEvent {
             id: 3,
             target: "echo".into(),

@@ -23,10 +23,10 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use actix::prelude::*;
-use agentix_actors::errors::{ErrorKind, RemoteError};
 use agentix_actors::restart_policy::{Restart, RestartPolicy};
 use agentix_actors::supervision::{ChildAddr, ChildGuard};
-use agentix_actors::wire::Frame;
+use agentix_wire::errors::{ErrorKind, RemoteError};
+use agentix_wire::wire::Frame;
 use serde::Serialize;
 
 use crate::call_router::{CallCount, CallRouter, WorkerNews};

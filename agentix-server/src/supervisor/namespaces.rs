@@ -5,16 +5,16 @@
 //! actor (see [`crate::forwarder::register`]).
 
 use actix::prelude::*;
-use agentix_actors::outbox::Outbox;
 use agentix_actors::supervision::{ChildEnded, ChildGuard};
-use agentix_actors::wire::Frame;
+use agentix_wire::outbox::Outbox;
+use agentix_wire::wire::Frame;
 
 use super::{AttachIo, Phase, StopForwarder, WorkerSupervisor};
 use crate::forwarder::{not_forwarded, NamespaceForwarder, StopForwarding, ToHosts, WorkerFrames};
 
 impl WorkerSupervisor {
     pub(super) fn open_namespace(&mut self, path: String, ctx: &mut Context<Self>) {
-        if let Err(why) = agentix_actors::wire::check_plugin_path(&path) {
+        if let Err(why) = agentix_wire::wire::check_plugin_path(&path) {
             tracing::warn!("the worker tried to open a namespace: {why}");
             return;
         }
@@ -68,7 +68,7 @@ impl WorkerSupervisor {
         &mut self,
         path: String,
         event: String,
-        data: agentix_actors::json_text::JsonText,
+        data: agentix_wire::json_text::JsonText,
     ) {
         let Some(forwarder) = self.forwarders.get(&path) else {
             tracing::debug!(

@@ -212,7 +212,7 @@ pub(crate) fn rss_kib(pid: u32) -> u64 {
 /// begin the group stop, and until it runs another thread can still serve
 /// a request that arrives meanwhile.
 pub(crate) async fn freeze(pid: u32) {
-    agentix_actors::process::signal_pid(pid, libc::SIGSTOP);
+    agentix_wire::process::signal_pid(pid, libc::SIGSTOP);
     let all_stopped = || {
         let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
             return false;

@@ -100,11 +100,11 @@ fn write_garbage_once() {
             bytes.extend_from_slice(&[0xff, 0xfe, 0xfd, 0xfc]);
         }
         "stray" => {
-            let frame = agentix_actors::wire::Frame::Result {
+            let frame = agentix_wire::wire::Frame::Result {
                 id: 987_654,
                 value: vec![0xf6].into(),
             };
-            agentix_actors::codec::encode_into(frame, &mut bytes);
+            agentix_wire::codec::encode_into(frame, &mut bytes);
         }
         "oversized" => bytes.extend_from_slice(&0xffff_fff0u32.to_be_bytes()),
         "truncated" => {
@@ -116,7 +116,7 @@ fn write_garbage_once() {
     // SAFETY: fd 4 is the frame pipe the server gave this worker; the
     // ManuallyDrop keeps it open for the worker runtime that claims it next.
     let mut pipe = std::mem::ManuallyDrop::new(unsafe {
-        std::fs::File::from_raw_fd(agentix_actors::wire::WORKER_FRAME_OUT_FD)
+        std::fs::File::from_raw_fd(agentix_wire::wire::WORKER_FRAME_OUT_FD)
     });
     pipe.write_all(&bytes).expect("frame pipe writable");
     if kind == "truncated" {
