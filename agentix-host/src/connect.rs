@@ -11,7 +11,7 @@ use futures_util::future::BoxFuture;
 use crate::connection::RpcConnection;
 
 /// A sandbox's `/rpc` connection, opened on demand, and its call defaults.
-pub trait Connect: Sync {
+pub(crate) trait Connect: Sync {
     /// The live connection, opened (and every namespace joined) if needed.
     fn connection(&self) -> BoxFuture<'_, Result<Arc<RpcConnection>, RemoteError>>;
 

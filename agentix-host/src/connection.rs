@@ -38,7 +38,7 @@ type Outcome = Result<Bytes, RemoteError>;
 
 /// How a connection behaves: limits and liveness checks.
 #[derive(Debug, Clone, Copy)]
-pub struct ConnectionSettings {
+pub(crate) struct ConnectionSettings {
     /// How long connecting and opening each namespace may take.
     pub connect_timeout: Duration,
     /// Largest call payload, in bytes of CBOR.
@@ -59,7 +59,7 @@ impl ConnectionSettings {
 }
 
 /// A live `/rpc` namespace on a sandbox's websocket.
-pub struct RpcConnection {
+pub(crate) struct RpcConnection {
     client: SioClient,
     pending: Arc<Pending>,
     next_id: AtomicU64,
@@ -91,7 +91,7 @@ pub(crate) fn connect_error(endpoint: &Endpoint, what: &str, e: SioError) -> Rem
 impl RpcConnection {
     /// Opens a websocket to `endpoint` and joins `/rpc` on it; the client
     /// is returned too, for the other namespaces to join.
-    pub async fn connect(
+    pub(crate) async fn connect(
         endpoint: &Endpoint,
         settings: ConnectionSettings,
     ) -> Result<Arc<Self>, RemoteError> {
@@ -147,29 +147,29 @@ impl RpcConnection {
     }
 
     /// The websocket this connection runs on.
-    pub fn client(&self) -> &SioClient {
+    pub(crate) fn client(&self) -> &SioClient {
         &self.client
     }
 
     /// Whether calls can still be made on this connection.
-    pub fn is_alive(&self) -> bool {
+    pub(crate) fn is_alive(&self) -> bool {
         self.alive.load(Ordering::Acquire) && !self.client.is_closed()
     }
 
     /// Ends every pending call with `error` and refuses new ones.
-    pub fn fail(&self, error: RemoteError) {
+    pub(crate) fn fail(&self, error: RemoteError) {
         fail_all(&self.pending, &self.alive, &self.lost, error);
     }
 
     /// Calls `target` with CBOR `args`; returns the CBOR result.
-    pub async fn call(self: &Arc<Self>, target: &str, args: Vec<u8>) -> Outcome {
+    pub(crate) async fn call(self: &Arc<Self>, target: &str, args: Vec<u8>) -> Outcome {
         self.call_in_pieces(target, args).await.map(part::join)
     }
 
     /// Like [`RpcConnection::call`], with the result as the pieces it
     /// arrived in (one unless it was large), for a caller that decodes them
     /// without joining them first.
-    pub async fn call_in_pieces(
+    pub(crate) async fn call_in_pieces(
         self: &Arc<Self>,
         target: &str,
         args: Vec<u8>,
@@ -319,7 +319,7 @@ impl RpcConnection {
 
     /// Closes the connection, every namespace on it; pending calls end with
     /// `ConnectionLost`.
-    pub async fn close(&self) {
+    pub(crate) async fn close(&self) {
         let why = "the sandbox was closed";
         self.fail(RemoteError::new(ErrorKind::ConnectionLost, why));
         self.client.disconnect(SioError::Lost(why.into())).await;
@@ -328,7 +328,7 @@ impl RpcConnection {
     /// Like [`RpcConnection::close`], without waiting (for `Drop`): the
     /// server sees the disconnect and cancels this host's calls, including
     /// streams whose readers are still alive.
-    pub fn close_in_background(&self, why: &str) {
+    pub(crate) fn close_in_background(&self, why: &str) {
         self.fail(RemoteError::new(ErrorKind::ConnectionLost, why));
         self.client
             .disconnect_in_background(SioError::Lost(why.into()));

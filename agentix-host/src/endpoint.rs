@@ -16,7 +16,7 @@ use crate::sio::server_stream::ServerStream;
 
 /// Where a sandbox server listens and the token it wants.
 #[derive(Debug, Clone)]
-pub struct Endpoint {
+pub(crate) struct Endpoint {
     /// `host:port` of the server.
     pub addr: String,
     /// A Unix socket the same server also listens on, which this host
@@ -29,7 +29,7 @@ pub struct Endpoint {
 /// A server's Unix socket on the host's machine, and the server process
 /// that must be at its other end.
 #[derive(Debug, Clone)]
-pub struct LocalSocket {
+pub(crate) struct LocalSocket {
     /// `unix:PATH`.
     pub addr: String,
     /// The server's process id.

@@ -40,7 +40,7 @@ fn keeper_count() -> usize {
 /// threads stop when the last clone (a process started on them included)
 /// is dropped.
 #[derive(Clone, Default)]
-pub struct Keepers {
+pub(crate) struct Keepers {
     threads: Arc<OnceLock<KeeperThreads>>,
 }
 
@@ -99,7 +99,7 @@ fn start_keeper(n: usize) -> io::Result<(Handle, oneshot::Sender<()>)> {
 
 /// A child process the keeper started and watches.
 #[derive(Clone)]
-pub struct KeptProcess {
+pub(crate) struct KeptProcess {
     /// Its process id (it leads its own process group).
     pub pid: u32,
     exited: watch::Receiver<Option<String>>,
@@ -122,12 +122,12 @@ impl std::fmt::Debug for KeptProcess {
 
 impl KeptProcess {
     /// How it ended ("exit status 1", "killed by signal 9"), once it has.
-    pub fn exit_status(&self) -> Option<String> {
+    pub(crate) fn exit_status(&self) -> Option<String> {
         self.exited.borrow().clone()
     }
 
     /// Waits until it has exited; returns how.
-    pub async fn wait(&self) -> String {
+    pub(crate) async fn wait(&self) -> String {
         let mut rx = self.exited.clone();
         let status = match rx.wait_for(Option::is_some).await {
             Ok(status) => status.clone().unwrap_or_default(),
@@ -138,7 +138,7 @@ impl KeptProcess {
 
     /// Asks it to stop with SIGTERM, then kills its process group after
     /// `grace`; runs `after` once it is gone. Does not block the caller.
-    pub fn terminate(&self, grace: Duration, after: impl FnOnce() + Send + 'static) {
+    pub(crate) fn terminate(&self, grace: Duration, after: impl FnOnce() + Send + 'static) {
         process::signal_pid(self.pid, libc::SIGTERM);
         let this = self.clone();
         self.home.spawn(async move {
@@ -158,7 +158,7 @@ impl KeptProcess {
 ///
 /// Returns the process and the first line it prints on stdout (its ready
 /// line), or `None` if it closed stdout or exited before printing one.
-pub async fn start(
+pub(crate) async fn start(
     keepers: &Keepers,
     mut cmd: tokio::process::Command,
     stdin: Vec<u8>,

@@ -26,7 +26,7 @@
 //! - [`connection`]: `/rpc` on that websocket and its pending calls;
 //!   [`connect`]: what calls need of a sandbox (so they sit below it).
 //! - `health`: `GET /health` over plain HTTP/1.
-//! - `side_listener`: joining `/log` or `/trace`, batches handled off the receive path.
+//! - `relay_listener`: joining `/log` or `/trace`, batches handled off the receive path.
 //! - [`log_replay`]: `/log`, sandbox records replayed into the host's logging;
 //!   [`log_sink`]: the same records to a sink actor.
 //! - [`namespace`]: plugin namespaces, host half: handlers and request handlers;
@@ -37,45 +37,45 @@
 //! Works from a plain `#[tokio::main]`: no actix system is needed on the host
 //! (its actors run on a background arbiter then).
 
-pub mod call;
+mod call;
 pub(crate) mod cgroup_limits;
-pub mod config;
-pub mod connect;
-pub mod connection;
-pub mod container_settings;
-pub mod endpoint;
+mod config;
+mod connect;
+mod connection;
+mod container_settings;
+mod endpoint;
 pub mod fd_limit;
 mod health;
-pub mod host_half;
-pub mod isolation;
-pub mod keeper;
-pub mod local;
-pub mod log_replay;
-pub mod log_sink;
-pub mod logging;
-pub mod namespace;
+mod host_half;
+mod isolation;
+mod keeper;
+mod local;
+mod log_replay;
+mod log_sink;
+mod logging;
+mod namespace;
 pub mod namespace_budget;
 pub mod owner;
 mod pending_calls;
 pub(crate) mod port_forward;
-pub mod provider;
-pub mod provider_error;
-pub mod provider_registry;
+mod provider;
+mod provider_error;
+mod provider_registry;
+mod relay_listener;
 mod rpc_routes;
-pub mod sandbox;
+mod sandbox;
 pub mod sandbox_actor;
-pub mod sandbox_info;
-pub mod sandbox_limits;
+mod sandbox_info;
+mod sandbox_limits;
 pub mod sandbox_marker;
-pub mod sandbox_registry;
-pub mod sandbox_resources;
+mod sandbox_registry;
+mod sandbox_resources;
 pub mod sandbox_supervisor;
 pub mod sandbox_user;
 pub mod secret;
-mod side_listener;
-pub mod sio;
-pub mod stream;
-pub mod trace_replay;
+mod sio;
+mod stream;
+mod trace_replay;
 
 pub use call::Call;
 pub use config::{SandboxConfig, BASE_ENV};

@@ -58,7 +58,7 @@ use crate::secret::random_hex;
 const STOP_GRACE: Duration = Duration::from_secs(7);
 
 /// The provider's name in markers and the provider registry.
-pub const PROVIDER_NAME: &str = "local";
+pub(crate) const PROVIDER_NAME: &str = "local";
 
 /// Room for a path in a Unix socket address (`sun_path`, with its NUL).
 const MAX_SOCKET_PATH: usize = 108;

@@ -14,11 +14,11 @@ use agentix_wire::log_record::LogRecord;
 use agentix_wire::wire::{LogsEvent, EVENT_RECORDS, LOG_NAMESPACE};
 
 use crate::endpoint::Endpoint;
-use crate::side_listener;
+use crate::relay_listener;
 use crate::sio::SioClient;
 
 /// Module path replayed records carry, which tells them from host records.
-pub const REPLAY_MODULE: &str = "agentix::sandbox";
+pub(crate) const REPLAY_MODULE: &str = "agentix::sandbox";
 
 /// A callback that sees every record of a sandbox: `(sandbox id, record)`.
 pub type LogTap = Arc<dyn Fn(&str, &LogRecord) + Send + Sync>;
@@ -30,7 +30,7 @@ pub(crate) async fn listen(
     sandbox_id: Arc<str>,
     tap: Option<LogTap>,
 ) -> Result<(), RemoteError> {
-    side_listener::listen(
+    relay_listener::listen(
         client,
         endpoint,
         LOG_NAMESPACE,
@@ -57,7 +57,7 @@ pub(crate) async fn listen(
 }
 
 /// Logs `record` through the `log` facade under its own target.
-pub fn replay(sandbox_id: &str, record: &LogRecord) {
+pub(crate) fn replay(sandbox_id: &str, record: &LogRecord) {
     let level = match record.level.as_str() {
         "ERROR" => log::Level::Error,
         "WARN" => log::Level::Warn,

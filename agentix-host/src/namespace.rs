@@ -62,7 +62,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::connection::connect_error;
 use crate::endpoint::Endpoint;
-pub use crate::namespace_budget::OVERLOADED;
+pub(crate) use crate::namespace_budget::OVERLOADED;
 use crate::namespace_budget::{NamespaceBudget, NamespaceLoad};
 use crate::sio::{Delivery, Incoming, SioClient};
 
@@ -112,7 +112,7 @@ impl<B> WithAttachments for RequestEnvelope<B> {
 }
 
 /// The error type of a request whose body the handler's type cannot hold.
-pub use agentix_actors::protocol::BAD_REQUEST;
+pub(crate) use agentix_actors::protocol::BAD_REQUEST;
 
 /// The request id of a request whose body did not decode, if it has one.
 fn unreadable_request_id(incoming: Incoming) -> Option<Value> {
@@ -738,7 +738,7 @@ impl Drop for Answer {
 }
 
 /// Requests one actor may have in flight before new ones are refused.
-pub const ACTOR_REQUESTS_IN_FLIGHT: usize = 256;
+pub(crate) const ACTOR_REQUESTS_IN_FLIGHT: usize = 256;
 
 impl HostNamespace {
     /// Hands `events` to the actor behind `actor`, in the order they

@@ -13,10 +13,10 @@
 //! - [`error`]: [`SioError`], why a connection failed.
 //! - [`server_stream`]: TCP or a Unix socket, as the server's address says.
 
-pub mod client;
-pub mod error;
+pub(crate) mod client;
+pub(crate) mod error;
 mod packet;
-pub mod server_stream;
+pub(crate) mod server_stream;
 
-pub use client::{ClientSettings, Delivery, Handler, Incoming, SioClient};
-pub use error::SioError;
+pub(crate) use client::{ClientSettings, Delivery, Handler, Incoming, SioClient};
+pub(crate) use error::SioError;

@@ -13,7 +13,7 @@ use agentix_wire::errors::RemoteError;
 use agentix_wire::wire::{TracesEvent, EVENT_TRACE_EVENTS, TRACE_NAMESPACE};
 
 use crate::endpoint::Endpoint;
-use crate::side_listener;
+use crate::relay_listener;
 use crate::sio::SioClient;
 
 /// Joins `/trace` on `client`; events go to `hub`.
@@ -23,7 +23,7 @@ pub(crate) async fn listen(
     sandbox_id: Arc<str>,
     hub: TraceHub,
 ) -> Result<(), RemoteError> {
-    side_listener::listen(
+    relay_listener::listen(
         client,
         endpoint,
         TRACE_NAMESPACE,

@@ -9,7 +9,7 @@ use socketioxide::extract::TryData;
 /// The token hosts must present; `None` accepts everyone (only with
 /// `--insecure-no-auth`).
 #[derive(Clone)]
-pub struct Token(Option<Arc<Expected>>);
+pub(crate) struct Token(Option<Arc<Expected>>);
 
 /// The token as a keyed digest: comparing digests of equal length takes
 /// the same time whatever was presented, and reveals nothing of the
@@ -28,7 +28,7 @@ impl Expected {
 
 /// Why a request was turned away.
 #[derive(Debug, thiserror::Error)]
-pub enum AuthError {
+pub(crate) enum AuthError {
     /// No token was presented.
     #[error("auth rejected: no sandbox token presented")]
     Missing,
@@ -39,7 +39,7 @@ pub enum AuthError {
 
 impl Token {
     /// Requires `token` when it is `Some`.
-    pub fn new(token: Option<String>) -> Self {
+    pub(crate) fn new(token: Option<String>) -> Self {
         Token(token.map(|token| {
             let key = std::collections::hash_map::RandomState::new();
             let mut expected = Expected { key, digest: 0 };
@@ -50,7 +50,7 @@ impl Token {
 
     /// Accepts `presented` if it is the token, in time independent of the
     /// token.
-    pub fn check(&self, presented: Option<&str>) -> Result<(), AuthError> {
+    pub(crate) fn check(&self, presented: Option<&str>) -> Result<(), AuthError> {
         let Some(expected) = &self.0 else {
             return Ok(());
         };
@@ -65,7 +65,7 @@ impl Token {
 
 /// Socket.IO connect middleware: the namespace's handlers and its connect
 /// ack only follow a valid token.
-pub fn auth_middleware(
+pub(crate) fn auth_middleware(
     token: Token,
 ) -> impl FnOnce(TryData<Value>) -> std::future::Ready<Result<(), AuthError>>
        + Clone

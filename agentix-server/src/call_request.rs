@@ -12,12 +12,12 @@ use serde_json::Value;
 /// The longest target name a call may give: wire names are module paths
 /// plus a function name, and searching for close matches of a longer one
 /// would only cost the worker time.
-pub const MAX_TARGET_BYTES: usize = 512;
+pub(crate) const MAX_TARGET_BYTES: usize = 512;
 
 /// A well-formed call: the host's id, the target, CBOR arguments, and the
 /// window if it is a streaming call.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CallRequest {
+pub(crate) struct CallRequest {
     /// The host's call id.
     pub id: u64,
     /// Remote function name.
@@ -36,7 +36,7 @@ impl CallRequest {
     /// Decodes a `call` event payload (its JSON and the binary frames that
     /// followed it), or gives the `call:error` to send back: it carries the
     /// event's id when one could be read, else 0.
-    pub fn parse(data: Value, frames: Vec<Bytes>) -> Result<CallRequest, ErrorEvent> {
+    pub(crate) fn parse(data: Value, frames: Vec<Bytes>) -> Result<CallRequest, ErrorEvent> {
         let id = data.get("id").and_then(Value::as_u64);
         if !data.is_object() {
             // serde would also take `[id, target, args]`; one shape is enough.

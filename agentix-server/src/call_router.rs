@@ -155,7 +155,7 @@ enum Phase {
 /// before a host's new call is refused `Degraded` and its cancels and acks
 /// wait for room: hosts' traffic goes through it with `try_send` or
 /// `send`, never `do_send`, which ignores the bound.
-pub const ROUTER_MAILBOX: usize = 4_096;
+pub(crate) const ROUTER_MAILBOX: usize = 4_096;
 
 /// Holds every call, queued or in flight, and routes it to the worker.
 pub struct CallRouter {

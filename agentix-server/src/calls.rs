@@ -23,7 +23,7 @@ use tokio::sync::{mpsc, oneshot};
 
 /// How a unary call ends: its CBOR value, in the pieces it arrived in
 /// (`agentix_wire::part`), or an error.
-pub type Outcome = Result<Vec<Bytes>, RemoteError>;
+pub(crate) type Outcome = Result<Vec<Bytes>, RemoteError>;
 
 /// What a streaming call delivers, in order; `End` or `Error` comes last.
 #[derive(Debug)]
@@ -120,7 +120,7 @@ fn frame_name(frame: &Frame) -> &'static str {
 
 /// What delivering a batch of stream items found.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Delivery {
+pub(crate) enum Delivery {
     /// Passed on to the host.
     Delivered,
     /// No such call (it ended or was cancelled); the items are dropped.
@@ -132,7 +132,7 @@ pub enum Delivery {
 
 /// What receiving a part of a result found.
 #[derive(Debug)]
-pub enum PartDelivery {
+pub(crate) enum PartDelivery {
     /// Kept until the result's last piece.
     Kept,
     /// No such call (it ended or was cancelled); the part is dropped.
@@ -178,7 +178,7 @@ struct InFlight {
 }
 
 /// What cancelling a call found.
-pub enum Cancelled {
+pub(crate) enum Cancelled {
     /// It was still queued; here is its reply.
     Queued(Reply),
     /// It was running in the worker under this id; here is its reply.
@@ -189,7 +189,7 @@ pub enum Cancelled {
 
 /// The call router's table of calls.
 #[derive(Default)]
-pub struct CallTable {
+pub(crate) struct CallTable {
     next_id: u64,
     inflight: HashMap<u64, InFlight>,
     by_origin: HashMap<Origin, u64>,
@@ -198,7 +198,7 @@ pub struct CallTable {
 
 impl CallTable {
     /// An empty table whose worker call ids start after `last_id`.
-    pub fn starting_after(last_id: u64) -> Self {
+    pub(crate) fn starting_after(last_id: u64) -> Self {
         CallTable {
             next_id: last_id,
             ..CallTable::default()
@@ -206,33 +206,34 @@ impl CallTable {
     }
 
     /// Calls queued or in flight.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.inflight.len() + self.queued.len()
     }
 
     /// Whether no call is queued or in flight.
-    pub fn is_empty(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
     /// Whether `origin` already has a call queued or in flight.
-    pub fn contains(&self, origin: Origin) -> bool {
+    pub(crate) fn contains(&self, origin: Origin) -> bool {
         self.by_origin.contains_key(&origin) || self.queued.iter().any(|c| c.origin == origin)
     }
 
     /// Keeps `call` until a worker is ready.
-    pub fn queue(&mut self, call: NewCall) {
+    pub(crate) fn queue(&mut self, call: NewCall) {
         self.queued.push_back(call);
     }
 
     /// Takes every queued call, oldest first.
-    pub fn take_queued(&mut self) -> Vec<NewCall> {
+    pub(crate) fn take_queued(&mut self) -> Vec<NewCall> {
         self.queued.drain(..).collect()
     }
 
     /// Records `call` as in flight and returns the frames that start it:
     /// the parts of its arguments, if they came in parts, then the call.
-    pub fn start(&mut self, call: NewCall) -> Vec<Frame> {
+    pub(crate) fn start(&mut self, call: NewCall) -> Vec<Frame> {
         self.next_id += 1;
         let id = self.next_id;
         self.by_origin.insert(call.origin, id);
@@ -270,7 +271,7 @@ impl CallTable {
 
     /// Keeps a part of worker call `id`'s result, of `total` bytes in all,
     /// if that is within `max`.
-    pub fn deliver_part(&mut self, id: u64, total: u64, bytes: Bytes, max: usize) -> PartDelivery {
+    pub(crate) fn deliver_part(&mut self, id: u64, total: u64, bytes: Bytes, max: usize) -> PartDelivery {
         let Some(call) = self.inflight.get_mut(&id) else {
             return PartDelivery::Unknown;
         };
@@ -299,7 +300,7 @@ impl CallTable {
     }
 
     /// Passes stream items of worker call `id` on, checking its window.
-    pub fn deliver(&mut self, id: u64, items: Vec<ByteBuf>) -> Delivery {
+    pub(crate) fn deliver(&mut self, id: u64, items: Vec<ByteBuf>) -> Delivery {
         let Some(call) = self.inflight.get_mut(&id) else {
             return Delivery::Unknown;
         };
@@ -329,7 +330,7 @@ impl CallTable {
     /// what the worker has sent and the host not yet acknowledged: a host
     /// that acks more than it got must not give the worker credit past its
     /// window.
-    pub fn ack(&mut self, origin: Origin, items: u64, bytes: u64) -> Option<(u64, u64, u64)> {
+    pub(crate) fn ack(&mut self, origin: Origin, items: u64, bytes: u64) -> Option<(u64, u64, u64)> {
         let id = *self.by_origin.get(&origin)?;
         let call = self.inflight.get_mut(&id)?;
         let items = items.min(call.outstanding.0);
@@ -340,13 +341,13 @@ impl CallTable {
     }
 
     /// Removes the call with worker id `id`; `None` if it already ended.
-    pub fn finish(&mut self, id: u64) -> Option<Reply> {
+    pub(crate) fn finish(&mut self, id: u64) -> Option<Reply> {
         self.end(id).map(|(reply, _)| reply)
     }
 
     /// Ends worker call `id` with its terminal `frame`; false if it
     /// already ended.
-    pub fn finish_with(&mut self, id: u64, frame: Frame) -> bool {
+    pub(crate) fn finish_with(&mut self, id: u64, frame: Frame) -> bool {
         match self.end(id) {
             Some((reply, parts)) => {
                 reply.finish_with(frame, parts);
@@ -363,7 +364,7 @@ impl CallTable {
     }
 
     /// Removes the call `origin` asked for.
-    pub fn cancel(&mut self, origin: Origin) -> Cancelled {
+    pub(crate) fn cancel(&mut self, origin: Origin) -> Cancelled {
         if let Some(id) = self.by_origin.remove(&origin) {
             let call = self.inflight.remove(&id).expect("indexes agree");
             return Cancelled::InFlight(id, call.reply);
@@ -375,7 +376,7 @@ impl CallTable {
     }
 
     /// Every call of `socket`, queued or in flight.
-    pub fn origins_of(&self, socket: Sid) -> Vec<Origin> {
+    pub(crate) fn origins_of(&self, socket: Sid) -> Vec<Origin> {
         let inflight = self.by_origin.keys().filter(|o| o.socket == socket);
         let queued = self.queued.iter().map(|c| &c.origin);
         inflight
@@ -385,14 +386,14 @@ impl CallTable {
     }
 
     /// Removes every in-flight call, with its worker call id.
-    pub fn take_inflight(&mut self) -> Vec<(u64, Reply)> {
+    pub(crate) fn take_inflight(&mut self) -> Vec<(u64, Reply)> {
         self.by_origin.clear();
         self.inflight.drain().map(|(id, c)| (id, c.reply)).collect()
     }
 
     /// Ends every call, in flight or queued, with `error` (nothing is left
     /// to answer them).
-    pub fn fail_all(&mut self, error: &RemoteError) {
+    pub(crate) fn fail_all(&mut self, error: &RemoteError) {
         for (_, reply) in self.take_inflight() {
             reply.fail(error.clone());
         }

@@ -12,7 +12,7 @@
 //! appends to that file itself. The relay sends each batch to every host in
 //! its namespace, in order, without decoding it. A host acknowledges each
 //! batch and may be at most a few batches behind (see
-//! [`crate::side_credits`]), so sending to a slow host waits. The handler
+//! [`crate::relay_credits`]), so sending to a slow host waits. The handler
 //! that sends is atomic (the next batch waits for it) and the mailbox holds
 //! [`QUEUE`] batches, so a slow host makes the side pipe's reader wait,
 //! which fills the worker's pipe, which makes the worker's logging wait:
@@ -38,8 +38,8 @@ use agentix_wire::wire::{
 use socketioxide::SocketIo;
 
 use crate::emit::emit;
+use crate::relay_credits::{Credit, RelayCredits};
 use crate::server_child::ServerChild;
-use crate::side_credits::{Credit, SideCredits};
 
 // ---- messages ------------------------------------------------------------
 
@@ -66,10 +66,10 @@ pub struct StopRelay;
 // ---- the actor -----------------------------------------------------------
 
 /// Items (records or trace events) kept per channel while no host listens.
-pub const BACKLOG: usize = 100_000;
+pub(crate) const BACKLOG: usize = 100_000;
 
 /// Batches waiting in a relay's mailbox before senders wait.
-pub const QUEUE: usize = 4;
+pub(crate) const QUEUE: usize = 4;
 
 /// Which side channel a relay carries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -85,7 +85,7 @@ pub struct ChannelRelay {
     /// Out only while a delivery (which owns it) runs: handlers are atomic.
     channel: Option<Channel>,
     io: Option<SocketIo>,
-    credits: SideCredits,
+    credits: RelayCredits,
     _guard: ChildGuard<ServerChild>,
 }
 
@@ -96,7 +96,7 @@ impl ChannelRelay {
     pub fn start(
         kind: SideChannelKind,
         io: Option<SocketIo>,
-        credits: SideCredits,
+        credits: RelayCredits,
         guard: ChildGuard<ServerChild>,
     ) -> Addr<Self> {
         let channel = match kind {
@@ -204,7 +204,7 @@ impl Channel {
     async fn report_missed(
         &self,
         host: &socketioxide::extract::SocketRef,
-        credits: &SideCredits,
+        credits: &RelayCredits,
     ) -> Credit {
         let missed = credits.take_unreported(host.id);
         if missed == 0 {
@@ -220,7 +220,7 @@ impl Channel {
             format!(
                 "{missed} log records were not sent to this listener: it stopped \
                  acknowledging for {:?}; the sandbox's log file has them",
-                crate::side_credits::LAG_LIMIT
+                crate::relay_credits::LAG_LIMIT
             ),
         );
         (self.wrap)(SideBatch::encode(&[notice]))
@@ -245,7 +245,7 @@ impl Channel {
     async fn deliver(
         &mut self,
         io: Option<&SocketIo>,
-        credits: &SideCredits,
+        credits: &RelayCredits,
         batch: Option<SideBatch>,
     ) {
         let hosts = io

@@ -13,16 +13,16 @@ use std::sync::Arc;
 /// Bytes one connection has written so far; cheap to clone, shared by the
 /// connection and whoever watches it.
 #[derive(Clone, Debug, Default)]
-pub struct ConnectionWrites(Arc<AtomicU64>);
+pub(crate) struct ConnectionWrites(Arc<AtomicU64>);
 
 impl ConnectionWrites {
     /// Counts `bytes` more written.
-    pub fn add(&self, bytes: usize) {
+    pub(crate) fn add(&self, bytes: usize) {
         self.0.fetch_add(bytes as u64, Ordering::Relaxed);
     }
 
     /// Bytes written since the connection was accepted.
-    pub fn total(&self) -> u64 {
+    pub(crate) fn total(&self) -> u64 {
         self.0.load(Ordering::Relaxed)
     }
 }

@@ -12,7 +12,7 @@ use socketioxide::{SendError, SocketError};
 
 /// Emits `data`, waiting while the socket's send queue is full: a reply is
 /// never dropped while the socket is connected.
-pub async fn emit<T: Serialize + ?Sized>(s: &SocketRef, event: &str, data: &T) {
+pub(crate) async fn emit<T: Serialize + ?Sized>(s: &SocketRef, event: &str, data: &T) {
     let mut backoff = Duration::from_micros(200);
     loop {
         match s.emit(event, data) {
@@ -31,7 +31,7 @@ pub async fn emit<T: Serialize + ?Sized>(s: &SocketRef, event: &str, data: &T) {
 
 /// Emits `data` like [`emit`], but gives up once the socket's send queue
 /// has stayed full for `patience`; says whether the event went out.
-pub async fn emit_within<T: Serialize + ?Sized>(
+pub(crate) async fn emit_within<T: Serialize + ?Sized>(
     s: &SocketRef,
     event: &str,
     data: &T,

@@ -233,11 +233,11 @@ impl NamespaceForwarder {
 
 /// Frames waiting in a worker's outbox past which hosts' plugin events
 /// (which nobody waits for) are dropped.
-pub const HOST_EVENTS_WAIT_PAST: usize = 8_192;
+pub(crate) const HOST_EVENTS_WAIT_PAST: usize = 8_192;
 
 /// Payload bytes waiting in a worker's outbox past which hosts' plugin
 /// events are dropped: the count alone would let 8,192 large events wait.
-pub const HOST_EVENT_BYTES_WAIT_PAST: usize = 8 << 20;
+pub(crate) const HOST_EVENT_BYTES_WAIT_PAST: usize = 8 << 20;
 
 impl Handler<StopForwarding> for NamespaceForwarder {
     type Result = ();
@@ -266,18 +266,18 @@ impl Handler<HostEvent> for NamespaceForwarder {
 /// Worker events waiting for their hosts; past this new ones are dropped
 /// (counted) rather than held. Large, because the worker can hand over a
 /// burst before the pump (on the same arbiter) runs at all.
-pub const FORWARDER_MAILBOX: usize = 65_536;
+pub(crate) const FORWARDER_MAILBOX: usize = 65_536;
 
 /// Bytes of worker events waiting for their hosts past which new ones are
 /// dropped (counted): counted in events alone, a queue of 4 KiB events
 /// for a host that reads nothing would hold 256 MiB. One event of any
 /// size still passes when nothing waits.
-pub const FORWARDER_QUEUE_BYTES: usize = 8 << 20;
+pub(crate) const FORWARDER_QUEUE_BYTES: usize = 8 << 20;
 
 /// How long a host's full socket is waited for before the host counts as
 /// lagging: events for it are then dropped (counted) until its socket has
 /// room again, so a host that does not read holds nobody else up.
-pub const LAG_PATIENCE: std::time::Duration = std::time::Duration::from_secs(1);
+pub(crate) const LAG_PATIENCE: std::time::Duration = std::time::Duration::from_secs(1);
 
 impl Actor for NamespaceForwarder {
     type Context = Context<Self>;
@@ -331,7 +331,7 @@ impl Handler<ToHosts> for NamespaceForwarder {
 /// Counts a worker event on `path` that its hosts are too far behind to
 /// be given; if it was a request, returns the `HostBehind` reply the
 /// worker gets instead (it must not wait out its timeout).
-pub fn not_forwarded(
+pub(crate) fn not_forwarded(
     counts: &ForwarderCounts,
     path: &str,
     event: &str,
@@ -459,7 +459,7 @@ impl ToHostsPump {
 
 /// Accepts hosts on any path that is not a core namespace and passes their
 /// events to the path's forwarder, found in `forwarders`.
-pub fn register(io: &SocketIo, forwarders: Forwarders, token: Token) {
+pub(crate) fn register(io: &SocketIo, forwarders: Forwarders, token: Token) {
     // Attached before the connect ack (see `crate::rpc` for why).
     let attach_handlers = move |s: SocketRef| {
         let forwarders = forwarders.clone();

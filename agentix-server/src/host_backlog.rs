@@ -21,11 +21,11 @@ use crate::connection_writes::ConnectionWrites;
 
 /// Bytes of plugin events a host's socket may hold unwritten before new
 /// ones for it are dropped (counted, as for a lagging host).
-pub const HOST_SOCKET_EVENT_BYTES: u64 = 8 << 20;
+pub(crate) const HOST_SOCKET_EVENT_BYTES: u64 = 8 << 20;
 
 /// The plugin-event bytes each host's socket may hold, by socket.
 #[derive(Default)]
-pub struct HostBacklogs {
+pub(crate) struct HostBacklogs {
     hosts: HashMap<Sid, Backlog>,
 }
 
@@ -43,7 +43,7 @@ impl HostBacklogs {
     /// Whether `host` may be handed an event of `bytes` now: yes while less
     /// than [`HOST_SOCKET_EVENT_BYTES`] may wait in its socket (one event of
     /// any size passes when nothing waits).
-    pub fn admits(&mut self, host: &SocketRef, bytes: usize) -> bool {
+    pub(crate) fn admits(&mut self, host: &SocketRef, bytes: usize) -> bool {
         let backlog = self
             .hosts
             .entry(host.id)
@@ -59,14 +59,14 @@ impl HostBacklogs {
     }
 
     /// Records that `host` was handed an event of `bytes`.
-    pub fn handed(&mut self, host: &SocketRef, bytes: usize) {
+    pub(crate) fn handed(&mut self, host: &SocketRef, bytes: usize) {
         if let Some(backlog) = self.hosts.get_mut(&host.id) {
             backlog.waiting += bytes as u64;
         }
     }
 
     /// Forgets the hosts not among `hosts` (gone since).
-    pub fn keep_only(&mut self, hosts: &[SocketRef]) {
+    pub(crate) fn keep_only(&mut self, hosts: &[SocketRef]) {
         if self.hosts.len() > hosts.len() {
             self.hosts
                 .retain(|sid, _| hosts.iter().any(|host| host.id == *sid));

@@ -21,14 +21,14 @@ use hyper::{Method, Request, Response, StatusCode};
 use serde_json::json;
 
 use crate::auth::Token;
-use crate::side_credits::SideCredits;
+use crate::relay_credits::RelayCredits;
 use crate::supervisor::{ReportHealth, WorkerSupervisor};
 
 /// The routes Socket.IO does not handle.
 #[derive(Clone)]
-pub struct HttpRoutes {
+pub(crate) struct HttpRoutes {
     supervisor: ChildAddr<WorkerSupervisor>,
-    credits: SideCredits,
+    credits: RelayCredits,
     token: Token,
     started: Instant,
 }
@@ -36,9 +36,9 @@ pub struct HttpRoutes {
 impl HttpRoutes {
     /// Routes answering from `supervisor`'s and the side channels' state
     /// (`credits`), guarded by `token`.
-    pub fn new(
+    pub(crate) fn new(
         supervisor: ChildAddr<WorkerSupervisor>,
-        credits: SideCredits,
+        credits: RelayCredits,
         token: Token,
     ) -> Self {
         HttpRoutes {
@@ -106,7 +106,7 @@ impl HttpRoutes {
 
 /// The token of an `Authorization: Bearer <token>` header (the scheme
 /// is case-insensitive, as HTTP says).
-pub fn presented_token<B>(req: &Request<B>) -> Option<&str> {
+pub(crate) fn presented_token<B>(req: &Request<B>) -> Option<&str> {
     let value = req
         .headers()
         .get(hyper::header::AUTHORIZATION)?

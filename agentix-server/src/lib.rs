@@ -22,9 +22,9 @@
 //! - [`rpc`]: the `/rpc` Socket.IO namespace.
 //! - [`forwarder`]: plugin namespaces, forwarded both ways without knowing their events.
 //! - [`channel_relay`]: the `ChannelRelay` actors, one carrying `/log` and one
-//!   `/trace` to hosts; [`side_relay`]: the handle the worker's pumps send through.
-//! - [`side_credits`]: how far behind each host may be on the side channels.
-//! - [`side_namespaces`]: the `/log` and `/trace` namespaces hosts listen on.
+//!   `/trace` to hosts; [`relays`]: the handle the worker's pumps send through.
+//! - [`relay_credits`]: how far behind each host may be on the side channels.
+//! - [`log_trace_namespaces`]: the `/log` and `/trace` namespaces hosts listen on.
 //! - [`http`]: `/health`, the token gate and the listener.
 //! - [`listener`]: a TCP port or a Unix socket to take connections on;
 //!   [`stall_limit`]: a connection that gives up on a peer taking no bytes;
@@ -48,40 +48,40 @@
 //! └── ChannelRelay × 2             /log and /trace to hosts
 //! ```
 
-pub mod auth;
-pub mod call_request;
-pub mod call_router;
-pub mod calls;
-pub mod channel_relay;
-pub mod config;
-pub mod connection_writes;
-pub mod emit;
-pub mod forwarder;
-pub mod host_backlog;
-pub mod http;
+mod auth;
+mod call_request;
+mod call_router;
+mod calls;
+mod channel_relay;
+mod config;
+mod connection_writes;
+mod emit;
+mod forwarder;
+mod host_backlog;
+mod http;
 pub mod init_process;
 pub mod isolation;
-pub mod listener;
-pub mod loopback;
-pub mod oom_kills;
-pub mod raw_event;
-pub mod rpc;
-pub mod serve;
-pub mod server;
+mod listener;
+mod log_trace_namespaces;
+mod loopback;
+mod oom_kills;
+mod raw_event;
+mod relay_credits;
+mod relays;
+mod rpc;
+mod serve;
+mod server;
 pub mod server_child;
 pub mod server_supervisor;
-pub mod side_credits;
-pub mod side_namespaces;
-pub mod side_relay;
-pub mod stall_limit;
-pub mod supervisor;
+mod stall_limit;
+mod supervisor;
 pub mod syscall_filter;
-pub mod upgrade_gate;
-pub mod worker;
-pub mod worker_pipes;
-pub mod worker_process;
+mod upgrade_gate;
+mod worker;
+mod worker_pipes;
+mod worker_process;
 
-pub use config::ServerConfig;
+pub use config::{ServerConfig, DEFAULT_MAX_MESSAGE_BYTES, ENV_TOKEN};
 pub use serve::run;
 pub use server::{Server, StartError};
 pub use server_supervisor::ServerSupervisor;

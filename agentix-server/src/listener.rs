@@ -16,7 +16,7 @@ use tokio::net::{TcpListener, UnixListener};
 use crate::stall_limit::StallLimit;
 
 /// A bound listening socket.
-pub enum Listener {
+pub(crate) enum Listener {
     /// A TCP port.
     Tcp(TcpListener),
     /// A Unix socket at this path.
@@ -24,12 +24,12 @@ pub enum Listener {
 }
 
 /// One accepted connection, as hyper serves it.
-pub trait Connection: AsyncRead + AsyncWrite + Unpin + Send + 'static {}
+pub(crate) trait Connection: AsyncRead + AsyncWrite + Unpin + Send + 'static {}
 impl<T: AsyncRead + AsyncWrite + Unpin + Send + 'static> Connection for T {}
 
 impl Listener {
     /// Binds the Unix socket `unix` if given, else `host:port`.
-    pub async fn bind(host: IpAddr, port: u16, unix: Option<&Path>) -> Result<Listener, String> {
+    pub(crate) async fn bind(host: IpAddr, port: u16, unix: Option<&Path>) -> Result<Listener, String> {
         match unix {
             Some(path) => Listener::bind_unix(path),
             None => TcpListener::bind((host, port))
@@ -40,7 +40,7 @@ impl Listener {
     }
 
     /// Binds the Unix socket at `path`, replacing one a dead server left.
-    pub fn bind_unix(path: &Path) -> Result<Listener, String> {
+    pub(crate) fn bind_unix(path: &Path) -> Result<Listener, String> {
         // A socket left by a server that died would make bind fail.
         match std::fs::remove_file(path) {
             Ok(()) => {}
@@ -58,7 +58,7 @@ impl Listener {
 
     /// The address hosts dial, as the ready line reports it: `ip:port`, or
     /// `unix:PATH`.
-    pub fn addr(&self) -> Result<String, String> {
+    pub(crate) fn addr(&self) -> Result<String, String> {
         match self {
             Listener::Tcp(l) => l
                 .local_addr()
@@ -70,7 +70,7 @@ impl Listener {
 
     /// The next connection; it ends once a write to its peer has made no
     /// progress for `stall_limit` (see [`StallLimit`]).
-    pub async fn accept(
+    pub(crate) async fn accept(
         &self,
         stall_limit: Duration,
     ) -> std::io::Result<TokioIo<StallLimit<Box<dyn Connection>>>> {

@@ -19,7 +19,7 @@ nix::ioctl_write_ptr_bad!(
     set_flags, libc::SIOCSIFFLAGS, libc::ifreq);
 
 /// Sets `lo` up in the calling process's network namespace.
-pub fn bring_up_loopback() -> io::Result<()> {
+pub(crate) fn bring_up_loopback() -> io::Result<()> {
     let sock = socket(
         AddressFamily::Inet,
         SockType::Datagram,

@@ -4,7 +4,7 @@
 
 /// The cgroup's OOM-kill count (cgroup v2 `memory.events`, or v1
 /// `memory.oom_control`), if the kernel exposes one here.
-pub fn oom_kills() -> Option<u64> {
+pub(crate) fn oom_kills() -> Option<u64> {
     [
         "/sys/fs/cgroup/memory.events",
         "/sys/fs/cgroup/memory/memory.oom_control",

@@ -19,7 +19,7 @@ use socketioxide::socket::Socket;
 
 /// An event's payload, undecoded: its packet JSON (`[event, payload]`) and
 /// the binary frames that followed it.
-pub struct RawEvent {
+pub(crate) struct RawEvent {
     json: Bytes,
     frames: Vec<Bytes>,
 }
@@ -29,7 +29,7 @@ impl RawEvent {
     /// and never parsed into a value: the first argument after the event's
     /// name (`null` if none; further ones are ignored). Plugin namespaces
     /// carry JSON only, so binary attachments are refused.
-    pub fn into_payload_text(self) -> Result<JsonText, String> {
+    pub(crate) fn into_payload_text(self) -> Result<JsonText, String> {
         if !self.frames.is_empty() {
             return Err("binary attachments are not carried on plugin namespaces".into());
         }
@@ -46,7 +46,7 @@ impl RawEvent {
 
     /// The payload as JSON (placeholders left as they are) and the frames,
     /// for decoding in two steps.
-    pub fn into_parts(self) -> Result<(serde_json::Value, Vec<Bytes>), String> {
+    pub(crate) fn into_parts(self) -> Result<(serde_json::Value, Vec<Bytes>), String> {
         let (_, payload): (IgnoredAny, serde_json::Value) =
             serde_json::from_slice(&self.json).map_err(|e| format!("malformed event: {e}"))?;
         Ok((payload, self.frames))

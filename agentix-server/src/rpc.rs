@@ -51,7 +51,7 @@ use crate::raw_event::RawEvent;
 
 /// Registers `/rpc` on `io`, forwarding calls to `router`; no event
 /// sent to a host is larger than `max_event_bytes` (the host reads no more).
-pub fn register(
+pub(crate) fn register(
     io: &SocketIo,
     router: ChildAddr<CallRouter>,
     token: Token,

@@ -23,10 +23,10 @@ use crate::config::ServerConfig;
 use crate::forwarder;
 use crate::http::HttpRoutes;
 use crate::listener::Listener;
+use crate::log_trace_namespaces;
+use crate::relay_credits::RelayCredits;
 use crate::rpc;
 use crate::server_supervisor::{Drain, ServerSupervisor, StopTree};
-use crate::side_credits::SideCredits;
-use crate::side_namespaces;
 use crate::supervisor::{AttachIo, Health, ReportHealth, WorkerSupervisor};
 use crate::upgrade_gate::UpgradeGate;
 
@@ -102,7 +102,7 @@ impl Server {
             SERVERS_STARTED.fetch_add(1, Ordering::Relaxed) + 1
         );
         let token = Token::new(config.token.clone());
-        let credits = SideCredits::default();
+        let credits = RelayCredits::default();
         let (root, tree) = ServerSupervisor::start_tree(config.clone(), credits.clone(), server_id);
         let worker_supervisor = tree.worker_supervisor;
         // A message's bytes travel as one binary frame beside a small JSON
@@ -135,7 +135,7 @@ impl Server {
         rpc::register(&io, tree.router, token.clone(), config.max_message_bytes);
         root.do_send(AttachIo(io.clone()));
         forwarder::register(&io, tree.forwarders, token.clone());
-        side_namespaces::register(&io, tree.side, credits.clone(), token.clone());
+        log_trace_namespaces::register(&io, tree.side, credits.clone(), token.clone());
         // Both listeners count against one connection limit.
         let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
         let accept = std::iter::once(listener)

@@ -27,9 +27,9 @@ use crate::call_router::{CallCount, CallRouter, StopRouter};
 use crate::channel_relay::{ChannelRelay, RelayTo, SideChannelKind, StopRelay};
 use crate::config::ServerConfig;
 use crate::forwarder::{ForwarderCounts, Forwarders};
+use crate::relay_credits::RelayCredits;
+use crate::relays::Relays;
 use crate::server_child::ServerChild;
-use crate::side_credits::SideCredits;
-use crate::side_relay::SideRelay;
 use crate::supervisor::{
     AttachIo, BeginDrain, RetellWorker, StopForwarder, StopSupervisor, StopWorker, WorkerSupervisor,
 };
@@ -79,10 +79,10 @@ pub struct ServerSupervisor {
     config: ServerConfig,
     /// Unique among the servers of the process; worker ids start with it.
     server_id: String,
-    side: SideRelay,
+    side: Relays,
     logs: ChildAddr<ChannelRelay>,
     traces: ChildAddr<ChannelRelay>,
-    credits: SideCredits,
+    credits: RelayCredits,
     relay_restarts: u64,
     io: Option<SocketIo>,
     worker_supervisor: ChildAddr<WorkerSupervisor>,
@@ -107,7 +107,7 @@ pub struct TreeAddrs {
     /// The plugin namespaces' forwarders, by path.
     pub forwarders: Forwarders,
     /// The log and trace relays.
-    pub side: SideRelay,
+    pub side: Relays,
 }
 
 impl ServerSupervisor {
@@ -116,7 +116,7 @@ impl ServerSupervisor {
     /// root's address and the shared addresses of its children.
     pub fn start_tree(
         config: ServerConfig,
-        credits: SideCredits,
+        credits: RelayCredits,
         server_id: String,
     ) -> (Addr<ServerSupervisor>, TreeAddrs) {
         let mut children = None;
@@ -127,7 +127,7 @@ impl ServerSupervisor {
             };
             let logs = relay(SideChannelKind::Logs, ServerChild::LogRelay);
             let traces = relay(SideChannelKind::Traces, ServerChild::TraceRelay);
-            let side = SideRelay::new(logs.clone(), traces.clone());
+            let side = Relays::new(logs.clone(), traces.clone());
             let calls = CallCount::default();
             let forwarders = Forwarders::default();
             let forwarder_counts = forwarders.counts();
@@ -274,7 +274,7 @@ impl ServerSupervisor {
 /// What starting a child of the tree takes.
 struct Tree<'a> {
     config: &'a ServerConfig,
-    side: &'a SideRelay,
+    side: &'a Relays,
     server_id: &'a str,
     router: &'a ChildAddr<CallRouter>,
     calls: &'a CallCount,

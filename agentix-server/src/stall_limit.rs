@@ -24,7 +24,7 @@ use crate::connection_writes::ConnectionWrites;
 
 /// A connection whose writes fail once one has made no progress for the
 /// limit; after that, the whole connection counts as gone.
-pub struct StallLimit<S> {
+pub(crate) struct StallLimit<S> {
     inner: S,
     limit: Duration,
     /// When the write waiting now first found the socket full.
@@ -46,7 +46,7 @@ pub struct StallLimit<S> {
 impl<S> StallLimit<S> {
     /// Wraps `inner` (inside a tokio runtime): a write that makes no
     /// progress for `limit` ends the connection.
-    pub fn new(inner: S, limit: Duration) -> Self {
+    pub(crate) fn new(inner: S, limit: Duration) -> Self {
         StallLimit {
             inner,
             limit,
@@ -59,7 +59,7 @@ impl<S> StallLimit<S> {
     }
 
     /// The count of bytes this connection writes.
-    pub fn writes(&self) -> &ConnectionWrites {
+    pub(crate) fn writes(&self) -> &ConnectionWrites {
         &self.writes
     }
 

@@ -25,7 +25,7 @@ use crate::http::presented_token;
 /// Wraps the Socket.IO service `inner`, turning away unauthenticated
 /// requests to it, on one connection.
 #[derive(Clone)]
-pub struct UpgradeGate<S> {
+pub(crate) struct UpgradeGate<S> {
     inner: S,
     token: Token,
     writes: ConnectionWrites,
@@ -35,7 +35,7 @@ impl<S> UpgradeGate<S> {
     /// `inner` behind a check of `token`, for a connection whose bytes
     /// written are counted in `writes` (given to each Socket.IO request in
     /// its extensions, where a host's socket finds it).
-    pub fn new(inner: S, token: Token, writes: ConnectionWrites) -> Self {
+    pub(crate) fn new(inner: S, token: Token, writes: ConnectionWrites) -> Self {
         UpgradeGate {
             inner,
             token,

@@ -23,7 +23,7 @@ use agentix_wire::outbox::Outbox;
 use agentix_wire::process;
 
 use crate::call_router::CallRouter;
-use crate::side_relay::SideRelay;
+use crate::relays::Relays;
 use crate::worker_pipes::{self, drain_output, FrameArrived, UnreadOutput, WorkerExited};
 use crate::worker_process::{self, OutputTail, WorkerProcess};
 
@@ -33,12 +33,12 @@ use crate::worker_process::{self, OutputTail, WorkerProcess};
 /// reported as any other.
 #[derive(Message)]
 #[rtype(result = "()")]
-pub struct KillWorker;
+pub(crate) struct KillWorker;
 
 /// Read the process's stdout and stderr now: it does not capture them.
 #[derive(Message)]
 #[rtype(result = "()")]
-pub struct DrainOutput;
+pub(crate) struct DrainOutput;
 
 // ---- the actor -----------------------------------------------------------
 
@@ -75,7 +75,7 @@ impl ProcessOwner {
 }
 
 /// One generation of the worker process.
-pub struct Worker {
+pub(crate) struct Worker {
     owner: ProcessOwner,
     output: UnreadOutput,
     /// Told of the exit, once the worker has cleaned up.
@@ -83,7 +83,7 @@ pub struct Worker {
 }
 
 /// What a supervisor keeps of the worker it started.
-pub struct WorkerHandle {
+pub(crate) struct WorkerHandle {
     /// The actor.
     pub addr: Addr<Worker>,
     /// The process id (and process group id).
@@ -101,21 +101,21 @@ pub struct WorkerHandle {
 impl WorkerHandle {
     /// Kills the process group and everything under its tag, on this
     /// thread: for a shutdown, after which the server exits at once.
-    pub fn kill_now(&self) {
+    pub(crate) fn kill_now(&self) {
         self.owner.kill_group();
         process::kill_tagged(&self.owner.tag);
     }
 
     /// Kills the process group now and everything under its tag on a
     /// thread: for a supervisor that ends (it may be unwinding a panic).
-    pub fn kill_in_background(&self) {
+    pub(crate) fn kill_in_background(&self) {
         self.owner.kill_group();
         self.owner.kill_tagged_in_background();
     }
 }
 
 /// Where a worker's frames and its exit go.
-pub struct WorkerReports {
+pub(crate) struct WorkerReports {
     /// Frames that answer no call.
     pub frames: Recipient<FrameArrived>,
     /// Frames that answer calls.
@@ -128,11 +128,11 @@ impl Worker {
     /// Starts the actor for `proc`, generation `generation` with id
     /// `worker_id`: its pumps begin, its logs go to `side`, and what it
     /// sends goes to `reports`.
-    pub fn start(
+    pub(crate) fn start(
         proc: WorkerProcess,
         generation: u64,
         worker_id: String,
-        side: &SideRelay,
+        side: &Relays,
         reports: WorkerReports,
     ) -> WorkerHandle {
         let (pid, tail) = (proc.pid, proc.tail.clone());

@@ -20,7 +20,7 @@ use agentix_wire::wire::Frame;
 
 use crate::call_router::{CallFrame, CallRouter, UnreadableReply};
 use crate::oom_kills::oom_kills;
-use crate::side_relay::SideRelay;
+use crate::relays::Relays;
 use crate::worker_process::{WorkerOutput, WorkerProcess};
 
 // ---- messages to the supervisor -------------------------------------------
@@ -50,16 +50,16 @@ pub struct WorkerExited {
 /// A worker's output streams, taken by whoever reads them first: the
 /// server, at once for a worker that does not capture its own, else once
 /// it died.
-pub type UnreadOutput = Arc<Mutex<Option<WorkerOutput>>>;
+pub(crate) type UnreadOutput = Arc<Mutex<Option<WorkerOutput>>>;
 
 /// Takes `output` if nobody has, and starts reading it.
-pub fn drain_output(output: &UnreadOutput) -> Option<tokio::task::JoinHandle<()>> {
+pub(crate) fn drain_output(output: &UnreadOutput) -> Option<tokio::task::JoinHandle<()>> {
     let taken = output.lock().unwrap_or_else(|p| p.into_inner()).take();
     taken.map(WorkerOutput::drain)
 }
 
 /// Where a worker's pumps report.
-pub struct Reports {
+pub(crate) struct Reports {
     /// Each decoded frame that answers no call.
     pub frames: Recipient<FrameArrived>,
     /// Frames that answer calls, and those that did not decode but named
@@ -72,11 +72,11 @@ pub struct Reports {
 /// Starts the pumps of worker `generation`: `to_worker` is written to its
 /// frame pipe, what it sends goes to `reports` and `relay`; returns its
 /// output streams, unread.
-pub fn start(
+pub(crate) fn start(
     proc: WorkerProcess,
     generation: u64,
     to_worker: BudgetedReceiver<Frame>,
-    relay: &SideRelay,
+    relay: &Relays,
     reports: Reports,
 ) -> UnreadOutput {
     actix::spawn(async move {
@@ -186,7 +186,7 @@ async fn side_pipe(
     mut side: FrameReader<tokio::net::unix::pipe::Receiver>,
     generation: u64,
     pid: u32,
-    relay: SideRelay,
+    relay: Relays,
     tail: crate::worker_process::OutputTail,
 ) {
     loop {

@@ -29,13 +29,13 @@ use tokio::net::unix::pipe;
 use tokio::task::JoinHandle;
 
 use crate::config::ENV_TOKEN;
-use crate::side_relay::SideRelay;
+use crate::relays::Relays;
 
 /// Lines of worker output kept for error reports.
 const TAIL_LINES: usize = 40;
 
 /// A started worker process.
-pub struct WorkerProcess {
+pub(crate) struct WorkerProcess {
     /// Its process id (also its process group id).
     pub pid: u32,
     /// Frames the worker writes.
@@ -53,18 +53,18 @@ pub struct WorkerProcess {
 }
 
 /// A worker's stdout and stderr as the server holds them.
-pub struct WorkerOutput {
+pub(crate) struct WorkerOutput {
     stdout: OwnedFd,
     stderr: OwnedFd,
     worker_id: String,
     tail: OutputTail,
-    logs: SideRelay,
+    logs: Relays,
 }
 
 impl WorkerOutput {
     /// Reads both streams to their end, line by line, into the log file and
     /// the relay; the handle ends when both reached end of file.
-    pub fn drain(self) -> JoinHandle<()> {
+    pub(crate) fn drain(self) -> JoinHandle<()> {
         let streams = [(self.stdout, Output::Stdout), (self.stderr, Output::Stderr)];
         let tasks: Vec<_> = streams
             .into_iter()
@@ -87,15 +87,38 @@ impl WorkerOutput {
     }
 }
 
+/// A worker program named by a path must be an executable file. Checked
+/// before the fork because a failed exec is not reported reliably after
+/// it: the child's report of it goes to a descriptor of the standard
+/// library's, which may have the number one of the worker's pipes is
+/// moved to, and the child then aborts instead ("killed by SIGABRT").
+fn check_program(program: &std::ffi::OsStr) -> std::io::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::fs::PermissionsExt;
+    if !program.as_bytes().contains(&b'/') {
+        return Ok(()); // looked up on PATH by the exec itself
+    }
+    let meta = std::fs::metadata(program)?;
+    if meta.is_file() && meta.permissions().mode() & 0o111 != 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::new(
+            std::io::ErrorKind::PermissionDenied,
+            "not an executable file",
+        ))
+    }
+}
+
 /// Starts `command` as worker `worker_id`; its output goes to `logs`.
-pub fn spawn(
+pub(crate) fn spawn(
     command: &[OsString],
     worker_id: &str,
-    logs: &SideRelay,
+    logs: &Relays,
 ) -> std::io::Result<WorkerProcess> {
     let (program, args) = command.split_first().ok_or_else(|| {
         std::io::Error::new(std::io::ErrorKind::InvalidInput, "no worker command given")
     })?;
+    check_program(program)?;
     let (to_worker_read, to_worker_write) = process::pipe()?;
     let (from_worker_read, from_worker_write) = process::pipe()?;
     let (side_read, side_write) = process::pipe()?;
@@ -171,7 +194,7 @@ fn drain(
     output: Output,
     worker_id: &str,
     tail: OutputTail,
-    logs: SideRelay,
+    logs: Relays,
 ) -> JoinHandle<()> {
     let worker_id = worker_id.to_owned();
     let (level, target) = match output {
@@ -210,11 +233,11 @@ fn drain(
 
 /// The last lines a worker printed, shared between its drain tasks.
 #[derive(Clone, Default)]
-pub struct OutputTail(Arc<Mutex<VecDeque<String>>>);
+pub(crate) struct OutputTail(Arc<Mutex<VecDeque<String>>>);
 
 impl OutputTail {
     /// Keeps `line` as the newest, dropping the oldest past the limit.
-    pub fn push(&self, line: String) {
+    pub(crate) fn push(&self, line: String) {
         let mut lines = self.0.lock().unwrap_or_else(|p| p.into_inner());
         if lines.len() == TAIL_LINES {
             lines.pop_front();
@@ -223,7 +246,7 @@ impl OutputTail {
     }
 
     /// The kept lines, oldest first, one per line.
-    pub fn text(&self) -> String {
+    pub(crate) fn text(&self) -> String {
         let lines = self.0.lock().unwrap_or_else(|p| p.into_inner());
         lines
             .iter()
@@ -235,6 +258,6 @@ impl OutputTail {
 
 /// The process tag of worker `worker_id` (see
 /// [`agentix_wire::process::ENV_PROCESS_TAG`]).
-pub fn worker_tag(worker_id: &str) -> String {
+pub(crate) fn worker_tag(worker_id: &str) -> String {
     format!("w{worker_id}")
 }

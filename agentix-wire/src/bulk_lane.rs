@@ -15,7 +15,7 @@ use crate::wire::Frame;
 
 /// Frames of large payloads waiting for the pipe, oldest first.
 #[derive(Default)]
-pub struct BulkLane {
+pub(crate) struct BulkLane {
     frames: VecDeque<Frame>,
     /// How many queued frames each call id has.
     queued: HashMap<u64, usize>,
@@ -26,7 +26,7 @@ impl BulkLane {
     /// at once. Parts belong here, and so does whatever follows a call's
     /// queued parts (its last piece). A cancel or an error ends its call, so
     /// the rest of that call's payload is dropped before it goes out.
-    pub fn route(&mut self, frame: Frame) -> Option<Frame> {
+    pub(crate) fn route(&mut self, frame: Frame) -> Option<Frame> {
         match frame {
             Frame::Part { id, .. } => {
                 self.push(id, frame);
@@ -46,7 +46,7 @@ impl BulkLane {
     }
 
     /// The next frame to write, if any.
-    pub fn pop(&mut self) -> Option<Frame> {
+    pub(crate) fn pop(&mut self) -> Option<Frame> {
         let frame = self.frames.pop_front()?;
         if let Some(id) = frame_id(&frame) {
             if let Some(n) = self.queued.get_mut(&id) {
@@ -60,7 +60,7 @@ impl BulkLane {
     }
 
     /// Whether nothing waits here.
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.frames.is_empty()
     }
 

@@ -32,7 +32,7 @@
 
 pub mod attachment;
 pub mod budgeted_channel;
-pub mod bulk_lane;
+mod bulk_lane;
 pub mod call_args;
 pub mod cbor;
 pub mod codec;

@@ -11,7 +11,7 @@
 //!   [`worker_start`]: plugin code every worker runs before its first call.
 //! - [`registry`]: the link-time registry of remote functions in a worker;
 //!   [`invoke`]: argument decoding and outcome encoding around one call.
-//! - [`side_channel`]: the worker's side pipe: log records and trace events
+//! - [`side_pipe`]: the worker's side pipe: log records and trace events
 //!   to the server; [`output_capture`]: the worker's own stdout and stderr,
 //!   in order with its logs; [`span_bound`]: a span cut to what one batch
 //!   carries; [`span_bridge`]: `tracing` spans in sandbox code as agentix
@@ -26,9 +26,9 @@ pub mod output_capture;
 pub mod registry;
 mod running_calls;
 pub mod sandbox_half;
-pub mod side_channel;
-pub mod span_bound;
-pub mod span_bridge;
+mod side_pipe;
+mod span_bound;
+mod span_bridge;
 mod stream_call;
 pub mod worker;
 pub mod worker_context;

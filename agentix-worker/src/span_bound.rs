@@ -16,16 +16,16 @@ use agentix_trace::{SpanData, TraceEvent};
 use agentix_wire::text_cut::cut_text;
 
 /// Longest attribute value, as a log line's.
-pub const MAX_VALUE_BYTES: usize = 64 << 10;
+pub(crate) const MAX_VALUE_BYTES: usize = 64 << 10;
 
 /// Most bytes of attributes, its events' included, one span carries.
-pub const MAX_SPAN_BYTES: usize = 256 << 10;
+pub(crate) const MAX_SPAN_BYTES: usize = 256 << 10;
 
 /// The attribute that counts what [`bound_span`] left out.
-pub const ATTRIBUTES_CUT: &str = "agentix.attributes_cut";
+pub(crate) const ATTRIBUTES_CUT: &str = "agentix.attributes_cut";
 
 /// Cuts `span`'s attributes and its events' to fit [`MAX_SPAN_BYTES`].
-pub fn bound_span(span: &mut SpanData) {
+pub(crate) fn bound_span(span: &mut SpanData) {
     let mut room = MAX_SPAN_BYTES;
     let mut cut = bound_attributes(&mut span.attributes, &mut room);
     for event in &mut span.events {
@@ -38,7 +38,7 @@ pub fn bound_span(span: &mut SpanData) {
 }
 
 /// About the bytes `event` takes in a batch.
-pub fn approx_len(event: &TraceEvent) -> usize {
+pub(crate) fn approx_len(event: &TraceEvent) -> usize {
     match event {
         TraceEvent::TraceStart(_) | TraceEvent::TraceEnd(_) => 256,
         TraceEvent::SpanStart(s) | TraceEvent::SpanEnd(s) => {

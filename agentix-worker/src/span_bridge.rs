@@ -21,10 +21,10 @@ use tracing_subscriber::registry::LookupSpan;
 
 use agentix_trace::{self as trace, span_under, Span, SpanContext};
 
-pub use agentix_wire::wire::ENV_TRACING_SPANS;
+pub(crate) use agentix_wire::wire::ENV_TRACING_SPANS;
 
 /// The layer; filter it with the directives of [`ENV_TRACING_SPANS`].
-pub struct SpanBridge;
+pub(crate) struct SpanBridge;
 
 /// What a bridged span keeps in its `tracing` extensions.
 struct Bridged {

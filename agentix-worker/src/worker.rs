@@ -19,7 +19,7 @@ use tokio::sync::mpsc;
 use crate::output_capture::OutputPipes;
 use crate::registry::{self, Invoke};
 use crate::running_calls::{RunningCall, RunningCalls};
-use crate::side_channel::SideChannel;
+use crate::side_pipe::SidePipe;
 use crate::span_bridge::{SpanBridge, ENV_TRACING_SPANS};
 use crate::stream_call::{self, Credit};
 use crate::worker_context::WorkerContext;
@@ -122,7 +122,7 @@ fn forward_logs() -> bool {
     // this process for its exclusive use.
     let pipe = unsafe { std::fs::File::from_raw_fd(WORKER_SIDE_OUT_FD) };
     let worker_id = std::env::var(ENV_WORKER_ID).unwrap_or_default();
-    let side = match SideChannel::start(pipe, OutputPipes::open()) {
+    let side = match SidePipe::start(pipe, OutputPipes::open()) {
         Ok(side) => side,
         Err(e) => {
             eprintln!("agentix worker: cannot start log forwarding: {e}");

@@ -61,7 +61,6 @@ pub use agentix_host::{
     BASE_ENV,
 };
 pub use agentix_macros::remote;
-pub use agentix_server as server;
 pub use agentix_trace as trace;
 pub use agentix_wire::call_args::CallArgs;
 pub use agentix_wire::cbor::Blob;
@@ -79,6 +78,22 @@ pub use agentix_worker::sandbox_half::{SandboxEnd, SandboxHalf};
 pub use agentix_worker::worker_context::{register_namespace, WorkerContext};
 pub use futures_util::{stream, Stream, StreamExt};
 pub use serde_json::Value as JsonValue;
+
+/// The sandbox server: [`Server`](server::Server) embeds it in a running
+/// actix `System`, [`run`](server::run) is a bundle's entry point, and the
+/// rest are the messages its supervision tree answers. (v0.1 exported the
+/// whole server crate here; its internals are its own now.)
+pub mod server {
+    pub use agentix_server::server_child::{self, ServerChild};
+    pub use agentix_server::server_supervisor::{
+        self, Drain, RelayRestarts, RestartChild, RouterRestarts, ServerSupervisor, StopTree,
+        SupervisorRestarts, TreeAddrs,
+    };
+    pub use agentix_server::syscall_filter;
+    pub use agentix_server::{
+        run, Server, ServerConfig, StartError, DEFAULT_MAX_MESSAGE_BYTES, ENV_TOKEN,
+    };
+}
 
 /// What host code needs in scope, in one line: `use agentix::prelude::*;`
 /// (the [`Provider`] trait for `create`/`session`, [`StreamExt`] for

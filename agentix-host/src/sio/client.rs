@@ -51,7 +51,7 @@ type Writer = SplitSink<Ws, Message>;
 const HEADER_SLACK: usize = 64 << 10;
 
 /// What a namespace's handler is told.
-pub enum Delivery {
+pub(crate) enum Delivery {
     /// An event arrived on the namespace.
     Event(Incoming),
     /// The namespace is gone (the connection died, or the server left it);
@@ -61,11 +61,11 @@ pub enum Delivery {
 
 /// Handles what arrives on one namespace; runs on the reader task, so it
 /// must not block.
-pub type Handler = Arc<dyn Fn(Delivery) + Send + Sync>;
+pub(crate) type Handler = Arc<dyn Fn(Delivery) + Send + Sync>;
 
 /// One incoming event: its name, its payload undecoded, and the client it
 /// came on (to answer with).
-pub struct Incoming {
+pub(crate) struct Incoming {
     name: String,
     payload: RawPayload,
     client: SioClient,
@@ -73,29 +73,29 @@ pub struct Incoming {
 
 impl Incoming {
     /// The event's name.
-    pub fn name(&self) -> &str {
+    pub(crate) fn name(&self) -> &str {
         &self.name
     }
 
     /// The bytes the event holds: its JSON and its attachments.
-    pub fn payload_len(&self) -> usize {
+    pub(crate) fn payload_len(&self) -> usize {
         let frames: usize = self.payload.frames.iter().map(|f| f.len()).sum();
         self.payload.json.len() + frames
     }
 
     /// The packet's JSON (`[name, payload, ..]`), attachments as placeholders.
-    pub fn json(&self) -> &str {
+    pub(crate) fn json(&self) -> &str {
         self.payload.json.as_str()
     }
 
     /// The client the event came on.
-    pub fn client(&self) -> &SioClient {
+    pub(crate) fn client(&self) -> &SioClient {
         &self.client
     }
 
     /// Decodes the payload (the event's first argument), attachments
     /// included, without copying them.
-    pub fn decode<T: DeserializeOwned + WithAttachments>(self) -> Result<T, SioError> {
+    pub(crate) fn decode<T: DeserializeOwned + WithAttachments>(self) -> Result<T, SioError> {
         decode_event(self.payload.json.as_str(), self.payload.frames)
             .map_err(|e| SioError::Malformed(format!("event `{}`: {e}", self.name)))
     }
@@ -103,7 +103,7 @@ impl Incoming {
     /// Like [`decode`](Self::decode), giving the event back with the
     /// error, to read its JSON again as another type (its attachments are
     /// spent: a second read finds none).
-    pub fn try_decode<T: DeserializeOwned + WithAttachments>(
+    pub(crate) fn try_decode<T: DeserializeOwned + WithAttachments>(
         mut self,
     ) -> Result<T, (SioError, Incoming)> {
         let frames = std::mem::take(&mut self.payload.frames);
@@ -119,7 +119,7 @@ impl Incoming {
 
 /// How a client connects and how much it accepts.
 #[derive(Debug, Clone, Copy)]
-pub struct ClientSettings {
+pub(crate) struct ClientSettings {
     /// How long connecting, the handshake and each namespace join may take.
     pub connect_timeout: Duration,
     /// Largest payload (one binary attachment) in either direction.
@@ -128,7 +128,7 @@ pub struct ClientSettings {
 
 /// A Socket.IO v5 client over one Engine.IO v4 websocket; cheap to clone.
 #[derive(Clone)]
-pub struct SioClient {
+pub(crate) struct SioClient {
     shared: Arc<Shared>,
 }
 
@@ -178,29 +178,12 @@ async fn answer_pings(shared: Weak<Shared>, pings: Arc<tokio::sync::Notify>) {
 }
 
 impl SioClient {
-    /// Opens a websocket to the server at `addr` (`host:port` or
-    /// `unix:PATH`), presenting
-    /// `token` as `Authorization: Bearer` (the server opens no session
-    /// without it), and completes the Engine.IO handshake; no namespace is
-    /// joined yet.
-    pub async fn connect(
-        addr: &str,
-        token: &str,
-        settings: ClientSettings,
-    ) -> Result<SioClient, SioError> {
-        let dial = async move {
-            let stream = ServerStream::connect(addr).await.map_err(|e| {
-                std::io::Error::new(e.kind(), format!("cannot connect to {addr}: {e}"))
-            })?;
-            Ok((stream, addr))
-        };
-        SioClient::connect_via(dial, token, settings).await
-    }
-
-    /// Like [`SioClient::connect`], with `dial` opening the stream and
-    /// naming the address it reached; the connect timeout covers dialing
-    /// and the handshakes together.
-    pub async fn connect_via<'a>(
+    /// Opens a websocket over the stream `dial` opens (it names the address
+    /// it reached), presenting `token` as `Authorization: Bearer` (the
+    /// server opens no session without it), and completes the Engine.IO
+    /// handshake, no namespace joined yet; the connect timeout covers
+    /// dialing and the handshakes together.
+    pub(crate) async fn connect_via<'a>(
         dial: impl std::future::Future<Output = std::io::Result<(ServerStream, &'a str)>>,
         token: &str,
         settings: ClientSettings,
@@ -290,7 +273,7 @@ impl SioClient {
 
     /// Joins namespace `ns` with the connect payload `auth`; `handler` gets
     /// every event from the moment the server accepts.
-    pub async fn join(
+    pub(crate) async fn join(
         &self,
         ns: &str,
         auth: &serde_json::Value,
@@ -324,7 +307,7 @@ impl SioClient {
     /// Emits `event` with `data` on `ns`; byte fields (`serde_bytes`, an
     /// [`agentix_wire::wire::Attachment`]) travel as binary attachments.
     /// Waits while the socket cannot take more.
-    pub async fn emit<T: Serialize + ?Sized>(
+    pub(crate) async fn emit<T: Serialize + ?Sized>(
         &self,
         ns: &str,
         event: &str,
@@ -337,7 +320,7 @@ impl SioClient {
     /// [`SioClient::emit`] for a payload whose bytes are all
     /// [`Attachment`](agentix_wire::attachment::Attachment)s (a call, a
     /// part): their bytes go out as they are, not copied once more.
-    pub async fn emit_attachments<T: Serialize + ?Sized>(
+    pub(crate) async fn emit_attachments<T: Serialize + ?Sized>(
         &self,
         ns: &str,
         event: &str,
@@ -349,12 +332,12 @@ impl SioClient {
     }
 
     /// Whether the connection is gone.
-    pub fn is_closed(&self) -> bool {
+    pub(crate) fn is_closed(&self) -> bool {
         self.shared.closed.borrow().is_some()
     }
 
     /// Waits until the connection is gone; returns why.
-    pub async fn closed(&self) -> SioError {
+    pub(crate) async fn closed(&self) -> SioError {
         let mut rx = self.shared.closed.subscribe();
         let reason = match rx.wait_for(Option::is_some).await {
             Ok(reason) => reason.clone(),
@@ -365,13 +348,13 @@ impl SioClient {
 
     /// Closes the connection (every namespace at once); handlers get
     /// `Closed(reason)`. A peer that stopped reading gets a second at most.
-    pub async fn disconnect(&self, reason: SioError) {
+    pub(crate) async fn disconnect(&self, reason: SioError) {
         self.shut(reason);
         close_writer(self.shared.writer.clone()).await;
     }
 
     /// Like [`SioClient::disconnect`], without waiting for the close to be sent.
-    pub fn disconnect_in_background(&self, reason: SioError) {
+    pub(crate) fn disconnect_in_background(&self, reason: SioError) {
         self.shut(reason);
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
             rt.spawn(close_writer(self.shared.writer.clone()));

@@ -2,7 +2,7 @@
 
 /// What went wrong with a Socket.IO connection.
 #[derive(Debug, Clone, thiserror::Error)]
-pub enum SioError {
+pub(crate) enum SioError {
     /// The server could not be reached, or did not complete a handshake in time.
     #[error("{0}")]
     Unreachable(String),

@@ -15,7 +15,7 @@ use tokio::net::{TcpStream, UnixStream};
 const UNIX_PREFIX: &str = "unix:";
 
 /// A connection to a sandbox server.
-pub enum ServerStream {
+pub(crate) enum ServerStream {
     /// Over TCP.
     Tcp(TcpStream),
     /// Over a Unix socket.
@@ -24,7 +24,7 @@ pub enum ServerStream {
 
 impl ServerStream {
     /// Connects to `addr`: `host:port`, or `unix:PATH`.
-    pub async fn connect(addr: &str) -> io::Result<ServerStream> {
+    pub(crate) async fn connect(addr: &str) -> io::Result<ServerStream> {
         match addr.strip_prefix(UNIX_PREFIX) {
             Some(path) => Ok(ServerStream::Unix(connect_unix(path).await?)),
             None => {
@@ -42,7 +42,7 @@ impl ServerStream {
     /// process `pid` holds its other end: a socket file is only a path,
     /// which whoever can write its directory may replace with a listener
     /// of their own, and the host must not hand its token to that.
-    pub async fn connect_to_process(addr: &str, pid: u32) -> io::Result<ServerStream> {
+    pub(crate) async fn connect_to_process(addr: &str, pid: u32) -> io::Result<ServerStream> {
         let path = addr.strip_prefix(UNIX_PREFIX).ok_or_else(|| {
             io::Error::new(
                 io::ErrorKind::InvalidInput,
@@ -66,7 +66,7 @@ impl ServerStream {
 
     /// What an HTTP request to `addr` names as its host: the address
     /// itself, or `localhost` for a Unix socket.
-    pub fn authority(addr: &str) -> &str {
+    pub(crate) fn authority(addr: &str) -> &str {
         if addr.starts_with(UNIX_PREFIX) {
             "localhost"
         } else {

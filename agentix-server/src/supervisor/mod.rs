@@ -32,8 +32,8 @@ use serde::Serialize;
 use crate::call_router::{CallCount, CallRouter, WorkerNews};
 use crate::config::ServerConfig;
 use crate::forwarder::{ForwarderCounts, Forwarders, StopForwarding};
+use crate::relays::Relays;
 use crate::server_child::ServerChild;
-use crate::side_relay::SideRelay;
 use crate::worker::{DrainOutput, KillWorker, Worker, WorkerHandle, WorkerReports};
 use crate::worker_pipes::{FrameArrived, WorkerExited};
 use crate::worker_process;
@@ -132,7 +132,7 @@ pub struct WorkerSupervisor {
     /// servers of the process and the incarnations of the supervisor.
     worker_ids: String,
     /// Where the workers' log records, output and spans go.
-    side: SideRelay,
+    side: Relays,
     /// Holds the calls; told what becomes of the worker.
     router: ChildAddr<CallRouter>,
     /// How many calls it holds, for `/health`.
@@ -170,7 +170,7 @@ impl WorkerSupervisor {
     #[allow(clippy::too_many_arguments)]
     pub fn new(
         config: ServerConfig,
-        side: SideRelay,
+        side: Relays,
         router: ChildAddr<CallRouter>,
         calls: CallCount,
         forwarders: Forwarders,
@@ -413,7 +413,7 @@ const PING_EVERY: Duration = Duration::from_secs(1);
 
 /// Silence after which `/health` calls the worker unresponsive: a frozen
 /// (stopped, or wedged) worker, which no exit ever reports.
-pub const UNRESPONSIVE_AFTER: Duration = Duration::from_secs(3);
+pub(crate) const UNRESPONSIVE_AFTER: Duration = Duration::from_secs(3);
 
 impl WorkerSupervisor {
     /// Pings a ready worker, unless the last ping is still unanswered.
@@ -613,5 +613,157 @@ impl Handler<RetellWorker> for WorkerSupervisor {
 
     fn handle(&mut self, _: RetellWorker, _: &mut Context<Self>) {
         self.tell_router(self.news());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The supervisor driven by messages alone, over a worker command that
+    //! cannot start (so no process ever runs): a stub parent, a real router
+    //! holding a call, relays with no host.
+
+    use std::ffi::OsString;
+
+    use actix::prelude::*;
+    use agentix_actors::supervision::{ChildAddr, ChildEnded, ChildGuard};
+    use agentix_wire::errors::ErrorKind;
+    use bytes::Bytes;
+    use socketioxide::socket::Sid;
+    use tokio::sync::oneshot;
+
+    use super::*;
+    use crate::call_router::StartCall;
+    use crate::calls::{NewCall, Origin, Outcome, Reply};
+    use crate::channel_relay::{ChannelRelay, SideChannelKind};
+    use crate::relay_credits::RelayCredits;
+
+    /// Stands in for the server supervisor; counts the children that ended.
+    #[derive(Default)]
+    struct Parent(Vec<ServerChild>);
+
+    impl Actor for Parent {
+        type Context = Context<Self>;
+    }
+
+    impl Handler<ChildEnded<ServerChild>> for Parent {
+        type Result = ();
+
+        fn handle(&mut self, ended: ChildEnded<ServerChild>, _: &mut Context<Self>) {
+            self.0.push(ended.child);
+        }
+    }
+
+    fn guard(child: ServerChild, parent: &Addr<Parent>) -> ChildGuard<ServerChild> {
+        ChildGuard::new(child, parent.clone().recipient())
+    }
+
+    async fn health(supervisor: &Addr<WorkerSupervisor>) -> Health {
+        supervisor.send(ReportHealth).await.unwrap()
+    }
+
+    #[actix_rt::test]
+    async fn a_worker_that_cannot_start_fails_the_waiting_call_and_after_its_restarts_the_server_is_degraded(
+    ) {
+        let parent = Parent::default().start();
+        let calls = CallCount::default();
+        let router = CallRouter::new(
+            1,
+            16,
+            1 << 20,
+            calls.clone(),
+            guard(ServerChild::CallRouter, &parent),
+        )
+        .start();
+        let relay = |kind, child| {
+            let relay =
+                ChannelRelay::start(kind, None, RelayCredits::default(), guard(child, &parent));
+            ChildAddr::new(relay)
+        };
+        let side = Relays::new(
+            relay(SideChannelKind::Logs, ServerChild::LogRelay),
+            relay(SideChannelKind::Traces, ServerChild::TraceRelay),
+        );
+        // A call that waits for a worker.
+        let (reply, waiting) = oneshot::channel::<Outcome>();
+        let call = NewCall {
+            origin: Origin {
+                socket: Sid::new(),
+                host_id: 1,
+            },
+            target: "echo".into(),
+            args: vec![Bytes::from_static(b"\x80")],
+            trace: None,
+            reply: Reply::Unary(reply),
+        };
+        router.send(StartCall(call)).await.unwrap();
+
+        let config = ServerConfig {
+            worker_command: vec![OsString::from("/nonexistent/agentix-no-such-worker")],
+            max_restarts: 1,
+            restart_window: Duration::from_secs(60),
+            ..ServerConfig::default()
+        };
+        let forwarders = Forwarders::default();
+        let supervisor = WorkerSupervisor::new(
+            config,
+            side,
+            ChildAddr::new(router),
+            calls,
+            forwarders.clone(),
+            forwarders.counts(),
+            "test".into(),
+            guard(ServerChild::WorkerSupervisor, &parent),
+        )
+        .start();
+
+        let outcome = tokio::time::timeout(Duration::from_secs(5), waiting)
+            .await
+            .expect("the waiting call ends")
+            .expect("an outcome");
+        let error = outcome.unwrap_err();
+        assert_eq!(error.kind, ErrorKind::WorkerStartFailed);
+        assert!(
+            error
+                .message
+                .contains("/nonexistent/agentix-no-such-worker"),
+            "{error}"
+        );
+        // One restart, then it gives up until the window has passed.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let degraded = loop {
+            let now = health(&supervisor).await;
+            if now.status == "degraded" || Instant::now() > deadline {
+                break now;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        };
+        assert_eq!((degraded.status, degraded.worker), ("degraded", "degraded"));
+        assert_eq!(degraded.restarts, 1);
+        assert_eq!(degraded.pid, None, "no process was ever started");
+        assert!(degraded.retry_in_s.is_some_and(|s| s > 50.0));
+
+        // Stopped on purpose: the parent hears of no failure.
+        supervisor.send(StopWorker).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(
+            !parent
+                .send(Ended)
+                .await
+                .unwrap()
+                .contains(&ServerChild::WorkerSupervisor),
+            "a supervisor stopped on purpose is not reported as ended"
+        );
+    }
+
+    #[derive(Message)]
+    #[rtype(result = "Vec<ServerChild>")]
+    struct Ended;
+
+    impl Handler<Ended> for Parent {
+        type Result = MessageResult<Ended>;
+
+        fn handle(&mut self, _: Ended, _: &mut Context<Self>) -> Self::Result {
+            MessageResult(self.0.clone())
+        }
     }
 }

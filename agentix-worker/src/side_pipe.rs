@@ -75,26 +75,26 @@ fn send_waiting<T>(tx: &SyncSender<T>, item: T) {
 
 /// The side pipe's writer thread, fed by a bounded channel.
 #[derive(Clone)]
-pub struct SideChannel {
+pub(crate) struct SidePipe {
     tx: SyncSender<SideItem>,
     output: Option<Arc<OutputPipes>>,
 }
 
-impl SideChannel {
+impl SidePipe {
     /// Starts the thread writing to `pipe`; `output` is the worker's own
     /// stdout and stderr, if it captures them.
-    pub fn start(pipe: std::fs::File, output: Option<Arc<OutputPipes>>) -> std::io::Result<Self> {
+    pub(crate) fn start(pipe: std::fs::File, output: Option<Arc<OutputPipes>>) -> std::io::Result<Self> {
         let (tx, rx) = sync_channel(QUEUE);
         let pipes = output.clone();
         std::thread::Builder::new()
             .name("agentix-side".into())
             .spawn(move || forward(rx, pipe, pipes))?;
-        Ok(SideChannel { tx, output })
+        Ok(SidePipe { tx, output })
     }
 
     /// A `tracing` layer sending every event as a log record, after what
     /// `capture` holds of the worker's output.
-    pub fn log_layer(
+    pub(crate) fn log_layer(
         &self,
         worker_id: String,
         capture: Option<Arc<OutputCapture>>,
@@ -108,7 +108,7 @@ impl SideChannel {
 
     /// Starts capturing the worker's own stdout and stderr into this
     /// channel, when it was started with them.
-    pub fn capture_output(&self, worker_id: String) -> Option<Arc<OutputCapture>> {
+    pub(crate) fn capture_output(&self, worker_id: String) -> Option<Arc<OutputCapture>> {
         let tx = self.tx.clone();
         // Blocks while the queue is full, as logging does.
         let sink = Box::new(move |line| {
@@ -118,7 +118,7 @@ impl SideChannel {
     }
 
     /// A trace processor sending every trace event.
-    pub fn trace_processor(&self) -> ForwardProcessor {
+    pub(crate) fn trace_processor(&self) -> ForwardProcessor {
         ForwardProcessor {
             tx: self.tx.clone(),
         }
@@ -126,14 +126,14 @@ impl SideChannel {
 }
 
 /// The layer that sends every event to the server.
-pub struct ForwardLayer {
+pub(crate) struct ForwardLayer {
     tx: SyncSender<SideItem>,
     worker_id: String,
     capture: Option<Arc<OutputCapture>>,
 }
 
 /// The processor that sends every trace event to the server.
-pub struct ForwardProcessor {
+pub(crate) struct ForwardProcessor {
     tx: SyncSender<SideItem>,
 }
 

@@ -1,4 +1,4 @@
-//! [`SideRelay`]: where everything the sandbox logs, prints or traces goes
+//! [`Relays`]: where everything the sandbox logs, prints or traces goes
 //! on its way to hosts — a handle over the server's two relay actors
 //! ([`ChannelRelay`]: one for `/log`, one for `/trace`), cheap to clone and
 //! always reaching the incarnation that runs now.
@@ -12,15 +12,15 @@ use crate::channel_relay::{ChannelRelay, HostJoined, Relay};
 /// The log and trace relays, as the worker's pumps and the namespaces see
 /// them.
 #[derive(Clone)]
-pub struct SideRelay {
+pub struct Relays {
     logs: ChildAddr<ChannelRelay>,
     traces: ChildAddr<ChannelRelay>,
 }
 
-impl SideRelay {
+impl Relays {
     /// A handle over the relays now at `logs` and `traces`.
     pub fn new(logs: ChildAddr<ChannelRelay>, traces: ChildAddr<ChannelRelay>) -> Self {
-        SideRelay { logs, traces }
+        Relays { logs, traces }
     }
 
     /// Relays a batch of log records, waiting while the relay is behind.

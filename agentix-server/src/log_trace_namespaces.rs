@@ -4,7 +4,7 @@
 //! Joining needs the sandbox token, like `/rpc`. The only event they take
 //! from hosts is `ack`, one per batch handled; a host that joins gets what
 //! was kept while no host listened, then everything new (see
-//! [`crate::side_relay`]). Handlers are attached before the connect ack
+//! [`crate::relays`]). Handlers are attached before the connect ack
 //! (see [`crate::rpc`] for why).
 
 use agentix_wire::wire::{EVENT_SIDE_ACK, LOG_NAMESPACE, TRACE_NAMESPACE};
@@ -13,12 +13,12 @@ use socketioxide::handler::ConnectHandler;
 use socketioxide::SocketIo;
 
 use crate::auth::{auth_middleware, Token};
-use crate::side_credits::SideCredits;
-use crate::side_relay::SideRelay;
+use crate::relay_credits::RelayCredits;
+use crate::relays::Relays;
 
 /// Registers `/log` and `/trace` on `io`; hosts that join get what `relay`
 /// relays, and acknowledge each batch (`ack`) to `credits`.
-pub fn register(io: &SocketIo, relay: SideRelay, credits: SideCredits, token: Token) {
+pub(crate) fn register(io: &SocketIo, relay: Relays, credits: RelayCredits, token: Token) {
     for namespace in [LOG_NAMESPACE, TRACE_NAMESPACE] {
         let relay = relay.clone();
         let credits = credits.clone();

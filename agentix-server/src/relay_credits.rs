@@ -1,4 +1,4 @@
-//! [`SideCredits`]: how many side-channel batches each host has not yet
+//! [`RelayCredits`]: how many side-channel batches each host has not yet
 //! acknowledged, and which hosts stopped acknowledging.
 //!
 //! A host acks every `records` or `events` batch once it has handled it; the
@@ -22,11 +22,11 @@ use socketioxide::socket::Sid;
 use tokio::sync::Notify;
 
 /// Batches a host may be behind by.
-pub const WINDOW: usize = 4;
+pub(crate) const WINDOW: usize = 4;
 
 /// How long a host may leave a full window unacknowledged before it counts
 /// as lagging.
-pub const LAG_LIMIT: Duration = Duration::from_secs(5);
+pub(crate) const LAG_LIMIT: Duration = Duration::from_secs(5);
 
 /// What became of one batch for one host.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,13 +50,13 @@ struct HostState {
 /// Outstanding batches per host socket, shared by the relay and the ack
 /// handlers.
 #[derive(Clone, Default)]
-pub struct SideCredits {
+pub struct RelayCredits {
     hosts: Arc<Mutex<HashMap<Sid, HostState>>>,
     freed: Arc<Notify>,
     dropped: Arc<AtomicU64>,
 }
 
-impl SideCredits {
+impl RelayCredits {
     /// Takes room for one batch to `host`, waiting while it is merely slow.
     pub async fn take(&self, host: &SocketRef) -> Credit {
         let started = Instant::now();
