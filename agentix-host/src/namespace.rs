@@ -1,10 +1,16 @@
 //! Plugin namespaces, host half: [`HostNamespace`] and [`HostNamespaceHandle`].
 //!
-//! ```ignore
+//! ```no_run
+//! # use agentix_host::{HostNamespace, Sandbox};
+//! # async fn call_upstream(body: serde_json::Value) -> Result<serde_json::Value, String> {
+//! #     Ok(body)
+//! # }
+//! # fn demo(sandbox: &Sandbox) -> Result<(), Box<dyn std::error::Error>> {
 //! let ns = HostNamespace::new("/my-plugin")
 //!     .on("record", |_ns, data| async move { println!("{data}") })
 //!     .request_handler("fetch", |body| async move { call_upstream(body).await });
 //! sandbox.register_namespace(ns)?; // before the first remote call
+//! # Ok(()) }
 //! ```
 //!
 //! Either half can be an actix actor instead: [`HostNamespace::on_actor`]

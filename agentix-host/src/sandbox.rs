@@ -201,10 +201,20 @@ impl Sandbox {
     /// Calls the remote function `f` with `args`: the argument tuple, or
     /// for a function of one argument the bare value ([`CallArgs`]).
     ///
-    /// ```ignore
-    /// let out = sandbox.remote(hello_app::run, "hello".to_string()).await?;
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// # #[allow(non_upper_case_globals)]
+    /// # mod app {
+    /// #     use agentix_wire::remote::Remote;
+    /// #     pub const run: Remote<(String,), String> = Remote::new("app::run");
+    /// #     pub const add: Remote<(i64, i64), i64> = Remote::new("app::add");
+    /// #     pub const slow: Remote<(), ()> = Remote::new("app::slow");
+    /// # }
+    /// # async fn demo(sandbox: &agentix_host::Sandbox) -> Result<(), agentix_wire::RemoteError> {
+    /// let out = sandbox.remote(app::run, "hello".to_string()).await?;
     /// let sum = sandbox.remote(app::add, (2, 3)).await?;
-    /// let out = sandbox.remote(app::slow, ()).timeout(Duration::from_secs(5)).await?;
+    /// sandbox.remote(app::slow, ()).timeout(Duration::from_secs(5)).await?;
+    /// # Ok(()) }
     /// ```
     pub fn remote<A: Serialize, O: DeserializeOwned>(
         &self,
@@ -217,9 +227,19 @@ impl Sandbox {
     /// Starts the streaming remote function `f` with `args` (the argument
     /// tuple, or the bare value of a single argument).
     ///
-    /// ```ignore
+    /// ```no_run
+    /// # use futures_util::StreamExt;
+    /// # #[allow(non_upper_case_globals)]
+    /// # mod app {
+    /// #     use agentix_wire::remote::RemoteStream;
+    /// #     pub const count: RemoteStream<(u64,), u64> = RemoteStream::new("app::count");
+    /// # }
+    /// # async fn demo(sandbox: &agentix_host::Sandbox) -> Result<(), agentix_wire::RemoteError> {
     /// let mut items = sandbox.stream(app::count, 100u64).await?;
-    /// while let Some(n) = items.next().await { let n: u64 = n?; }
+    /// while let Some(n) = items.next().await {
+    ///     let n: u64 = n?;
+    /// }
+    /// # Ok(()) }
     /// ```
     pub fn stream<A: Serialize, T: DeserializeOwned>(
         &self,

@@ -5,10 +5,18 @@
 //! (`("x".to_string(),)`) is noise, so a bare value stands for the tuple of
 //! one, and every other shape is the tuple itself:
 //!
-//! ```ignore
-//! sandbox.remote(app::run, "input".to_string()).await?;  // run(input: String)
-//! sandbox.remote(app::add, (2, 3)).await?;              // add(a: i64, b: i64)
-//! sandbox.remote(app::now, ()).await?;                  // now()
+//! ```
+//! use agentix_wire::CallArgs;
+//! // What `sandbox.remote(f, args)` makes of `args` for f's tuple `A`.
+//! fn tuple<A>(args: impl CallArgs<A>) -> A {
+//!     args.into_args()
+//! }
+//! // run(input: String): the bare value
+//! assert_eq!(tuple::<(String,)>("input".to_string()), ("input".to_string(),));
+//! // add(a: i64, b: i64): the tuple
+//! assert_eq!(tuple::<(i64, i64)>((2, 3)), (2, 3));
+//! // now(): the empty tuple
+//! tuple::<()>(());
 //! ```
 //!
 //! The two impls never overlap (a type is never the 1-tuple of itself), in

@@ -2,11 +2,16 @@
 //! worker (`crate::worker_context::register_namespace`), and the
 //! [`SandboxNamespaceHandle`] that emits and makes round-trip requests.
 //!
-//! ```ignore
-//! let ns = agentix::SandboxNamespace::new("/my-plugin")
+//! ```no_run
+//! # use agentix_worker::namespace::SandboxNamespace;
+//! # use agentix_worker::worker_context::register_namespace;
+//! # use serde_json::json;
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! let ns = SandboxNamespace::new("/my-plugin")
 //!     .on("configure", |ns, data| async move { ns.emit("configured", data); });
-//! let ns = agentix::register_namespace(ns)?;
+//! let ns = register_namespace(ns)?;
 //! let answer = ns.request("fetch", json!({"url": ".."})).await?;
+//! # Ok(()) }
 //! ```
 //!
 //! Events can go to an actix actor instead of a closure: [`SandboxNamespace::on_actor`]

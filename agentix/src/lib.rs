@@ -22,15 +22,18 @@
 //!
 //! `use agentix::prelude::*;` brings the traits and types a host needs.
 //!
-//! ```ignore
+//! ```no_run
 //! use agentix::prelude::*;
 //!
 //! #[agentix::remote]
 //! pub async fn shout(input: String) -> String { input.to_uppercase() }
 //!
+//! # async fn host(bundle: &str) -> Result<(), Box<dyn std::error::Error>> {
 //! let provider = LocalProvider::new();
 //! let sandbox = provider.session(SandboxConfig::new(bundle)).await?;
 //! assert_eq!(sandbox.remote(shout, "hi".to_string()).await?, "HI");
+//! # Ok(()) }
+//! # fn main() {}
 //! ```
 
 pub mod bundle;

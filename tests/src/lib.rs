@@ -778,3 +778,29 @@ async fn instrumented_part(index: u32) -> u32 {
         })
         .await
 }
+
+/// The book's code: each chapter's Rust blocks compile as doc tests (run
+/// by `cargo test --doc -p agentix-e2e`), so the book cannot drift from the
+/// API. Chapters whose code is included from the examples are built with
+/// them instead.
+#[cfg(doctest)]
+mod book {
+    #[doc = include_str!("../../docs/src/abridge.md")]
+    struct Abridge;
+    #[doc = include_str!("../../docs/src/bash-and-files.md")]
+    struct BashAndFiles;
+    #[doc = include_str!("../../docs/src/bundles.md")]
+    struct Bundles;
+    #[doc = include_str!("../../docs/src/containers.md")]
+    struct Containers;
+    #[doc = include_str!("../../docs/src/fleets.md")]
+    struct Fleets;
+    #[doc = include_str!("../../docs/src/logs-and-traces.md")]
+    struct LogsAndTraces;
+    #[doc = include_str!("../../docs/src/providers.md")]
+    struct Providers;
+    #[doc = include_str!("../../docs/src/remote-functions.md")]
+    struct RemoteFunctions;
+    #[doc = include_str!("../../docs/src/supervision.md")]
+    struct Supervision;
+}

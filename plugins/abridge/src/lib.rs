@@ -9,12 +9,15 @@
 //! host holds, and the answer comes back on the same namespace while the
 //! agent keeps running.
 //!
-//! ```ignore
+//! ```no_run
+//! # use agentix_abridge::Gateway;
+//! # async fn host(sandbox: &agentix::Sandbox, key: String) -> Result<(), Box<dyn std::error::Error>> {
 //! // host
 //! let gateway = Gateway::openai("http://127.0.0.1:8000/v1").key(key);
 //! sandbox.register_namespace(gateway.namespace())?;
 //! let url = sandbox.remote(agentix_abridge::serve, 0u16).await?;
 //! // in the sandbox: OPENAI_BASE_URL=$url OPENAI_API_KEY=placeholder agent ...
+//! # Ok(()) }
 //! ```
 //!
 //! Upstream errors keep their meaning inside the sandbox: a 429 stays a

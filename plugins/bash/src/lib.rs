@@ -4,8 +4,10 @@
 //! bundle's `main`, and call its remote functions from the host like any
 //! other:
 //!
-//! ```ignore
+//! ```no_run
+//! use agentix::StreamExt;
 //! use agentix_bash::{BashEvent, BashOptions};
+//! # async fn demo(sandbox: &agentix::Sandbox) -> Result<(), Box<dyn std::error::Error>> {
 //!
 //! let out = sandbox.remote(agentix_bash::run, ("ls -l".into(), BashOptions::new())).await?;
 //! println!("{}", out.stdout_lossy());
@@ -17,6 +19,7 @@
 //!         BashEvent::Exit(exit) => println!("exit {:?}", exit.code),
 //!     }
 //! }
+//! # Ok(()) }
 //! ```
 //!
 //! Each command runs with `bash -c` in a process group of its own, with the

@@ -4,10 +4,12 @@
 //! remote functions below run in the sandbox; the [`transfer`] helpers run
 //! on the host and drive them for files of any size with constant memory:
 //!
-//! ```ignore
-//! agentix_files::transfer::upload_from(&sandbox, "data.csv", "/work/data.csv").await?;
-//! let entries = sandbox.remote(agentix_files::list, ("/work".into(),)).await?;
-//! agentix_files::transfer::download_to(&sandbox, "/work/out.csv", "out.csv").await?;
+//! ```no_run
+//! # async fn demo(sandbox: &agentix::Sandbox) -> Result<(), Box<dyn std::error::Error>> {
+//! agentix_files::transfer::upload_from(sandbox, "data.csv", "/work/data.csv").await?;
+//! let entries = sandbox.remote(agentix_files::list, "/work".to_string()).await?;
+//! agentix_files::transfer::download_to(sandbox, "/work/out.csv", "out.csv").await?;
+//! # Ok(()) }
 //! ```
 //!
 //! Every function fails with a [`FileError`] carrying the OS's reason and
