@@ -271,7 +271,13 @@ impl CallTable {
 
     /// Keeps a part of worker call `id`'s result, of `total` bytes in all,
     /// if that is within `max`.
-    pub(crate) fn deliver_part(&mut self, id: u64, total: u64, bytes: Bytes, max: usize) -> PartDelivery {
+    pub(crate) fn deliver_part(
+        &mut self,
+        id: u64,
+        total: u64,
+        bytes: Bytes,
+        max: usize,
+    ) -> PartDelivery {
         let Some(call) = self.inflight.get_mut(&id) else {
             return PartDelivery::Unknown;
         };
@@ -330,7 +336,12 @@ impl CallTable {
     /// what the worker has sent and the host not yet acknowledged: a host
     /// that acks more than it got must not give the worker credit past its
     /// window.
-    pub(crate) fn ack(&mut self, origin: Origin, items: u64, bytes: u64) -> Option<(u64, u64, u64)> {
+    pub(crate) fn ack(
+        &mut self,
+        origin: Origin,
+        items: u64,
+        bytes: u64,
+    ) -> Option<(u64, u64, u64)> {
         let id = *self.by_origin.get(&origin)?;
         let call = self.inflight.get_mut(&id)?;
         let items = items.min(call.outstanding.0);

@@ -29,7 +29,11 @@ impl<T: AsyncRead + AsyncWrite + Unpin + Send + 'static> Connection for T {}
 
 impl Listener {
     /// Binds the Unix socket `unix` if given, else `host:port`.
-    pub(crate) async fn bind(host: IpAddr, port: u16, unix: Option<&Path>) -> Result<Listener, String> {
+    pub(crate) async fn bind(
+        host: IpAddr,
+        port: u16,
+        unix: Option<&Path>,
+    ) -> Result<Listener, String> {
         match unix {
             Some(path) => Listener::bind_unix(path),
             None => TcpListener::bind((host, port))

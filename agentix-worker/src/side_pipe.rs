@@ -83,7 +83,10 @@ pub(crate) struct SidePipe {
 impl SidePipe {
     /// Starts the thread writing to `pipe`; `output` is the worker's own
     /// stdout and stderr, if it captures them.
-    pub(crate) fn start(pipe: std::fs::File, output: Option<Arc<OutputPipes>>) -> std::io::Result<Self> {
+    pub(crate) fn start(
+        pipe: std::fs::File,
+        output: Option<Arc<OutputPipes>>,
+    ) -> std::io::Result<Self> {
         let (tx, rx) = sync_channel(QUEUE);
         let pipes = output.clone();
         std::thread::Builder::new()

@@ -1,0 +1,43 @@
+//! Egress under the host's control: which names, ports and addresses a
+//! sandbox may reach, decided on the host.
+//!
+//! The host resolves names itself and connects to exactly the address it
+//! checked, so a sandbox needs no DNS of its own and a name that resolves
+//! to the host's loopback, a private network or a cloud's metadata address
+//! cannot be used to reach them.
+//!
+//! ```
+//! use agentix_egress::{Destination, EgressPolicy};
+//!
+//! let policy = EgressPolicy::new()
+//!     .allow("packages.example.org")
+//!     .allow("*.example-cdn.net")
+//!     .allow("api.example.com:8443")
+//!     .deny("private.example-cdn.net");
+//! let allowed = |host: &str, port| policy.check_destination(&Destination::parse(host)?, port);
+//! assert!(allowed("Packages.Example.org.", 443).is_ok());
+//! assert!(allowed("eu.example-cdn.net", 80).is_ok());
+//! assert!(allowed("example-cdn.net", 443).is_err(), "`*.a` is not `a`");
+//! assert!(allowed("private.example-cdn.net", 443).is_err(), "denied");
+//! assert!(allowed("api.example.com", 443).is_err(), "only its own port");
+//! assert!(allowed("93.184.216.34", 443).is_err(), "an address literal needs allowing");
+//! # Ok::<(), agentix_egress::Refusal>(())
+//! ```
+//!
+//! Layout: [`host_name`] normalises a name (lowercase, IDNA, one trailing
+//! dot off) and parses a destination; [`host_pattern`] is one allow or deny
+//! rule; [`address_class`] names the addresses refused after resolution
+//! unless allowed; [`policy`] decides; [`resolver`] resolves names, or maps
+//! them for tests.
+
+pub mod address_class;
+pub mod host_name;
+pub mod host_pattern;
+pub mod policy;
+pub mod resolver;
+
+pub use address_class::AddressClass;
+pub use host_name::{Destination, HostName};
+pub use host_pattern::HostPattern;
+pub use policy::{EgressPolicy, Refusal};
+pub use resolver::{MappedResolver, Resolve, SystemResolver};
