@@ -9,7 +9,7 @@
 use std::fmt;
 use std::net::IpAddr;
 
-use crate::policy::Refusal;
+use crate::refusal::Refusal;
 
 /// A normalised host name (never an address literal).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]

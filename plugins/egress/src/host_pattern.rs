@@ -10,7 +10,7 @@
 use std::fmt;
 
 use crate::host_name::{Destination, HostName};
-use crate::policy::Refusal;
+use crate::refusal::Refusal;
 
 /// One rule of an allow- or deny-list.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -27,17 +27,19 @@
 //! Layout: [`host_name`] normalises a name (lowercase, IDNA, one trailing
 //! dot off) and parses a destination; [`host_pattern`] is one allow or deny
 //! rule; [`address_class`] names the addresses refused after resolution
-//! unless allowed; [`policy`] decides; [`resolver`] resolves names, or maps
-//! them for tests.
+//! unless allowed; [`policy`] decides, and a [`refusal`] says why not;
+//! [`resolver`] resolves names, or maps them for tests.
 
 pub mod address_class;
 pub mod host_name;
 pub mod host_pattern;
 pub mod policy;
+pub mod refusal;
 pub mod resolver;
 
 pub use address_class::AddressClass;
 pub use host_name::{Destination, HostName};
 pub use host_pattern::HostPattern;
-pub use policy::{EgressPolicy, Refusal};
+pub use policy::EgressPolicy;
+pub use refusal::Refusal;
 pub use resolver::{MappedResolver, Resolve, SystemResolver};

@@ -1,5 +1,4 @@
-//! [`EgressPolicy`]: which names, ports and addresses a sandbox may reach,
-//! and [`Refusal`], the reason a connection is not made.
+//! [`EgressPolicy`]: which names, ports and addresses a sandbox may reach.
 //!
 //! A name is checked before it is resolved (the deny-list first, then the
 //! allow-list, its port included) and each address it resolves to after
@@ -16,30 +15,11 @@ use ipnet::IpNet;
 use crate::address_class::{classify, AddressClass};
 use crate::host_name::{Destination, HostName};
 use crate::host_pattern::HostPattern;
+use crate::refusal::Refusal;
 use crate::resolver::Resolve;
 
 /// Ports a pattern without one allows.
 pub const DEFAULT_PORTS: [u16; 2] = [80, 443];
-
-/// Why a connection is not made: what was asked for, and the rule.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("egress to {target} refused: {reason}")]
-pub struct Refusal {
-    /// What the sandbox asked for, as it wrote it.
-    pub target: String,
-    /// The rule or fact that refused it.
-    pub reason: String,
-}
-
-impl Refusal {
-    /// A refusal of `target` for `reason`.
-    pub fn new(target: impl Into<String>, reason: impl Into<String>) -> Self {
-        Refusal {
-            target: target.into(),
-            reason: reason.into(),
-        }
-    }
-}
 
 /// What a sandbox may reach. Nothing, until rules allow it.
 #[derive(Debug, Clone)]

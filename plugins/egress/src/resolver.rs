@@ -10,7 +10,7 @@ use std::net::IpAddr;
 use futures_util::future::BoxFuture;
 
 use crate::host_name::HostName;
-use crate::policy::Refusal;
+use crate::refusal::Refusal;
 
 /// Resolves a name to the addresses the host may then check and dial.
 pub trait Resolve: Send + Sync {
