@@ -79,13 +79,7 @@ impl<P: Protocol> HostEnd<P> {
 
     /// Sends `event` to the sandbox; events reach it in the order sent.
     pub async fn emit<E: Event<P, ToSandbox>>(&self, event: &E) -> Result<(), RemoteError> {
-        let data = serde_json::to_value(event).map_err(|e| {
-            RemoteError::new(
-                agentix_wire::errors::ErrorKind::BadArguments,
-                format!("cannot write `{}` as JSON: {e}", E::NAME),
-            )
-        })?;
-        self.handle.emit(E::NAME, data).await
+        self.handle.emit_payload(E::NAME, event).await
     }
 
     /// Asks the sandbox and waits for its reply, at most

@@ -201,6 +201,26 @@ impl HostNamespaceHandle {
         &self.path
     }
 
+    /// Emits `event` with `data` as its own type: its
+    /// [`Attachment`](agentix_wire::attachment::Attachment)s travel as
+    /// binary attachments (the typed halves' events).
+    pub(crate) async fn emit_payload<T: Serialize + ?Sized>(
+        &self,
+        event: &str,
+        data: &T,
+    ) -> Result<(), RemoteError> {
+        self.client
+            .emit_attachments(&self.path, event, data)
+            .await
+            .map_err(|e| {
+                let kind = match e {
+                    crate::sio::SioError::Encode(_) => ErrorKind::BadArguments,
+                    _ => ErrorKind::ConnectionLost,
+                };
+                RemoteError::new(kind, format!("cannot emit `{event}`: {e}"))
+            })
+    }
+
     /// Emits `event` with `data` to the sandbox's namespace.
     pub async fn emit(&self, event: &str, data: Value) -> Result<(), RemoteError> {
         // A JSON value, never the payload's own type: Socket.IO's encoder

@@ -32,14 +32,17 @@ use agentix_actors::supervision::ChildGuard;
 use agentix_wire::budgeted_channel::{
     budgeted_channel, BudgetedReceiver, BudgetedSender, PayloadLen,
 };
+use agentix_wire::frame_bytes::FrameBytes;
 use agentix_wire::json_text::JsonText;
 use agentix_wire::outbox::Outbox;
 use agentix_wire::part::MAX_SOCKET_MESSAGE_BYTES;
+use agentix_wire::placeholder_json::WithFrames;
 use agentix_wire::request_envelope::{
     error_reply, is_reply, request_id_in_text, HOST_BEHIND, NO_HANDLER, NO_HOST, OVERLOADED,
     TOO_LARGE,
 };
 use agentix_wire::wire::{check_plugin_path, Frame};
+use bytes::Bytes;
 use socketioxide::extract::{Event, SocketRef};
 use socketioxide::handler::ConnectHandler;
 use socketioxide::socket::Sid;
@@ -61,6 +64,8 @@ pub struct HostEvent {
     pub event: String,
     /// The payload, as the host's text.
     pub data: JsonText,
+    /// Its binary attachments, in placeholder order.
+    pub attachments: Vec<Bytes>,
 }
 
 /// Emit `event` with `data` to every host on the forwarder's path.
@@ -71,12 +76,19 @@ pub struct ToHosts {
     pub event: String,
     /// The payload, as the worker's text.
     pub data: JsonText,
+    /// Its binary attachments, in placeholder order.
+    pub attachments: Vec<Bytes>,
 }
 
 impl PayloadLen for ToHosts {
     fn payload_len(&self) -> usize {
-        self.event.len() + self.data.raw().get().len()
+        self.event.len() + self.data.raw().get().len() + attached_len(&self.attachments)
     }
+}
+
+/// The bytes of an event's binary attachments.
+fn attached_len(attachments: &[Bytes]) -> usize {
+    attachments.iter().map(Bytes::len).sum()
 }
 
 /// Where hosts' events go now: the ready worker's pipe queue, or nowhere
@@ -191,7 +203,7 @@ impl NamespaceForwarder {
 
     /// Puts a host's event (or a reply made on the hosts' behalf) on the
     /// worker's pipe queue.
-    fn to_worker(&self, event: String, data: JsonText) {
+    fn to_worker(&self, event: String, data: JsonText, attachments: Vec<Bytes>) {
         let Some(frames) = &self.worker else {
             tracing::debug!(
                 path = self.path,
@@ -205,6 +217,7 @@ impl NamespaceForwarder {
             path: self.path.clone(),
             event,
             data,
+            attachments: attachments.into_iter().map(FrameBytes).collect(),
         };
         // A reply is never dropped for a full pipe: the worker waits for
         // it. Other events queue in order, so a burst arrives whole, until
@@ -259,7 +272,7 @@ impl Handler<HostEvent> for NamespaceForwarder {
     type Result = ();
 
     fn handle(&mut self, msg: HostEvent, _: &mut Context<Self>) {
-        self.to_worker(msg.event, msg.data);
+        self.to_worker(msg.event, msg.data, msg.attachments);
     }
 }
 
@@ -316,14 +329,14 @@ impl Handler<ToHosts> for NamespaceForwarder {
     type Result = ();
 
     fn handle(&mut self, msg: ToHosts, _: &mut Context<Self>) {
-        let ToHosts { event, data } = match self.to_hosts.try_send(msg) {
+        let ToHosts { event, data, .. } = match self.to_hosts.try_send(msg) {
             Ok(()) => return,
             Err(mpsc::error::TrySendError::Full(msg) | mpsc::error::TrySendError::Closed(msg)) => {
                 msg
             }
         };
         if let Some((event, data)) = not_forwarded(&self.counts, &self.path, &event, &data) {
-            self.to_worker(event, data);
+            self.to_worker(event, data, Vec::new());
         }
     }
 }
@@ -371,9 +384,10 @@ impl ToHostsPump {
     }
 
     async fn emit(&mut self, msg: ToHosts) {
-        let size = msg.data.as_str().len();
+        let text = msg.data.as_str().len();
+        let size = text + attached_len(&msg.attachments);
         // Room for the packet's framing: namespace, event name, brackets.
-        if size + self.path.len() + msg.event.len() + 64 > MAX_SOCKET_MESSAGE_BYTES {
+        if text + self.path.len() + msg.event.len() + 64 > MAX_SOCKET_MESSAGE_BYTES {
             self.dropped.fetch_add(1, Ordering::Relaxed);
             let message = format!(
                 "`{}` on {} is {size} bytes of JSON, over the {} MiB one websocket message \
@@ -417,7 +431,15 @@ impl ToHostsPump {
             let behind = lock(&self.lagging).contains(&host.id);
             // A lagging host gets one try; it is back once it takes one.
             let patience = if behind { Duration::ZERO } else { LAG_PATIENCE };
-            let sent = emit_within(host, &msg.event, msg.data.raw(), patience).await;
+            let sent = if msg.attachments.is_empty() {
+                emit_within(host, &msg.event, msg.data.raw(), patience).await
+            } else {
+                let payload = WithFrames {
+                    json: msg.data.raw(),
+                    frames: &msg.attachments,
+                };
+                emit_within(host, &msg.event, &payload, patience).await
+            };
             if sent {
                 delivered = true;
                 self.backlogs.handed(host, size);
@@ -451,6 +473,7 @@ impl ToHostsPump {
             forwarder.do_send(HostEvent {
                 event,
                 data: data.into(),
+                attachments: Vec::new(),
             });
         }
         true
@@ -465,7 +488,7 @@ pub(crate) fn register(io: &SocketIo, forwarders: Forwarders, token: Token) {
         let forwarders = forwarders.clone();
         s.on_fallback(move |s: SocketRef, Event(event): Event, raw: RawEvent| {
             let path = s.ns();
-            let refusal = match raw.into_payload_text() {
+            let refusal = match raw.into_payload() {
                 Ok(data) if check_plugin_path(path).is_ok() => {
                     hand_to_forwarder(&forwarders, path, event, data)
                 }
@@ -506,18 +529,23 @@ fn hand_to_forwarder(
     forwarders: &Forwarders,
     path: &str,
     event: String,
-    data: JsonText,
+    (data, attachments): (JsonText, Vec<Bytes>),
 ) -> Option<(String, serde_json::Value)> {
+    let host_event = HostEvent {
+        event,
+        data,
+        attachments,
+    };
     let (event, data, type_name, why) = match forwarders.get(path) {
-        Some(forwarder) => match forwarder.try_send(HostEvent { event, data }) {
+        Some(forwarder) => match forwarder.try_send(host_event) {
             Ok(()) => return None,
-            Err(SendError::Full(HostEvent { event, data })) => (
+            Err(SendError::Full(HostEvent { event, data, .. })) => (
                 event,
                 data,
                 OVERLOADED,
                 format!("the worker's end of {path} has {FORWARDER_MAILBOX} events waiting"),
             ),
-            Err(SendError::Closed(HostEvent { event, data })) => (
+            Err(SendError::Closed(HostEvent { event, data, .. })) => (
                 event,
                 data,
                 NO_HANDLER,
@@ -525,8 +553,8 @@ fn hand_to_forwarder(
             ),
         },
         None => (
-            event,
-            data,
+            host_event.event,
+            host_event.data,
             NO_HANDLER,
             format!("no worker has opened {path}: nothing in the sandbox handles it"),
         ),
@@ -597,7 +625,9 @@ mod tests {
 
     async fn next_frame(frames: &mut mpsc::Receiver<Frame>) -> (String, String, serde_json::Value) {
         match tokio::time::timeout(Duration::from_secs(5), frames.recv()).await {
-            Ok(Some(Frame::SioEvent { path, event, data })) => (path, event, data.to_value()),
+            Ok(Some(Frame::SioEvent {
+                path, event, data, ..
+            })) => (path, event, data.to_value()),
             other => panic!("expected a namespace event for the worker, got {other:?}"),
         }
     }
@@ -608,6 +638,7 @@ mod tests {
         let (forwarder, _ended, _counts) = forwarder(Some(Outbox::new(tx)));
         for i in 0..10 {
             let event = HostEvent {
+                attachments: Vec::new(),
                 event: "n".into(),
                 data: text(json!(i)),
             };
@@ -623,6 +654,7 @@ mod tests {
         // The worker asks while no host is on the path: it is answered at
         // once, on the hosts' behalf, instead of waiting out its timeout.
         let ask = ToHosts {
+            attachments: Vec::new(),
             event: "fetch".into(),
             data: text(json!({"request_id": "r1", "data": 1})),
         };
@@ -638,6 +670,7 @@ mod tests {
     {
         let (forwarder, _ended, _counts) = forwarder(None);
         let lost = HostEvent {
+            attachments: Vec::new(),
             event: "lost".into(),
             data: text(json!(1)),
         };
@@ -648,6 +681,7 @@ mod tests {
             .await
             .unwrap();
         let kept = HostEvent {
+            attachments: Vec::new(),
             event: "kept".into(),
             data: text(json!(2)),
         };

@@ -27,21 +27,20 @@ pub(crate) struct RawEvent {
 impl RawEvent {
     /// A plugin event's payload as the text it came as, checked to be JSON
     /// and never parsed into a value: the first argument after the event's
-    /// name (`null` if none; further ones are ignored). Plugin namespaces
-    /// carry JSON only, so binary attachments are refused.
-    pub(crate) fn into_payload_text(self) -> Result<JsonText, String> {
-        if !self.frames.is_empty() {
-            return Err("binary attachments are not carried on plugin namespaces".into());
-        }
+    /// name (`null` if none; further ones are ignored), and its binary
+    /// attachments, passed on as they came (their placeholders are in the
+    /// text).
+    pub(crate) fn into_payload(self) -> Result<(JsonText, Vec<Bytes>), String> {
         let mut de = serde_json::Deserializer::from_slice(&self.json);
         let payload = de
             .deserialize_seq(FirstArgument)
             .and_then(|payload| de.end().map(|()| payload))
             .map_err(|e| format!("malformed event: {e}"))?;
-        Ok(match payload {
+        let text = match payload {
             Some(raw) => JsonText::from_raw(raw.to_owned()),
             None => JsonText::from_value(&serde_json::Value::Null),
-        })
+        };
+        Ok((text, self.frames))
     }
 
     /// The payload as JSON (placeholders left as they are) and the frames,
@@ -103,28 +102,36 @@ mod tests {
 
     #[test]
     fn a_plugin_events_payload_is_its_first_argument_as_sent() {
-        let text = event(r#"["configure", {"b": 1,  "a": "x\"y"}, 2, [3]]"#, vec![])
-            .into_payload_text()
+        let (text, frames) = event(r#"["configure", {"b": 1,  "a": "x\"y"}, 2, [3]]"#, vec![])
+            .into_payload()
             .unwrap();
         assert_eq!(text.as_str(), r#"{"b": 1,  "a": "x\"y"}"#);
-        let none = event(r#"["ping"]"#, vec![]).into_payload_text().unwrap();
+        assert!(frames.is_empty());
+        let (none, _) = event(r#"["ping"]"#, vec![]).into_payload().unwrap();
         assert_eq!(none.to_value(), serde_json::Value::Null);
     }
 
     #[test]
-    fn binary_or_malformed_plugin_events_are_refused() {
-        let binary = event(
+    fn binary_attachments_pass_on_beside_their_placeholders() {
+        let (text, frames) = event(
             r#"["blob", {"_placeholder": true, "num": 0}]"#,
             vec![Bytes::from_static(b"bytes")],
-        );
-        assert!(binary.into_payload_text().unwrap_err().contains("binary"));
+        )
+        .into_payload()
+        .unwrap();
+        assert_eq!(text.as_str(), r#"{"_placeholder": true, "num": 0}"#);
+        assert_eq!(frames, [Bytes::from_static(b"bytes")]);
+    }
+
+    #[test]
+    fn malformed_plugin_events_are_refused() {
         for bad in [
             r#"["x", {"a": }]"#,
             r#"{"not": "an array"}"#,
             "[]",
             r#"["x", 1] 2"#,
         ] {
-            let err = event(bad, vec![]).into_payload_text().unwrap_err();
+            let err = event(bad, vec![]).into_payload().unwrap_err();
             assert!(err.contains("malformed"), "{bad}: {err}");
         }
     }

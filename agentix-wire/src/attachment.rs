@@ -165,6 +165,81 @@ pub fn to_json_collecting<T: Serialize + ?Sized>(
     Ok((json?, frames))
 }
 
+thread_local! {
+    /// The frames of the event being decoded inside [`resolving`] on this
+    /// thread; `None` outside it.
+    static RESOLVING: std::cell::RefCell<Option<Frames>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// Runs `decode` with `frames` as the binary frames its placeholders name:
+/// every [`Attachment`] it deserializes (from JSON text or from a parsed
+/// value) is filled as it is read, whatever type holds it, so a payload
+/// type needs no [`WithAttachments`] of its own. Frames are shared, not
+/// copied.
+pub fn resolving<R>(frames: &[Bytes], decode: impl FnOnce() -> R) -> R {
+    // Restores the thread's state even if decoding panics; nests.
+    struct Restore(Option<Frames>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            RESOLVING.set(self.0.take());
+        }
+    }
+    let frames = Frames {
+        frames: frames.to_vec(),
+        used: vec![false; frames.len()],
+    };
+    let _restore = Restore(RESOLVING.replace(Some(frames)));
+    decode()
+}
+
+/// An event's frames while it is decoded, and which are taken: a peer
+/// naming one frame twice is refused, as [`resolve`] refuses it.
+struct Frames {
+    frames: Vec<Bytes>,
+    used: Vec<bool>,
+}
+
+/// An attachment of placeholders `nums`: filled now inside [`resolving`],
+/// else left for [`resolve`].
+fn resolved_here(nums: Vec<usize>) -> Result<Attachment, String> {
+    RESOLVING.with_borrow_mut(|frames| {
+        let Some(Frames { frames, used }) = frames else {
+            return Ok(Attachment(Slot::Unresolved(nums)));
+        };
+        let mut parts = Vec::with_capacity(nums.len());
+        for num in nums {
+            let frame = frames
+                .get(num)
+                .ok_or_else(|| format!("placeholder {num} names no attachment"))?;
+            if std::mem::replace(&mut used[num], true) {
+                return Err(format!("attachment {num} is used twice"));
+            }
+            parts.push(frame.clone());
+        }
+        Ok(Attachment(Slot::Bytes(crate::part::join(parts))))
+    })
+}
+
+/// [`to_json_collecting`], as a [`RawValue`](serde_json::value::RawValue)
+/// (no second parse of the text).
+pub fn to_raw_value_collecting<T: Serialize + ?Sized>(
+    value: &T,
+) -> serde_json::Result<(Box<serde_json::value::RawValue>, Vec<Bytes>)> {
+    struct Collecting;
+    impl Drop for Collecting {
+        fn drop(&mut self) {
+            COLLECTED.set(None);
+        }
+    }
+    COLLECTED.set(Some(Vec::new()));
+    let collecting = Collecting;
+    let raw = serde_json::value::to_raw_value(value);
+    let frames = COLLECTED.take().unwrap_or_default();
+    drop(collecting);
+    Ok((raw?, frames))
+}
+
 /// Hands `pieces` to this thread's collector (inside
 /// [`to_json_collecting`]); the placeholder number of the first.
 fn collect(pieces: impl IntoIterator<Item = Bytes>) -> usize {
@@ -207,7 +282,7 @@ impl<'de> Visitor<'de> for AttachmentVisitor {
 
     fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Attachment, A::Error> {
         let num = PlaceholderVisitor.visit_map(map)?;
-        Ok(Attachment(Slot::Unresolved(vec![num])))
+        resolved_here(vec![num]).map_err(de::Error::custom)
     }
 
     fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<Attachment, A::Error> {
@@ -218,7 +293,7 @@ impl<'de> Visitor<'de> for AttachmentVisitor {
         if nums.is_empty() {
             return Err(de::Error::custom("an attachment of no parts"));
         }
-        Ok(Attachment(Slot::Unresolved(nums)))
+        resolved_here(nums).map_err(de::Error::custom)
     }
 }
 
@@ -274,9 +349,8 @@ pub fn decode_event<T>(json: &str, frames: Vec<Bytes>) -> Result<T, String>
 where
     T: DeserializeOwned + WithAttachments,
 {
-    let EventArgs(mut payload) =
-        serde_json::from_str::<EventArgs<T>>(json).map_err(|e| format!("malformed event: {e}"))?;
-    resolve(&mut payload, frames)?;
+    let EventArgs(payload) = resolving(&frames, || serde_json::from_str::<EventArgs<T>>(json))
+        .map_err(|e| format!("malformed event: {e}"))?;
     Ok(payload)
 }
 

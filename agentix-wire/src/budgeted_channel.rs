@@ -175,6 +175,7 @@ mod tests {
             path: String::new(),
             event: String::new(),
             data: serde_json::json!("x".repeat(bytes - 2)).into(),
+            attachments: Vec::new(),
         }
     }
 

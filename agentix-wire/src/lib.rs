@@ -7,7 +7,8 @@
 //! Layout:
 //! - [`wire`]: every frame between server and worker, and every `/rpc` event
 //!   between host and server, in one place.
-//! - [`attachment`]: bytes that travel beside an event as binary attachments.
+//! - [`attachment`]: bytes that travel beside an event as binary attachments;
+//!   [`placeholder_json`]: an event passed on with its attachments in place.
 //! - [`part`]: large payloads cut into parts, so they never block a hop.
 //! - [`codec`]: length-prefixed CBOR framing for the server <-> worker pipes;
 //!   [`bulk_lane`] keeps large payloads' parts from blocking them;
@@ -44,6 +45,7 @@ pub mod log_file;
 pub mod log_record;
 pub mod outbox;
 pub mod part;
+pub mod placeholder_json;
 pub mod process;
 pub mod raised;
 pub mod register_error;

@@ -180,6 +180,7 @@ mod tests {
             path: "/p".into(),
             event: "n".into(),
             data: serde_json::json!(i).into(),
+            attachments: Vec::new(),
         }
     }
 

@@ -220,8 +220,12 @@ pub enum Frame {
         path: String,
         /// The event name (any string; `:` included).
         event: String,
-        /// The payload, as the JSON text it is (never parsed on the way).
+        /// The payload, as the JSON text it is (never parsed on the way);
+        /// binary attachments are placeholders in it.
         data: crate::json_text::JsonText,
+        /// The payload's binary attachments, in placeholder order.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        attachments: Vec<FrameBytes>,
     },
     /// Worker -> server, on the side pipe: log records, in order (the
     /// worker already appended them to the sandbox log file).
@@ -260,8 +264,16 @@ impl Frame {
             Frame::Items { items, .. } => items.iter().map(|item| item.len()).sum(),
             Frame::Part { bytes, .. } => bytes.0.len(),
             Frame::SioOpen { path } => path.len(),
-            Frame::SioEvent { path, event, data } => {
-                path.len() + event.len() + data.raw().get().len()
+            Frame::SioEvent {
+                path,
+                event,
+                data,
+                attachments,
+            } => {
+                path.len()
+                    + event.len()
+                    + data.raw().get().len()
+                    + attachments.iter().map(|a| a.0.len()).sum::<usize>()
             }
             Frame::Logs { batch, output } => {
                 batch.cbor.len() + output.iter().map(String::len).sum::<usize>()

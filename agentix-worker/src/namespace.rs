@@ -62,7 +62,10 @@ use agentix_wire::request_envelope::{
 };
 use tokio_util::sync::CancellationToken;
 
+use agentix_wire::attachment::{resolving, to_raw_value_collecting};
+use agentix_wire::frame_bytes::FrameBytes;
 use agentix_wire::wire::{check_plugin_path, Frame};
+use bytes::Bytes;
 
 pub use agentix_actors::event_lane::EVENT_LANE_ITEMS;
 pub use agentix_wire::request_envelope::DEFAULT_REQUEST_TIMEOUT;
@@ -294,26 +297,28 @@ impl NamespaceTable {
     }
 
     /// Called by the worker's frame loop: a host emitted `event` on `path`.
-    pub(crate) fn deliver(&self, path: &str, event: String, data: Value) {
+    pub(crate) fn deliver(&self, path: &str, event: String, data: Value, frames: Vec<Bytes>) {
         let found = self
             .lock()
             .get(path)
             .map(|r| (r.handle.clone(), r.handlers.get(&event).cloned()));
         match found {
-            Some((ns, handler)) => deliver(ns, handler, path, event, data),
+            Some((ns, handler)) => deliver(ns, handler, path, event, data, frames),
             None => unregistered(&self.out, path, &event, &data),
         }
     }
 }
 
 /// A host emitted `event` on `path`, which `ns` registered with `handler`
-/// for it (if any).
+/// for it (if any); a typed handler reads the payload's attachments from
+/// `frames` when it is called.
 fn deliver(
     ns: SandboxNamespaceHandle,
     handler: Option<Handler>,
     path: &str,
     event: String,
     mut data: Value,
+    frames: Vec<Bytes>,
 ) {
     if let Some((id, outcome)) = reply_outcome(&event, &mut data) {
         let reply = ns.waiting_table().remove(&id);
@@ -335,11 +340,11 @@ fn deliver(
         return;
     }
     match handler {
-        Some(Handler::Actor(hand_over)) => hand_over(ns, data),
+        Some(Handler::Actor(hand_over)) => resolving(&frames, || hand_over(ns, data)),
         Some(Handler::Handing(handler)) if ns.inbound.lane.idle() => {
             // Nothing before it waits: handed on here, without a task hop.
             let inbound = ns.inbound.clone();
-            match hand_on_here(|| handler(ns, data)) {
+            match hand_on_here(|| resolving(&frames, || handler(ns, data))) {
                 HandedOn::Done => {}
                 HandedOn::Waiting(waiting) => inbound.queue(path, event, Box::new(move || waiting)),
                 HandedOn::Panicked => tracing::error!(path, event, "namespace handler panicked"),
@@ -349,9 +354,10 @@ fn deliver(
             // The closure itself is called in the event's turn too, on the
             // lane: a panic in it must not end the frame loop.
             let inbound = ns.inbound.clone();
-            inbound.queue(path, event, Box::new(move || handler(ns, data)));
+            let turn = move || resolving(&frames, || handler(ns, data));
+            inbound.queue(path, event, Box::new(turn));
         }
-        Some(Handler::Request(handler)) => answer(ns, event, data, handler),
+        Some(Handler::Request(handler)) => answer(ns, event, data, frames, handler),
         None => match request_id(&event, &data) {
             Some(request_id) => {
                 let (event, reply) = no_handler_reply(&ns.path, &event, request_id);
@@ -373,6 +379,7 @@ fn unregistered(out: &mpsc::Sender<Frame>, path: &str, event: &str, data: &Value
                 path: path.to_owned(),
                 event,
                 data: JsonText::from_value(&reply),
+                attachments: Vec::new(),
             });
         }
         None => tracing::debug!(path, event, "event for an unregistered namespace; dropped"),
@@ -385,6 +392,7 @@ fn answer(
     ns: SandboxNamespaceHandle,
     event: String,
     mut data: Value,
+    frames: Vec<Bytes>,
     handler: Arc<
         dyn Fn(SandboxNamespaceHandle, Value, CancellationToken) -> ReplyFuture + Send + Sync,
     >,
@@ -413,7 +421,7 @@ fn answer(
     // the request finds it.
     ns.inbound.answering().insert(key.clone(), token.clone());
     let made = std::panic::catch_unwind(AssertUnwindSafe(|| {
-        handler(ns.clone(), body, token.clone())
+        resolving(&frames, || handler(ns.clone(), body, token.clone()))
     }));
     tokio::spawn(async move {
         let outcome = match made {
@@ -487,8 +495,13 @@ impl SandboxNamespaceHandle {
     }
 
     fn json_frame<T: serde::Serialize + ?Sized>(&self, event: &str, data: &T) -> Option<Frame> {
-        match serde_json::value::to_raw_value(data) {
-            Ok(raw) => Some(self.text_frame(event.to_owned(), JsonText::from_raw(raw))),
+        match to_raw_value_collecting(data) {
+            Ok((raw, frames)) => Some(Frame::SioEvent {
+                path: self.path.to_string(),
+                event: event.to_owned(),
+                data: JsonText::from_raw(raw),
+                attachments: frames.into_iter().map(FrameBytes).collect(),
+            }),
             Err(e) => {
                 tracing::error!(path = self.path(), event, "event not sent: not JSON: {e}");
                 None
@@ -505,6 +518,7 @@ impl SandboxNamespaceHandle {
             path: self.path.to_string(),
             event,
             data,
+            attachments: Vec::new(),
         }
     }
 

@@ -269,8 +269,14 @@ async fn frame_loop(
             Ok(Some(Frame::Ping { seq })) => {
                 let _ = out_tx.send(Frame::Pong { seq }).await;
             }
-            Ok(Some(Frame::SioEvent { path, event, data })) => {
-                context.deliver(&path, event, data.to_value());
+            Ok(Some(Frame::SioEvent {
+                path,
+                event,
+                data,
+                attachments,
+            })) => {
+                let frames = attachments.into_iter().map(|a| a.0).collect();
+                context.deliver(&path, event, data.to_value(), frames);
             }
             Ok(Some(Frame::Ack { id, items, bytes })) => {
                 if let Some(credit) = running.running(id).and_then(|c| c.credit.as_ref()) {

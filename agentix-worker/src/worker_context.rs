@@ -77,9 +77,16 @@ impl WorkerContext {
             .unwrap_or_else(|_| unreachable!("the entry of `T`'s type id holds a `T`"))
     }
 
-    /// Called by the worker's frame loop: a host emitted `event` on `path`.
-    pub(crate) fn deliver(&self, path: &str, event: String, data: serde_json::Value) {
-        self.inner.namespaces.deliver(path, event, data);
+    /// Called by the worker's frame loop: a host emitted `event` on `path`,
+    /// its binary attachments `frames`.
+    pub(crate) fn deliver(
+        &self,
+        path: &str,
+        event: String,
+        data: serde_json::Value,
+        frames: Vec<bytes::Bytes>,
+    ) {
+        self.inner.namespaces.deliver(path, event, data, frames);
     }
 }
 

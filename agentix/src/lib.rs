@@ -65,6 +65,7 @@ pub use agentix_host::{
 };
 pub use agentix_macros::remote;
 pub use agentix_trace as trace;
+pub use agentix_wire::attachment::Attachment;
 pub use agentix_wire::call_args::CallArgs;
 pub use agentix_wire::cbor::Blob;
 pub use agentix_wire::errors::{DataError, ErrorKind, RemoteError};

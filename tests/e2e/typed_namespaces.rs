@@ -9,10 +9,11 @@ mod support;
 use std::time::Duration;
 
 use agentix::actix::{Actor, AtomicResponse, Context, Handler, WrapFuture};
+use agentix::Attachment;
 use agentix::{HostEnd, HostHalf, NamespaceFault, Received, RemoteSioError};
 use agentix_e2e::typed_plugin::{
-    open_typed, AskHalf, Count, CountUp, Counted, Counting, Double, Doubled, Finish, HalfAnswer,
-    Halve, Halved, Meet, Stall, Stopped, Tally,
+    open_typed, AskHalf, Chunk, Count, CountUp, Counted, Counting, Double, Doubled, Finish,
+    HalfAnswer, Halve, Halved, Meet, Reversed, Stall, Stopped, Tally,
 };
 use serde_json::json;
 use support::{next_event, sandbox};
@@ -60,6 +61,7 @@ struct Reports {
     tallies: mpsc::UnboundedReceiver<Vec<u64>>,
     stopped: mpsc::UnboundedReceiver<String>,
     halves: mpsc::UnboundedReceiver<Result<u64, String>>,
+    reversed: mpsc::UnboundedReceiver<Reversed>,
 }
 
 fn host_half() -> (HostHalf<Counting>, Reports) {
@@ -67,6 +69,7 @@ fn host_half() -> (HostHalf<Counting>, Reports) {
     let (tally_tx, tallies) = mpsc::unbounded_channel();
     let (stopped_tx, stopped) = mpsc::unbounded_channel();
     let (half_tx, halves) = mpsc::unbounded_channel();
+    let (reversed_tx, reversed) = mpsc::unbounded_channel();
     let tallier = agentix::start_actor(move |_| Tallier(counted_tx));
     let half = HostHalf::<Counting>::new()
         .on_actor::<Counted>(tallier)
@@ -82,6 +85,10 @@ fn host_half() -> (HostHalf<Counting>, Reports) {
             let _ = half_tx.send(answer);
             async {}
         })
+        .on(move |_, back: Reversed| {
+            let _ = reversed_tx.send(back);
+            async {}
+        })
         .answer(|_, Halve(n), _| async move {
             if n % 2 == 1 {
                 return Err(NamespaceFault::new("Odd", format!("{n} is odd")));
@@ -93,6 +100,7 @@ fn host_half() -> (HostHalf<Counting>, Reports) {
         tallies,
         stopped,
         halves,
+        reversed,
     };
     (half, reports)
 }
@@ -238,4 +246,31 @@ async fn a_request_for_a_namespace_the_sandbox_has_not_opened_is_answered_at_onc
         started.elapsed() < Duration::from_secs(30),
         "answered, not timed out"
     );
+}
+
+#[tokio::test]
+async fn bytes_travel_both_ways_as_binary_attachments_of_typed_events() {
+    let (_sb, end, mut reports) = typed_sandbox().await;
+    // Empty, small, and past one part (they travel as parts, joined again).
+    let sizes = [0usize, 1, 1000, (3 << 20) + 7];
+    for (seq, size) in sizes.iter().enumerate() {
+        let bytes: Vec<u8> = (0..*size).map(|i| (i * 7 + seq) as u8).collect();
+        end.emit(&Chunk {
+            seq: seq as u64,
+            bytes: Attachment::new(bytes),
+        })
+        .await
+        .unwrap();
+    }
+    for (seq, size) in sizes.iter().enumerate() {
+        let back = next_event(&mut reports.reversed, "a chunk back").await;
+        assert_eq!(back.seq, seq as u64, "in order");
+        assert_eq!(back.len, *size as u64, "the sandbox read every byte");
+        let mut expected: Vec<u8> = (0..*size).map(|i| (i * 7 + seq) as u8).collect();
+        expected.reverse();
+        assert!(
+            back.bytes.as_bytes() == expected,
+            "chunk {seq} came back changed"
+        );
+    }
 }

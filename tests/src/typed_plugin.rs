@@ -5,7 +5,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use agentix::{NamespaceFault, SandboxHalf};
+use agentix::{Attachment, NamespaceFault, SandboxHalf};
 use serde::{Deserialize, Serialize};
 
 /// One number of a counted run.
@@ -61,16 +61,35 @@ pub struct Halved(pub u64);
 /// error text.
 #[derive(Debug, Serialize, Deserialize)]
 pub struct HalfAnswer(pub Result<u64, String>);
+/// Bytes for the sandbox half, as a binary attachment.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Chunk {
+    /// Which chunk.
+    pub seq: u64,
+    /// Its bytes.
+    pub bytes: Attachment,
+}
+/// A [`Chunk`] back from the sandbox half: the length it read, and the
+/// bytes reversed (so they were read, not passed through).
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Reversed {
+    /// The chunk's `seq`.
+    pub seq: u64,
+    /// How many bytes the sandbox half read.
+    pub len: u64,
+    /// The bytes, last first.
+    pub bytes: Attachment,
+}
 
 agentix::namespace_protocol! {
     /// The e2e tests' typed plugin.
     pub struct Counting = "/e2e-typed";
     to_sandbox {
-        events [Count, Finish, CountUp, AskHalf]
+        events [Count, Finish, CountUp, AskHalf, Chunk]
         requests [Double => Doubled, Meet => Meet, Stall => Never]
     }
     to_host {
-        events [Tally, Counted, Stopped, HalfAnswer]
+        events [Tally, Counted, Stopped, HalfAnswer, Reversed]
         requests [Halve as "halve" => Halved]
     }
 }
@@ -116,6 +135,15 @@ pub async fn open_typed() -> String {
             for i in 0..n {
                 end.emit(&Counted(i));
             }
+        })
+        .on(|end, Chunk { seq, bytes }| async move {
+            let mut reversed = bytes.as_bytes().to_vec();
+            reversed.reverse();
+            end.emit(&Reversed {
+                seq,
+                len: bytes.len() as u64,
+                bytes: Attachment::new(reversed),
+            });
         })
         .on(|end, AskHalf(n)| async move {
             let answer = end.request(&Halve(n)).await;

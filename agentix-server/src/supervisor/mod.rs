@@ -467,7 +467,15 @@ impl Handler<FrameArrived> for WorkerSupervisor {
                 }
             }
             Frame::SioOpen { path } => self.open_namespace(path, ctx),
-            Frame::SioEvent { path, event, data } => self.forward_to_hosts(path, event, data),
+            Frame::SioEvent {
+                path,
+                event,
+                data,
+                attachments,
+            } => {
+                let frames = attachments.into_iter().map(|a| a.0).collect();
+                self.forward_to_hosts(path, event, data, frames)
+            }
             Frame::Items { .. }
             | Frame::Result { .. }
             | Frame::End { .. }

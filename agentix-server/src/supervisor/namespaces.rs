@@ -69,6 +69,7 @@ impl WorkerSupervisor {
         path: String,
         event: String,
         data: agentix_wire::json_text::JsonText,
+        attachments: Vec<bytes::Bytes>,
     ) {
         let Some(forwarder) = self.forwarders.get(&path) else {
             tracing::debug!(
@@ -78,12 +79,22 @@ impl WorkerSupervisor {
             );
             return;
         };
-        let ToHosts { event, data } = match forwarder.try_send(ToHosts { event, data }) {
+        let to_hosts = ToHosts {
+            event,
+            data,
+            attachments,
+        };
+        let ToHosts { event, data, .. } = match forwarder.try_send(to_hosts) {
             Ok(()) => return,
             Err(SendError::Full(msg) | SendError::Closed(msg)) => msg,
         };
         if let Some((event, data)) = not_forwarded(&self.forwarder_counts, &path, &event, &data) {
-            self.send_frame(Frame::SioEvent { path, event, data });
+            self.send_frame(Frame::SioEvent {
+                path,
+                event,
+                data,
+                attachments: Vec::new(),
+            });
         }
     }
 }
