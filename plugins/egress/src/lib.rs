@@ -24,22 +24,43 @@
 //! # Ok::<(), agentix_egress::Refusal>(())
 //! ```
 //!
+//! On the host, an [`EgressGateway`] holds the policy and is each
+//! sandbox's host half of `/egress`; in the sandbox, [`serve_proxy`]
+//! starts an HTTP proxy on 127.0.0.1 whose every connection is a tunnel
+//! through the host (`CONNECT host:port`, or plain HTTP with an absolute
+//! URI), so curl, pip, git and HTTP libraries use it through
+//! `HTTP_PROXY` and `HTTPS_PROXY` unchanged. The host never sees what
+//! TLS carries.
+//!
 //! Layout: [`host_name`] normalises a name (lowercase, IDNA, one trailing
 //! dot off) and parses a destination; [`host_pattern`] is one allow or deny
 //! rule; [`address_class`] names the addresses refused after resolution
 //! unless allowed; [`policy`] decides, and a [`refusal`] says why not;
-//! [`resolver`] resolves names, or maps them for tests.
+//! [`resolver`] resolves names, or maps them for tests. [`protocol`] is
+//! the namespace's protocol, [`window`] one direction's flow control,
+//! [`proxy_request`] reads a client's request; [`sandbox_proxy`] and
+//! [`host_gateway`] are the two halves.
 
 pub mod address_class;
+pub mod host_gateway;
 pub mod host_name;
 pub mod host_pattern;
 pub mod policy;
+pub mod protocol;
+pub mod proxy_request;
 pub mod refusal;
 pub mod resolver;
+pub mod sandbox_proxy;
+pub mod window;
+
+agentix::plugin_crate!();
 
 pub use address_class::AddressClass;
+pub use host_gateway::EgressGateway;
 pub use host_name::{Destination, HostName};
 pub use host_pattern::HostPattern;
 pub use policy::EgressPolicy;
+pub use protocol::Egress;
 pub use refusal::Refusal;
 pub use resolver::{MappedResolver, Resolve, SystemResolver};
+pub use sandbox_proxy::{serve_proxy, EgressError};

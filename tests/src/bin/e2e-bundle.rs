@@ -19,7 +19,7 @@ use agentix::{LocalProvider, Provider, SandboxConfig};
 use agentix_e2e as _;
 
 fn main() {
-    agentix::link_plugins!(agentix_bash, agentix_files, agentix_abridge);
+    agentix::link_plugins!(agentix_bash, agentix_files, agentix_abridge, agentix_egress);
     let role = std::env::args().nth(1);
     if role.as_deref() == Some("worker") && std::env::var_os("AGENTIX_E2E_WORKER_FAIL").is_some() {
         eprintln!("e2e worker: refusing to start because AGENTIX_E2E_WORKER_FAIL is set");

@@ -1,0 +1,174 @@
+//! [`ProxyRequest`]: what a client asks of an HTTP proxy, read from the
+//! head of its request with `httparse`: `CONNECT host:port` (a tunnel, for
+//! HTTPS and anything else), or a plain-HTTP request with an absolute URI
+//! (`GET http://host/path`), whose head is rewritten for the origin.
+
+/// Most bytes a request head may take.
+pub const MAX_HEAD: usize = 64 << 10;
+
+/// A client's request to the proxy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ProxyRequest {
+    /// `CONNECT host:port`: the proxy answers 200 and passes bytes through.
+    Connect {
+        /// The host, brackets off an IPv6 literal.
+        host: String,
+        /// The port.
+        port: u16,
+    },
+    /// A plain-HTTP request: its head as the origin expects it (the path
+    /// alone as its target, no `Proxy-*` headers, `Connection: close`).
+    Forward {
+        /// The host.
+        host: String,
+        /// The port (80 unless the URI says).
+        port: u16,
+        /// The rewritten head, its blank line included.
+        head: Vec<u8>,
+    },
+}
+
+/// Reads a request head from the start of `buf`: `None` while it is
+/// incomplete, else the request and how many bytes its head took.
+pub fn parse(buf: &[u8]) -> Result<Option<(ProxyRequest, usize)>, String> {
+    let mut headers = [httparse::EMPTY_HEADER; 64];
+    let mut request = httparse::Request::new(&mut headers);
+    let used = match request.parse(buf) {
+        Ok(httparse::Status::Complete(used)) => used,
+        Ok(httparse::Status::Partial) if buf.len() < MAX_HEAD => return Ok(None),
+        Ok(httparse::Status::Partial) => return Err("the request head is too large".into()),
+        Err(e) => return Err(format!("not an HTTP request: {e}")),
+    };
+    let method = request.method.unwrap_or_default();
+    let target = request.path.unwrap_or_default();
+    if method.eq_ignore_ascii_case("CONNECT") {
+        let (host, port) = authority(target, None)?;
+        return Ok(Some((ProxyRequest::Connect { host, port }, used)));
+    }
+    let Some(rest) = target.strip_prefix("http://") else {
+        return Err(format!(
+            "`{target}` is not an absolute http:// URI (use CONNECT for https)"
+        ));
+    };
+    let split = rest.find(['/', '?']).unwrap_or(rest.len());
+    let (host, port) = authority(&rest[..split], Some(80))?;
+    let path = match &rest[split..] {
+        "" => "/".to_owned(),
+        p if p.starts_with('?') => format!("/{p}"),
+        p => p.to_owned(),
+    };
+    let mut head = format!("{method} {path} HTTP/1.1\r\n").into_bytes();
+    for header in request.headers.iter() {
+        let name = header.name.to_ascii_lowercase();
+        if name.starts_with("proxy-") || name == "connection" || name == "keep-alive" {
+            continue;
+        }
+        head.extend_from_slice(header.name.as_bytes());
+        head.extend_from_slice(b": ");
+        head.extend_from_slice(header.value);
+        head.extend_from_slice(b"\r\n");
+    }
+    head.extend_from_slice(b"Connection: close\r\n\r\n");
+    Ok(Some((ProxyRequest::Forward { host, port, head }, used)))
+}
+
+/// `host:port` (or `[v6]:port`), the port `default` when absent.
+fn authority(text: &str, default: Option<u16>) -> Result<(String, u16), String> {
+    if text.contains('@') {
+        return Err(format!(
+            "`{text}`: credentials in the URI are not passed on"
+        ));
+    }
+    let (host, port) = match text.rsplit_once(':') {
+        Some((host, port)) if !port.contains(']') => {
+            let port = port
+                .parse::<u16>()
+                .ok()
+                .filter(|p| *p != 0)
+                .ok_or_else(|| format!("`{text}`: not a port"))?;
+            (host, port)
+        }
+        _ => (text, default.ok_or_else(|| format!("`{text}`: no port"))?),
+    };
+    let host = host
+        .strip_prefix('[')
+        .and_then(|h| h.strip_suffix(']'))
+        .unwrap_or(host);
+    if host.is_empty() {
+        return Err(format!("`{text}`: no host"));
+    }
+    Ok((host.to_owned(), port))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_connect_request_names_its_tunnel() {
+        let head = b"CONNECT example.org:443 HTTP/1.1\r\nHost: example.org:443\r\n\r\nextra";
+        let (request, used) = parse(head).unwrap().unwrap();
+        assert_eq!(
+            request,
+            ProxyRequest::Connect {
+                host: "example.org".into(),
+                port: 443
+            }
+        );
+        assert_eq!(&head[used..], b"extra");
+        let (v6, _) = parse(b"CONNECT [::1]:8443 HTTP/1.1\r\n\r\n")
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            v6,
+            ProxyRequest::Connect {
+                host: "::1".into(),
+                port: 8443
+            }
+        );
+    }
+
+    #[test]
+    fn a_plain_request_is_rewritten_for_its_origin() {
+        let head = b"GET http://example.org/a/b?c=1 HTTP/1.1\r\nHost: example.org\r\n\
+                     Proxy-Connection: keep-alive\r\nProxy-Authorization: x\r\nAccept: */*\r\n\r\n";
+        let (request, used) = parse(head).unwrap().unwrap();
+        assert_eq!(used, head.len());
+        let ProxyRequest::Forward { host, port, head } = request else {
+            panic!("not forwarded")
+        };
+        assert_eq!((host.as_str(), port), ("example.org", 80));
+        assert_eq!(
+            String::from_utf8(head).unwrap(),
+            "GET /a/b?c=1 HTTP/1.1\r\nHost: example.org\r\nAccept: */*\r\nConnection: close\r\n\r\n"
+        );
+        let (query_only, _) = parse(b"GET http://h:8080?q HTTP/1.1\r\n\r\n")
+            .unwrap()
+            .unwrap();
+        let ProxyRequest::Forward { port, head, .. } = query_only else {
+            panic!("not forwarded")
+        };
+        assert_eq!(port, 8080);
+        assert!(head.starts_with(b"GET /?q HTTP/1.1\r\n"));
+    }
+
+    #[test]
+    fn a_partial_head_waits_and_bad_ones_are_refused() {
+        assert_eq!(
+            parse(b"CONNECT example.org:443 HTTP/1.1\r\nHo").unwrap(),
+            None
+        );
+        for bad in [
+            &b"GET /relative HTTP/1.1\r\n\r\n"[..],
+            b"GET https://example.org/ HTTP/1.1\r\n\r\n",
+            b"CONNECT example.org HTTP/1.1\r\n\r\n",
+            b"CONNECT example.org:0 HTTP/1.1\r\n\r\n",
+            b"GET http://user:pw@example.org/ HTTP/1.1\r\n\r\n",
+            b"\x16\x03\x01 not http\r\n\r\n",
+        ] {
+            assert!(parse(bad).is_err(), "{:?}", String::from_utf8_lossy(bad));
+        }
+        let huge = [b'a'; MAX_HEAD + 1];
+        assert!(parse(&huge).is_err());
+    }
+}
