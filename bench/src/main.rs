@@ -20,6 +20,8 @@ mod abridge;
 mod bench_fns;
 mod cpu_time;
 mod docker;
+mod egress;
+mod egress_fns;
 mod faults;
 mod fleet;
 mod plugins;
@@ -37,7 +39,7 @@ use cpu_time::{CpuTimes, Per};
 use report::Report;
 
 fn main() {
-    agentix::link_plugins!(agentix_bash, agentix_files, agentix_abridge);
+    agentix::link_plugins!(agentix_bash, agentix_files, agentix_abridge, agentix_egress);
     agentix::bundle::dispatch_with(bench_fns::worker_setup);
     let args: Vec<String> = std::env::args().collect();
     let json = args.iter().any(|a| a == "--json");
@@ -106,6 +108,9 @@ async fn run(sections: Sections) -> Report {
 
     if sections.named("fleet") {
         fleet::fleet(&mut report).await;
+    }
+    if sections.named("egress") {
+        egress::egress(&mut report).await;
     }
     if sections.wants("boot") {
         boot(&provider, &mut report).await;
