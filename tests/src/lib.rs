@@ -793,6 +793,8 @@ mod book {
     struct Bundles;
     #[doc = include_str!("../../docs/src/containers.md")]
     struct Containers;
+    #[doc = include_str!("../../docs/src/egress.md")]
+    struct Egress;
     #[doc = include_str!("../../docs/src/fleets.md")]
     struct Fleets;
     #[doc = include_str!("../../docs/src/logs-and-traces.md")]
