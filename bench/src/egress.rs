@@ -64,7 +64,6 @@ pub(crate) async fn egress(report: &mut Report) {
         .remote(agentix_egress::serve_proxy, 0u16)
         .await
         .expect("the proxy starts");
-    let proxy = proxy.trim_start_matches("http://").to_owned();
     let target = format!("upstream.test:{port}");
 
     let (through, direct) = sb

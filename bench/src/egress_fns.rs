@@ -7,20 +7,32 @@ use std::time::Instant;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-/// Opens a tunnel to `target` through the proxy at `proxy` (`host:port`):
-/// the stream, once the proxy said 200.
+/// Opens a tunnel to `target` through the proxy at `proxy` (the URL
+/// `serve_proxy` returned, its credential in it): the stream once the
+/// proxy said 200 (the proxy sends nothing of the upstream's before the
+/// client has written).
 async fn tunnel(proxy: &str, target: &str) -> std::io::Result<TcpStream> {
-    let mut stream = TcpStream::connect(proxy).await?;
+    use base64::Engine;
+    let (credential, address) = proxy
+        .trim_start_matches("http://")
+        .split_once('@')
+        .ok_or_else(|| std::io::Error::other("no credential in the proxy URL"))?;
+    let credential = base64::engine::general_purpose::STANDARD.encode(credential);
+    let mut stream = TcpStream::connect(address).await?;
     stream.set_nodelay(true)?;
-    let head = format!("CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n");
+    let head = format!(
+        "CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\
+         Proxy-Authorization: Basic {credential}\r\n\r\n"
+    );
     stream.write_all(head.as_bytes()).await?;
     let mut reply = Vec::new();
-    let mut byte = [0u8; 1];
+    let mut buf = [0u8; 256];
     while !reply.ends_with(b"\r\n\r\n") {
-        if stream.read(&mut byte).await? == 0 {
+        let n = stream.read(&mut buf).await?;
+        if n == 0 {
             return Err(std::io::Error::other("the proxy closed the connection"));
         }
-        reply.push(byte[0]);
+        reply.extend_from_slice(&buf[..n]);
     }
     if !reply.starts_with(b"HTTP/1.1 200") {
         return Err(std::io::Error::other(

@@ -85,7 +85,14 @@ async fn curl_in_an_isolated_sandbox_reaches_only_what_the_policy_allows_through
     );
 
     let proxy = sb.remote(agentix_egress::serve_proxy, 0u16).await.unwrap();
-    assert!(proxy.starts_with("http://127.0.0.1:"), "{proxy}");
+    assert!(proxy.starts_with("http://egress:"), "{proxy}");
+    // Without the URL's credential, the proxy takes nothing.
+    let bare = format!("http://{}", proxy.rsplit_once('@').unwrap().1);
+    let anonymous = format!(
+        "curl -s --max-time 10 -w ' %{{http_code}}' -x {bare} http://upstream.test:{port}/"
+    );
+    let (out, _) = sh(&sb, anonymous).await;
+    assert!(out.ends_with(" 407"), "{out}");
     assert_eq!(
         sb.remote(agentix_egress::serve_proxy, 0u16).await.unwrap(),
         proxy,

@@ -28,9 +28,20 @@ pub enum ProxyRequest {
     },
 }
 
+/// A request head, read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProxyHead {
+    /// What the client asks for.
+    pub request: ProxyRequest,
+    /// Its `Proxy-Authorization` header, if any.
+    pub authorization: Option<String>,
+    /// How many bytes the head took.
+    pub used: usize,
+}
+
 /// Reads a request head from the start of `buf`: `None` while it is
-/// incomplete, else the request and how many bytes its head took.
-pub fn parse(buf: &[u8]) -> Result<Option<(ProxyRequest, usize)>, String> {
+/// incomplete.
+pub fn parse(buf: &[u8]) -> Result<Option<ProxyHead>, String> {
     let mut headers = [httparse::EMPTY_HEADER; 64];
     let mut request = httparse::Request::new(&mut headers);
     let used = match request.parse(buf) {
@@ -41,9 +52,19 @@ pub fn parse(buf: &[u8]) -> Result<Option<(ProxyRequest, usize)>, String> {
     };
     let method = request.method.unwrap_or_default();
     let target = request.path.unwrap_or_default();
+    let authorization = request
+        .headers
+        .iter()
+        .find(|h| h.name.eq_ignore_ascii_case("proxy-authorization"))
+        .map(|h| String::from_utf8_lossy(h.value).into_owned());
+    let head = |request| ProxyHead {
+        request,
+        authorization: authorization.clone(),
+        used,
+    };
     if method.eq_ignore_ascii_case("CONNECT") {
         let (host, port) = authority(target, None)?;
-        return Ok(Some((ProxyRequest::Connect { host, port }, used)));
+        return Ok(Some(head(ProxyRequest::Connect { host, port })));
     }
     let Some(rest) = target.strip_prefix("http://") else {
         return Err(format!(
@@ -57,19 +78,23 @@ pub fn parse(buf: &[u8]) -> Result<Option<(ProxyRequest, usize)>, String> {
         p if p.starts_with('?') => format!("/{p}"),
         p => p.to_owned(),
     };
-    let mut head = format!("{method} {path} HTTP/1.1\r\n").into_bytes();
+    let mut rewritten = format!("{method} {path} HTTP/1.1\r\n").into_bytes();
     for header in request.headers.iter() {
         let name = header.name.to_ascii_lowercase();
         if name.starts_with("proxy-") || name == "connection" || name == "keep-alive" {
             continue;
         }
-        head.extend_from_slice(header.name.as_bytes());
-        head.extend_from_slice(b": ");
-        head.extend_from_slice(header.value);
-        head.extend_from_slice(b"\r\n");
+        rewritten.extend_from_slice(header.name.as_bytes());
+        rewritten.extend_from_slice(b": ");
+        rewritten.extend_from_slice(header.value);
+        rewritten.extend_from_slice(b"\r\n");
     }
-    head.extend_from_slice(b"Connection: close\r\n\r\n");
-    Ok(Some((ProxyRequest::Forward { host, port, head }, used)))
+    rewritten.extend_from_slice(b"Connection: close\r\n\r\n");
+    Ok(Some(head(ProxyRequest::Forward {
+        host,
+        port,
+        head: rewritten,
+    })))
 }
 
 /// `host:port` (or `[v6]:port`), the port `default` when absent.
@@ -106,8 +131,14 @@ mod tests {
 
     #[test]
     fn a_connect_request_names_its_tunnel() {
-        let head = b"CONNECT example.org:443 HTTP/1.1\r\nHost: example.org:443\r\n\r\nextra";
-        let (request, used) = parse(head).unwrap().unwrap();
+        let head = b"CONNECT example.org:443 HTTP/1.1\r\nHost: example.org:443\r\n\
+                     Proxy-Authorization: Basic ZTp0\r\n\r\nextra";
+        let ProxyHead {
+            request,
+            authorization,
+            used,
+        } = parse(head).unwrap().unwrap();
+        assert_eq!(authorization.as_deref(), Some("Basic ZTp0"));
         assert_eq!(
             request,
             ProxyRequest::Connect {
@@ -116,11 +147,12 @@ mod tests {
             }
         );
         assert_eq!(&head[used..], b"extra");
-        let (v6, _) = parse(b"CONNECT [::1]:8443 HTTP/1.1\r\n\r\n")
+        let v6 = parse(b"CONNECT [::1]:8443 HTTP/1.1\r\n\r\n")
             .unwrap()
             .unwrap();
+        assert_eq!(v6.authorization, None);
         assert_eq!(
-            v6,
+            v6.request,
             ProxyRequest::Connect {
                 host: "::1".into(),
                 port: 8443
@@ -132,9 +164,10 @@ mod tests {
     fn a_plain_request_is_rewritten_for_its_origin() {
         let head = b"GET http://example.org/a/b?c=1 HTTP/1.1\r\nHost: example.org\r\n\
                      Proxy-Connection: keep-alive\r\nProxy-Authorization: x\r\nAccept: */*\r\n\r\n";
-        let (request, used) = parse(head).unwrap().unwrap();
-        assert_eq!(used, head.len());
-        let ProxyRequest::Forward { host, port, head } = request else {
+        let parsed = parse(head).unwrap().unwrap();
+        assert_eq!(parsed.used, head.len());
+        assert_eq!(parsed.authorization.as_deref(), Some("x"));
+        let ProxyRequest::Forward { host, port, head } = parsed.request else {
             panic!("not forwarded")
         };
         assert_eq!((host.as_str(), port), ("example.org", 80));
@@ -142,10 +175,10 @@ mod tests {
             String::from_utf8(head).unwrap(),
             "GET /a/b?c=1 HTTP/1.1\r\nHost: example.org\r\nAccept: */*\r\nConnection: close\r\n\r\n"
         );
-        let (query_only, _) = parse(b"GET http://h:8080?q HTTP/1.1\r\n\r\n")
+        let query_only = parse(b"GET http://h:8080?q HTTP/1.1\r\n\r\n")
             .unwrap()
             .unwrap();
-        let ProxyRequest::Forward { port, head, .. } = query_only else {
+        let ProxyRequest::Forward { port, head, .. } = query_only.request else {
             panic!("not forwarded")
         };
         assert_eq!(port, 8080);

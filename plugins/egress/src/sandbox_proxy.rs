@@ -53,12 +53,49 @@ struct SandboxTunnel {
 }
 
 /// One worker's proxy: its namespace end, tunnels, and URL.
-#[derive(Default)]
 struct ProxyState {
     end: OnceLock<SandboxEnd<Egress>>,
     tunnels: Mutex<HashMap<u64, SandboxTunnel>>,
     next: AtomicU64,
     url: Mutex<Option<String>>,
+    /// `Basic` credentials a request must carry: the base64 of
+    /// `egress:<token>`, the token in the URL [`serve_proxy`] returns.
+    credential: String,
+    /// `egress:<token>`, for the URL.
+    user_token: String,
+}
+
+impl Default for ProxyState {
+    fn default() -> Self {
+        use base64::Engine;
+        let user_token = format!("{USER}:{}", agentix::random_hex(16));
+        ProxyState {
+            end: OnceLock::new(),
+            tunnels: Mutex::default(),
+            next: AtomicU64::new(0),
+            url: Mutex::new(None),
+            credential: base64::engine::general_purpose::STANDARD.encode(&user_token),
+            user_token,
+        }
+    }
+}
+
+/// The user name in the proxy's URL.
+const USER: &str = "egress";
+
+/// Whether a request's `Proxy-Authorization` carries `credential`.
+fn authorized(header: Option<&str>, credential: &str) -> bool {
+    let given = header
+        .and_then(|h| h.strip_prefix("Basic "))
+        .unwrap_or_default()
+        .trim();
+    // Every byte compared, equal or not: no early exit to time.
+    given.len() == credential.len()
+        && given
+            .bytes()
+            .zip(credential.bytes())
+            .fold(0u8, |diff, (a, b)| diff | (a ^ b))
+            == 0
 }
 
 impl ProxyState {
@@ -68,9 +105,11 @@ impl ProxyState {
 }
 
 /// Starts the proxy on 127.0.0.1:`port` (0: any free port) and returns its
-/// URL (`http://127.0.0.1:PORT`) for `HTTP_PROXY` and `HTTPS_PROXY`; if it
-/// already runs, returns its URL. The host must have registered the
-/// egress gateway's namespace.
+/// URL (`http://egress:<token>@127.0.0.1:PORT`) for `HTTP_PROXY` and
+/// `HTTPS_PROXY`; if it already runs, returns its URL. A request without
+/// the URL's credential gets `407`: under `Isolation::None` the port is on
+/// the host's loopback, where any local process could reach it. The host
+/// must have registered the egress gateway's namespace.
 #[agentix::remote]
 pub async fn serve_proxy(port: u16) -> Result<String, EgressError> {
     let failed = |message: String| EgressError { message };
@@ -95,7 +134,7 @@ pub async fn serve_proxy(port: u16) -> Result<String, EgressError> {
     let addr = listener
         .local_addr()
         .map_err(|e| failed(format!("no local address: {e}")))?;
-    let url = format!("http://{addr}");
+    let url = format!("http://{}@{addr}", state.user_token);
     *state.url.lock().unwrap_or_else(|p| p.into_inner()) = Some(url.clone());
     tokio::spawn(accept(listener, end, state));
     Ok(url)
@@ -146,9 +185,9 @@ async fn accept(listener: TcpListener, end: SandboxEnd<Egress>, state: Arc<Proxy
 
 async fn serve_client(mut client: TcpStream, end: SandboxEnd<Egress>, state: Arc<ProxyState>) {
     let mut buf = Vec::with_capacity(4096);
-    let (request, used) = loop {
+    let head = loop {
         match parse(&buf) {
-            Ok(Some(parsed)) => break parsed,
+            Ok(Some(head)) => break head,
             Ok(None) => {}
             Err(why) => return refuse(&mut client, 400, "Bad Request", &why).await,
         }
@@ -159,8 +198,12 @@ async fn serve_client(mut client: TcpStream, end: SandboxEnd<Egress>, state: Arc
             Ok(_) => return refuse(&mut client, 431, "Too Large", "request head too large").await,
         }
     };
-    let early = buf.split_off(used);
-    let (host, port, first) = match request {
+    if !authorized(head.authorization.as_deref(), &state.credential) {
+        let why = "no or a wrong credential: use the proxy URL serve_proxy returned";
+        return refuse(&mut client, 407, "Proxy Authentication Required", why).await;
+    }
+    let early = buf.split_off(head.used);
+    let (host, port, first) = match head.request {
         ProxyRequest::Connect { host, port } => (host, port, None),
         ProxyRequest::Forward { host, port, head } => (host, port, Some(head)),
     };
@@ -295,4 +338,24 @@ async fn refuse(client: &mut TcpStream, status: u16, reason: &str, why: &str) {
     );
     let _ = client.write_all(response.as_bytes()).await;
     let _ = client.shutdown().await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_urls_own_credential_is_authorized() {
+        let state = ProxyState::default();
+        let right = format!("Basic {}", state.credential);
+        assert!(authorized(Some(&right), &state.credential));
+        assert!(state.user_token.starts_with("egress:"));
+        let other = ProxyState::default();
+        let wrong = format!("Basic {}", other.credential);
+        for header in [None, Some(""), Some("Basic "), Some(wrong.as_str())] {
+            assert!(!authorized(header, &state.credential), "{header:?}");
+        }
+        let bearer = format!("Bearer {}", state.credential);
+        assert!(!authorized(Some(&bearer), &state.credential));
+    }
 }
