@@ -919,8 +919,11 @@ pub(crate) async fn join(
                 return;
             };
             // Handlers are called, and their futures run, in the sandbox's
-            // hub: the spans they make are the sandbox's.
-            let _in_hub = traces.enter();
+            // hub: the spans they make are the sandbox's. While no processor
+            // anywhere could see a span, the scoping (an allocation or two
+            // per event) is skipped.
+            let scoped = traces.listening() || TraceHub::unscoped().listening();
+            let _in_hub = scoped.then(|| traces.enter());
             let name = incoming.name().to_owned();
             if is_reply(&name) {
                 answer_asked(&asking, &path, &name, incoming);
@@ -1028,19 +1031,29 @@ pub(crate) async fn join(
                         })
                     })
                 };
-                if let Err(name) = ordered.push(name, in_hub(traces.clone(), turn)) {
+                let turn = if scoped {
+                    in_hub(traces.clone(), turn)
+                } else {
+                    turn
+                };
+                if let Err(name) = ordered.push(name, turn) {
                     budget.event_dropped(&path, &name);
                 }
                 return;
             }
             let fut = handler(ns, incoming);
             let path = path.clone();
-            tokio::spawn(traces.scope(async move {
+            let task = async move {
                 if AssertUnwindSafe(fut).catch_unwind().await.is_err() {
                     tracing::error!(path = &*path, event = name, "namespace handler panicked");
                 }
                 drop(admission);
-            }));
+            };
+            if scoped {
+                tokio::spawn(traces.scope(task));
+            } else {
+                tokio::spawn(task);
+            }
         }
     };
     client
