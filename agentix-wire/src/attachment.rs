@@ -150,6 +150,22 @@ thread_local! {
 pub fn to_json_collecting<T: Serialize + ?Sized>(
     value: &T,
 ) -> serde_json::Result<(String, Vec<Bytes>)> {
+    collecting(|| serde_json::to_string(value))
+}
+
+/// [`to_json_collecting`], as a [`RawValue`](serde_json::value::RawValue)
+/// (no second parse of the text).
+pub fn to_raw_value_collecting<T: Serialize + ?Sized>(
+    value: &T,
+) -> serde_json::Result<(Box<serde_json::value::RawValue>, Vec<Bytes>)> {
+    collecting(|| serde_json::value::to_raw_value(value))
+}
+
+/// Runs `serialise` with this thread collecting attachments: its output
+/// and the attachments' bytes, in placeholder order.
+fn collecting<J>(
+    serialise: impl FnOnce() -> serde_json::Result<J>,
+) -> serde_json::Result<(J, Vec<Bytes>)> {
     // Restores the thread's state even if serialising panics.
     struct Collecting;
     impl Drop for Collecting {
@@ -159,10 +175,10 @@ pub fn to_json_collecting<T: Serialize + ?Sized>(
     }
     COLLECTED.set(Some(Vec::new()));
     let collecting = Collecting;
-    let json = serde_json::to_string(value);
+    let out = serialise();
     let frames = COLLECTED.take().unwrap_or_default();
     drop(collecting);
-    Ok((json?, frames))
+    Ok((out?, frames))
 }
 
 thread_local! {
@@ -219,25 +235,6 @@ fn resolved_here(nums: Vec<usize>) -> Result<Attachment, String> {
         }
         Ok(Attachment(Slot::Bytes(crate::part::join(parts))))
     })
-}
-
-/// [`to_json_collecting`], as a [`RawValue`](serde_json::value::RawValue)
-/// (no second parse of the text).
-pub fn to_raw_value_collecting<T: Serialize + ?Sized>(
-    value: &T,
-) -> serde_json::Result<(Box<serde_json::value::RawValue>, Vec<Bytes>)> {
-    struct Collecting;
-    impl Drop for Collecting {
-        fn drop(&mut self) {
-            COLLECTED.set(None);
-        }
-    }
-    COLLECTED.set(Some(Vec::new()));
-    let collecting = Collecting;
-    let raw = serde_json::value::to_raw_value(value);
-    let frames = COLLECTED.take().unwrap_or_default();
-    drop(collecting);
-    Ok((raw?, frames))
 }
 
 /// Hands `pieces` to this thread's collector (inside
