@@ -108,6 +108,12 @@ impl<P: Protocol> HostEnd<P> {
         &self.handle
     }
 
+    /// Waits until the sandbox's connection is gone (see
+    /// [`HostNamespaceHandle::closed`]).
+    pub async fn closed(&self) {
+        self.handle.closed().await;
+    }
+
     /// The sandbox's trace hub (see [`HostNamespaceHandle::traces`]).
     pub fn traces(&self) -> &agentix_trace::TraceHub {
         self.handle.traces()

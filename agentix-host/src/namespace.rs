@@ -201,6 +201,13 @@ impl HostNamespaceHandle {
         &self.path
     }
 
+    /// Waits until the connection this namespace was joined on is gone (the
+    /// sandbox was deleted, died, or the connection was lost): where a
+    /// plugin ends what it keeps for the sandbox.
+    pub async fn closed(&self) {
+        self.client.closed().await;
+    }
+
     /// Emits `event` with `data` as its own type: its
     /// [`Attachment`](agentix_wire::attachment::Attachment)s travel as
     /// binary attachments (the typed halves' events).

@@ -142,3 +142,52 @@ async fn curl_in_an_isolated_sandbox_reaches_only_what_the_policy_allows_through
         assert!(out.contains(reason), "{target}: {out}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sandboxs_tunnels_end_with_it() {
+    // An upstream that holds each connection until its client closes it,
+    // and says so.
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let (events, mut seen) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        while let Ok((mut conn, _)) = listener.accept().await {
+            let events = events.clone();
+            let _ = events.send("accepted");
+            tokio::spawn(async move {
+                let mut buf = [0u8; 1024];
+                while matches!(conn.read(&mut buf).await, Ok(n) if n > 0) {}
+                let _ = events.send("closed");
+            });
+        }
+    });
+    let policy = EgressPolicy::new()
+        .allow(&format!("upstream.test:{port}"))
+        .allow_addresses("127.0.0.1");
+    let resolver = MappedResolver::new()
+        .map("upstream.test", ["127.0.0.1".parse().unwrap()])
+        .unwrap();
+    let sb = support::sandbox().await;
+    sb.register_namespace(EgressGateway::new(policy).resolver(resolver).namespace())
+        .unwrap();
+    let proxy = sb.remote(agentix_egress::serve_proxy, 0u16).await.unwrap();
+    let target = format!("upstream.test:{port}");
+    let status = sb
+        .remote(agentix_e2e::egress_client::hold_tunnel, (proxy, target))
+        .await
+        .unwrap();
+    assert!(status.starts_with("HTTP/1.1 200"), "{status}");
+    assert_eq!(next(&mut seen).await, "accepted");
+    // The tunnel is open and idle; the sandbox goes, and the host's side
+    // of it with it.
+    sb.delete().await;
+    assert_eq!(next(&mut seen).await, "closed");
+}
+
+/// The upstream's next news, within 10 s.
+async fn next(seen: &mut tokio::sync::mpsc::UnboundedReceiver<&'static str>) -> &'static str {
+    tokio::time::timeout(std::time::Duration::from_secs(10), seen.recv())
+        .await
+        .expect("the upstream hears of it")
+        .unwrap()
+}

@@ -514,6 +514,7 @@ pub async fn chatter_wide(n: u64, width: usize) -> u64 {
 
 // ---- plugin namespaces --------------------------------------------------------
 
+pub mod egress_client;
 pub mod typed_plugin;
 
 /// `/e2e-plugin`'s handle, kept in the worker's context.

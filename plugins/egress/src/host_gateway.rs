@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use agentix::{Attachment, HostEnd, HostHalf, NamespaceFault};
@@ -122,19 +122,17 @@ impl EgressGateway {
         let (reader, writer) = stream.into_split();
         let (to_upstream, from_sandbox) = mpsc::unbounded_channel();
         let down = Arc::new(Window::default());
-        let writing = tokio::spawn(write_up(
-            writer,
-            from_sandbox,
-            tunnel,
-            end.clone(),
-            tunnels.clone(),
+        // The tasks hold the table weakly: the namespace owns it, and its
+        // end (the sandbox's) drops every tunnel, which stops its tasks.
+        let table = Arc::downgrade(&tunnels);
+        // Each direction also ends with the sandbox's connection.
+        let writing = tokio::spawn(until_closed(
+            (end.clone(), table.clone(), tunnel),
+            write_up(writer, from_sandbox, tunnel, end.clone(), table.clone()),
         ));
-        let reading = tokio::spawn(read_down(
-            reader,
-            tunnel,
-            end,
-            down.clone(),
-            tunnels.clone(),
+        let reading = tokio::spawn(until_closed(
+            (end.clone(), table.clone(), tunnel),
+            read_down(reader, tunnel, end, down.clone(), table),
         ));
         let entry = HostTunnel {
             to_upstream,
@@ -251,13 +249,30 @@ impl HostTunnels {
     }
 }
 
+/// Runs `direction` until it ends or the sandbox's connection does: then
+/// the tunnel goes, its upstream connection closed, and its number is free
+/// for a restarted worker's tunnels.
+async fn until_closed(
+    (end, tunnels, tunnel): (HostEnd<Egress>, Weak<HostTunnels>, u64),
+    direction: impl std::future::Future<Output = ()>,
+) {
+    tokio::select! {
+        () = direction => {}
+        () = end.closed() => {
+            if let Some(tunnels) = tunnels.upgrade() {
+                tunnels.table().remove(&tunnel);
+            }
+        }
+    }
+}
+
 /// The sandbox's bytes to the upstream, each acknowledged once written.
 async fn write_up(
     mut writer: tokio::net::tcp::OwnedWriteHalf,
     mut from_sandbox: mpsc::UnboundedReceiver<ToUpstream>,
     tunnel: u64,
     end: HostEnd<Egress>,
-    tunnels: Arc<HostTunnels>,
+    tunnels: Weak<HostTunnels>,
 ) {
     while let Some(message) = from_sandbox.recv().await {
         match message {
@@ -266,7 +281,7 @@ async fn write_up(
                     break;
                 }
                 let len = bytes.len() as u64;
-                if let Some(entry) = tunnels.get(tunnel) {
+                if let Some(entry) = tunnels.upgrade().and_then(|t| t.get(tunnel)) {
                     entry.queued.fetch_sub(len, Ordering::AcqRel);
                 }
                 let _ = end.emit(&UpAck { tunnel, bytes: len }).await;
@@ -275,7 +290,9 @@ async fn write_up(
         }
     }
     let _ = writer.shutdown().await;
-    tunnels.half_done(tunnel);
+    if let Some(tunnels) = tunnels.upgrade() {
+        tunnels.half_done(tunnel);
+    }
 }
 
 /// The upstream's bytes to the sandbox, under its window, then `DownEnd`.
@@ -284,7 +301,7 @@ async fn read_down(
     tunnel: u64,
     end: HostEnd<Egress>,
     window: Arc<Window>,
-    tunnels: Arc<HostTunnels>,
+    tunnels: Weak<HostTunnels>,
 ) {
     let mut buf = vec![0u8; CHUNK];
     let error = loop {
@@ -306,5 +323,7 @@ async fn read_down(
         }
     };
     let _ = end.emit(&DownEnd { tunnel, error }).await;
-    tunnels.half_done(tunnel);
+    if let Some(tunnels) = tunnels.upgrade() {
+        tunnels.half_done(tunnel);
+    }
 }
