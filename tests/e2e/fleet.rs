@@ -540,7 +540,17 @@ async fn a_docker_pool_whose_host_is_killed_leaves_nothing_once_the_next_pool_st
     };
     assert_eq!(owned(owner.to_string()).await, 30);
     // Killed, and not yet waited for: a zombie, whose /proc entry stays.
+    // SIGKILL takes a moment to end a process of many threads; the reap
+    // below is to find it dead, not dying.
     host.kill().unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while owner.liveness() != agentix::Liveness::Dead {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the killed host never died"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
 
     let pool = Pool::new(DockerProvider::connect().unwrap(), config).progress(ProgressDisplay::Off);
     let outcomes = pool
