@@ -8,7 +8,7 @@ mod support;
 
 use agentix::prelude::*;
 use agentix_bash::BashOptions;
-use agentix_egress::{EgressGateway, EgressPolicy, MappedResolver};
+use agentix_egress::{EgressGateway, EgressPolicy, EgressRoute, MappedResolver};
 use sha2::{Digest, Sha256};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
@@ -190,4 +190,240 @@ async fn next(seen: &mut tokio::sync::mpsc::UnboundedReceiver<&'static str>) -> 
         .await
         .expect("the upstream hears of it")
         .unwrap()
+}
+
+/// What the TLS upstream saw: each request's path and `authorization`.
+type Seen = std::sync::Arc<std::sync::Mutex<Vec<(String, String)>>>;
+
+/// A TLS server on the host's loopback for `names`, with a certificate of
+/// its own making (the private CA a client must be told of): `/big`
+/// answers `big`; any other path answers whether its `authorization` was
+/// `expected` (never the header itself). Its port, and the certificate
+/// as PEM and DER.
+async fn tls_upstream(
+    names: &[&str],
+    big: Vec<u8>,
+    expected: &'static str,
+    seen: Seen,
+) -> (u16, String, Vec<u8>) {
+    use http_body_util::Full;
+    use hyper::{Request, Response};
+    use tokio_rustls::rustls;
+    let made =
+        rcgen::generate_simple_self_signed(names.iter().map(|n| n.to_string()).collect::<Vec<_>>())
+            .unwrap();
+    let (pem, der) = (made.cert.pem(), made.cert.der().to_vec());
+    let key = rustls::pki_types::PrivateKeyDer::Pkcs8(made.signing_key.serialize_der().into());
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(vec![der.clone().into()], key)
+        .unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(config));
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let big = bytes::Bytes::from(big);
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let (acceptor, big, seen) = (acceptor.clone(), big.clone(), seen.clone());
+            tokio::spawn(async move {
+                let Ok(tls) = acceptor.accept(stream).await else {
+                    return;
+                };
+                let service = hyper::service::service_fn(move |request: Request<_>| {
+                    let (big, seen) = (big.clone(), seen.clone());
+                    async move {
+                        let path = request.uri().to_string();
+                        let auth = request
+                            .headers()
+                            .get("authorization")
+                            .map(|v| v.to_str().unwrap().to_owned())
+                            .unwrap_or_default();
+                        seen.lock().unwrap().push((path.clone(), auth.clone()));
+                        let body = if path == "/big" {
+                            big
+                        } else {
+                            let verdict = if auth == expected {
+                                "auth-ok"
+                            } else {
+                                "auth-wrong"
+                            };
+                            bytes::Bytes::from(format!("{verdict} {path}"))
+                        };
+                        Ok::<_, std::convert::Infallible>(Response::new(Full::new(body)))
+                    }
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(tls), service)
+                    .await;
+            });
+        }
+    });
+    (port, pem, der)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_prepared_sandbox_finds_the_proxy_in_its_environment_and_routes_keep_the_token_on_the_host(
+) {
+    const TOKEN: &str = "Bearer host-only-7d1f0c";
+    let body: Vec<u8> = (0..(4u32 << 20)).map(|i| (i % 249) as u8).collect();
+    let digest = format!("{:x}", Sha256::digest(&body));
+    let seen = Seen::default();
+    let (port, pem, der) =
+        tls_upstream(&["secure.test", "api.test"], body, TOKEN, seen.clone()).await;
+
+    let loopback: std::net::IpAddr = "127.0.0.1".parse().unwrap();
+    let resolver = MappedResolver::new()
+        .map("secure.test", [loopback])
+        .unwrap()
+        .map("api.test", [loopback])
+        .unwrap();
+    let audit = std::env::temp_dir().join(format!("egress-audit-{}.jsonl", agentix::random_hex(6)));
+    let route = EgressRoute::new("api", &format!("https://api.test:{port}/base"))
+        .unwrap()
+        .header("authorization", TOKEN)
+        .unwrap();
+    let gateway = EgressGateway::new(
+        EgressPolicy::new()
+            .allow(&format!("secure.test:{port}"))
+            .allow_addresses("127.0.0.1"),
+    )
+    .resolver(resolver)
+    .route(route)
+    .add_root_certificate(der)
+    .audit_log(&audit)
+    .unwrap();
+    let config = gateway.prepare(SandboxConfig::new(support::bundle_path()));
+    let sb = support::sandbox_with(config).await;
+    gateway.attach(&sb).unwrap();
+    let spans = SpanCapture::default();
+    sb.traces().add_processor(spans.clone());
+
+    // Every spelling of the proxy variables, the same URL; loopback
+    // reached directly.
+    let (out, _) = sh(
+        &sb,
+        "echo \"$HTTP_PROXY $http_proxy $HTTPS_PROXY $https_proxy $ALL_PROXY $all_proxy|$NO_PROXY\""
+            .into(),
+    )
+    .await;
+    let (urls, no_proxy) = out.split_once('|').unwrap();
+    let urls: Vec<&str> = urls.split(' ').collect();
+    assert_eq!(urls.len(), 6, "{out}");
+    assert!(urls[0].starts_with("http://egress:"), "{out}");
+    assert!(urls.iter().all(|u| *u == urls[0]), "{out}");
+    assert_eq!(no_proxy, agentix_egress::NO_PROXY);
+
+    // Direct, the upstream is out of reach.
+    let direct = format!("curl -sS --noproxy '*' --max-time 5 -k https://127.0.0.1:{port}/big");
+    assert_ne!(sh(&sb, direct).await.1, Some(0));
+
+    // curl with no proxy option: HTTPS through the tunnel, checked
+    // end to end against the private CA only the sandbox's client trusts.
+    let (_, wrote) = sh(
+        &sb,
+        format!("cat > ca.pem <<'EOF'\n{}\nEOF", pem.trim_end()),
+    )
+    .await;
+    assert_eq!(wrote, Some(0));
+    let fetch = format!(
+        "curl -sS --max-time 30 --cacert ca.pem https://secure.test:{port}/big | sha256sum"
+    );
+    let (out, code) = sh(&sb, fetch).await;
+    assert_eq!(code, Some(0), "{out}");
+    assert!(
+        out.starts_with(&digest),
+        "the bytes came back changed: {out}"
+    );
+
+    // A named route: the host adds the token; the sandbox sees neither it
+    // in its answers nor anywhere it can look.
+    let via_route = "curl -sS -D - --max-time 30 \"$HTTP_PROXY/api/check?x=1\"".to_owned();
+    let (out, code) = sh(&sb, via_route).await;
+    assert_eq!(code, Some(0), "{out}");
+    assert!(out.ends_with("auth-ok /base/check?x=1"), "{out}");
+    assert!(!out.contains("host-only"), "{out}");
+    assert!(seen
+        .lock()
+        .unwrap()
+        .iter()
+        .any(|(path, auth)| path == "/base/check?x=1" && auth == TOKEN));
+    let look = "{ env; cat /proc/*/environ /proc/*/cmdline; grep -rs . . /tmp; } 2>/dev/null \
+                | grep -c host-onl[y]"
+        .to_owned();
+    assert_eq!(
+        sh(&sb, look).await.0,
+        "0",
+        "the token is inside the sandbox"
+    );
+    let unknown = "curl -s --max-time 10 -w ' %{http_code}' \"$HTTP_PROXY/nope/x\"".to_owned();
+    let (out, _) = sh(&sb, unknown).await;
+    assert!(
+        out.ends_with(" 403") && out.contains("no such route"),
+        "{out}"
+    );
+
+    // What the host kept: a record and a span per connection.
+    let id = sb.id().to_owned();
+    sb.delete().await;
+    let records: Vec<agentix_egress::EgressRecord> = std::fs::read_to_string(&audit)
+        .unwrap()
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    let _ = std::fs::remove_file(&audit);
+    let find = |to: &str, decision: &str| {
+        records
+            .iter()
+            .find(|r| r.to == to && r.decision == decision)
+            .unwrap_or_else(|| panic!("no {decision} record of {to}: {records:?}"))
+    };
+    let download = find(&format!("secure.test:{port}"), "allowed");
+    assert!(download.bytes_down >= 4 << 20, "{download:?}");
+    assert!(
+        download.bytes_up > 0 && download.address.as_deref() == Some(&*format!("127.0.0.1:{port}"))
+    );
+    assert_eq!(download.sandbox.as_deref(), Some(id.as_str()));
+    assert!(find("api", "allowed").route);
+    assert!(find("nope", "refused")
+        .reason
+        .as_deref()
+        .unwrap()
+        .contains("no such route"));
+    support::wait_until(
+        "the egress spans",
+        std::time::Duration::from_secs(10),
+        || spans.egress().len() >= 3,
+    )
+    .await;
+    let ended = spans.egress();
+    let secure = ended
+        .iter()
+        .find(|s| s.attributes["egress.to"] == format!("secure.test:{port}"))
+        .unwrap();
+    assert_eq!(secure.attributes["egress.allowed"], true);
+    assert!(secure.attributes["egress.bytes_down"].as_u64().unwrap() >= 4 << 20);
+    assert!(ended
+        .iter()
+        .any(|s| s.attributes["egress.to"] == "nope" && s.attributes["egress.allowed"] == false));
+}
+
+/// Keeps the `egress` spans that end.
+#[derive(Clone, Default)]
+struct SpanCapture(std::sync::Arc<std::sync::Mutex<Vec<agentix::trace::SpanData>>>);
+
+impl agentix::trace::Processor for SpanCapture {
+    fn on_span_end(&mut self, span: &agentix::trace::SpanData) {
+        if span.name == "egress" {
+            self.0.lock().unwrap().push(span.clone());
+        }
+    }
+}
+
+impl SpanCapture {
+    fn egress(&self) -> Vec<agentix::trace::SpanData> {
+        self.0.lock().unwrap().clone()
+    }
 }

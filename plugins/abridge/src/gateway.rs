@@ -20,7 +20,6 @@ use crate::exchange::{Api, StreamHead, StreamOpen, UpstreamAnswer, UpstreamReque
 use crate::exchange_log::ExchangeLog;
 use crate::gateway_stream::{Pump, Pumping, Started, StreamControl, StreamPumps};
 use crate::observation::{Observation, CLIENT_GONE};
-use crate::tls;
 use crate::upstream::{self, send, Outgoing, UpstreamClient};
 use crate::upstream_shape::{UpstreamCall, UpstreamShape};
 use crate::Abridge;
@@ -68,7 +67,7 @@ impl Gateway {
             log: None,
             max_concurrent: DEFAULT_MAX_CONCURRENT,
             extra_roots: Vec::new(),
-            client: tls::client_config(&[]).map(upstream::client),
+            client: agentix_upstream::client_config(&[]).map(agentix_upstream::client),
         }
     }
 
@@ -99,7 +98,8 @@ impl Gateway {
     /// saying so.
     pub fn add_root_certificate(mut self, der: impl Into<Vec<u8>>) -> Self {
         self.extra_roots.push(der.into());
-        self.client = tls::client_config(&self.extra_roots).map(upstream::client);
+        self.client =
+            agentix_upstream::client_config(&self.extra_roots).map(agentix_upstream::client);
         self
     }
 

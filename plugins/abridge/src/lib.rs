@@ -56,7 +56,6 @@ pub mod gateway_stream;
 pub mod observation;
 pub mod sandbox_endpoint;
 pub mod sandbox_stream;
-pub mod tls;
 pub mod upstream;
 pub mod upstream_shape;
 

@@ -1,5 +1,6 @@
-//! Requests to an upstream, over plain HTTP or TLS ([`crate::tls`]), on
-//! kept-alive connections ([`UpstreamClient`], hyper-util's pooling client):
+//! Requests to an upstream, over plain HTTP or TLS, on kept-alive
+//! connections ([`UpstreamClient`], the client `agentix-upstream` shares
+//! with the other gateways):
 //! [`send`] answers one whole as an [`UpstreamAnswer`] whatever happens
 //! (the upstream's own status and body, or 502 when it cannot be reached
 //! and 504 when it does not answer in time); [`open`] stops at the
@@ -12,11 +13,6 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
 use hyper::{Method, Request};
-use hyper_rustls::HttpsConnector;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
-use tokio_rustls::rustls::ClientConfig;
 
 use crate::exchange::UpstreamAnswer;
 
@@ -43,20 +39,7 @@ pub struct Outgoing<'a> {
 }
 
 /// Kept-alive connections to upstreams, shared by a gateway's clones.
-pub type UpstreamClient = Client<HttpsConnector<HttpConnector>, Full<Bytes>>;
-
-/// A client for `http://` and `https://` upstreams, TLS checked by `tls`.
-pub fn client(tls: ClientConfig) -> UpstreamClient {
-    let mut tcp = HttpConnector::new();
-    tcp.set_nodelay(true);
-    tcp.enforce_http(false);
-    let connector = hyper_rustls::HttpsConnectorBuilder::new()
-        .with_tls_config(tls)
-        .https_or_http()
-        .enable_http1()
-        .wrap_connector(tcp);
-    Client::builder(TokioExecutor::new()).build(connector)
-}
+pub type UpstreamClient = agentix_upstream::UpstreamClient<Full<Bytes>>;
 
 /// Sends `out` and turns every outcome into an answer for the agent.
 pub async fn send(out: Outgoing<'_>) -> UpstreamAnswer {
@@ -151,12 +134,12 @@ pub async fn open(out: Outgoing<'_>) -> Result<Opened, String> {
         if e.is_connect() {
             format!(
                 "cannot connect to the upstream at {authority}{over}: {}",
-                causes(&e)
+                agentix_upstream::causes(&e)
             )
         } else {
             format!(
                 "the upstream at {authority} dropped the request: {}",
-                causes(&e)
+                agentix_upstream::causes(&e)
             )
         }
     })?;
@@ -171,17 +154,4 @@ pub async fn open(out: Outgoing<'_>) -> Result<Opened, String> {
         retry_after,
         body: response.into_body(),
     })
-}
-
-/// An error and its causes, as one line: the client's own error says
-/// little ("client error (Connect)"), its sources say why.
-fn causes(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }

@@ -1,10 +1,11 @@
 //! [`Egress`]: the `/egress` namespace's protocol. The sandbox half opens
 //! a tunnel per proxied connection (`Open`, answered once the host has
-//! checked the destination and connected); bytes then flow as binary
+//! checked the destination and connected, or opened the named route); bytes then flow as binary
 //! attachments, each direction under a window of [`WINDOW`] unacknowledged
 //! bytes, so neither side buffers more than that per tunnel; each side
 //! says when its direction has ended.
 
+use agentix::trace::SpanContext;
 use agentix::Attachment;
 use serde::{Deserialize, Serialize};
 
@@ -14,15 +15,46 @@ pub const WINDOW: u64 = 1 << 20;
 /// Bytes one `Up` or `Down` event carries at most.
 pub const CHUNK: usize = 64 << 10;
 
-/// Opens tunnel `tunnel` to `host:port` (the host checks and dials).
+/// Opens tunnel `tunnel` to `to` (the host checks and dials).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Open {
     /// The sandbox half's number for the tunnel.
     pub tunnel: u64,
-    /// The host as the client wrote it (a name or an address literal).
-    pub host: String,
-    /// The port.
-    pub port: u16,
+    /// Where to.
+    pub to: TunnelTo,
+    /// The span the connection's span goes under: the sandbox's call that
+    /// started the proxy, if one did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent: Option<SpanContext>,
+}
+
+/// Where a tunnel goes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum TunnelTo {
+    /// `host:port`, as the client wrote it (a name or an address literal);
+    /// the policy decides.
+    Address {
+        /// The host.
+        host: String,
+        /// The port.
+        port: u16,
+    },
+    /// One of the host's named routes: HTTP requests to it go to the
+    /// route's upstream with the headers the host adds.
+    Route {
+        /// The route's name.
+        name: String,
+    },
+}
+
+impl std::fmt::Display for TunnelTo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            TunnelTo::Address { host, port } if host.contains(':') => write!(f, "[{host}]:{port}"),
+            TunnelTo::Address { host, port } => write!(f, "{host}:{port}"),
+            TunnelTo::Route { name } => write!(f, "route `{name}`"),
+        }
+    }
 }
 
 /// The tunnel is open: the host connected to the address it checked.

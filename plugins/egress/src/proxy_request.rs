@@ -1,7 +1,8 @@
 //! [`ProxyRequest`]: what a client asks of an HTTP proxy, read from the
 //! head of its request with `httparse`: `CONNECT host:port` (a tunnel, for
 //! HTTPS and anything else), or a plain-HTTP request with an absolute URI
-//! (`GET http://host/path`), whose head is rewritten for the origin.
+//! (`GET http://host/path`), whose head is rewritten for the origin, or a
+//! request to a named route (`GET /<name>/path`).
 
 /// Most bytes a request head may take.
 pub const MAX_HEAD: usize = 64 << 10;
@@ -26,6 +27,15 @@ pub enum ProxyRequest {
         /// The rewritten head, its blank line included.
         head: Vec<u8>,
     },
+    /// A request to one of the host's named routes, sent to the proxy as
+    /// to a server (`GET /<name>/rest`): its head with the route's name
+    /// cut from the path and the proxy's credential removed.
+    Route {
+        /// The route's name.
+        name: String,
+        /// The rewritten head (`GET /rest`), its blank line included.
+        head: Vec<u8>,
+    },
 }
 
 /// A request head, read.
@@ -33,7 +43,10 @@ pub enum ProxyRequest {
 pub struct ProxyHead {
     /// What the client asks for.
     pub request: ProxyRequest,
-    /// Its `Proxy-Authorization` header, if any.
+    /// The proxy's credential as the client sent it: its
+    /// `Proxy-Authorization` header, or for a route its `Authorization`
+    /// (what a client sends for the user and password in
+    /// `http://egress:<token>@127.0.0.1:PORT/<name>/`).
     pub authorization: Option<String>,
     /// How many bytes the head took.
     pub used: usize,
@@ -52,19 +65,45 @@ pub fn parse(buf: &[u8]) -> Result<Option<ProxyHead>, String> {
     };
     let method = request.method.unwrap_or_default();
     let target = request.path.unwrap_or_default();
-    let authorization = request
-        .headers
-        .iter()
-        .find(|h| h.name.eq_ignore_ascii_case("proxy-authorization"))
-        .map(|h| String::from_utf8_lossy(h.value).into_owned());
-    let head = |request| ProxyHead {
+    let header = |name: &str| {
+        request
+            .headers
+            .iter()
+            .find(|h| h.name.eq_ignore_ascii_case(name))
+            .map(|h| String::from_utf8_lossy(h.value).into_owned())
+    };
+    let proxy_authorization = header("proxy-authorization");
+    let head = |request, authorization| ProxyHead {
         request,
-        authorization: authorization.clone(),
+        authorization,
         used,
     };
     if method.eq_ignore_ascii_case("CONNECT") {
         let (host, port) = authority(target, None)?;
-        return Ok(Some(head(ProxyRequest::Connect { host, port })));
+        return Ok(Some(head(
+            ProxyRequest::Connect { host, port },
+            proxy_authorization,
+        )));
+    }
+    if let Some(path) = target.strip_prefix('/') {
+        let split = path.find(['/', '?']).unwrap_or(path.len());
+        let name = &path[..split];
+        if !is_route_name(name) {
+            return Err(format!("`/{name}` does not name a route"));
+        }
+        let rest = match &path[split..] {
+            "" => "/".to_owned(),
+            p if p.starts_with('?') => format!("/{p}"),
+            p => p.to_owned(),
+        };
+        let authorization = header("authorization").or(proxy_authorization);
+        return Ok(Some(head(
+            ProxyRequest::Route {
+                name: name.to_owned(),
+                head: rewrite(method, &rest, request.headers, true),
+            },
+            authorization,
+        )));
     }
     let Some(rest) = target.strip_prefix("http://") else {
         return Err(format!(
@@ -78,10 +117,38 @@ pub fn parse(buf: &[u8]) -> Result<Option<ProxyHead>, String> {
         p if p.starts_with('?') => format!("/{p}"),
         p => p.to_owned(),
     };
+    Ok(Some(head(
+        ProxyRequest::Forward {
+            host,
+            port,
+            head: rewrite(method, &path, request.headers, false),
+        },
+        proxy_authorization,
+    )))
+}
+
+/// Whether `name` can name a route: letters, digits, `-`, `_` and `.`.
+pub fn is_route_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 64
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+}
+
+/// A head for the origin: `method path`, the client's headers less the
+/// proxy's own (`Proxy-*`, and for a route the `Authorization` that
+/// carried the proxy's credential) and the connection's, then
+/// `Connection: close` (one request per tunnel).
+fn rewrite(method: &str, path: &str, headers: &[httparse::Header<'_>], route: bool) -> Vec<u8> {
     let mut rewritten = format!("{method} {path} HTTP/1.1\r\n").into_bytes();
-    for header in request.headers.iter() {
+    for header in headers {
         let name = header.name.to_ascii_lowercase();
-        if name.starts_with("proxy-") || name == "connection" || name == "keep-alive" {
+        let dropped = name.starts_with("proxy-")
+            || name == "connection"
+            || name == "keep-alive"
+            || (route && name == "authorization");
+        if dropped {
             continue;
         }
         rewritten.extend_from_slice(header.name.as_bytes());
@@ -90,11 +157,7 @@ pub fn parse(buf: &[u8]) -> Result<Option<ProxyHead>, String> {
         rewritten.extend_from_slice(b"\r\n");
     }
     rewritten.extend_from_slice(b"Connection: close\r\n\r\n");
-    Ok(Some(head(ProxyRequest::Forward {
-        host,
-        port,
-        head: rewritten,
-    })))
+    rewritten
 }
 
 /// `host:port` (or `[v6]:port`), the port `default` when absent.
@@ -186,13 +249,39 @@ mod tests {
     }
 
     #[test]
+    fn a_request_to_a_route_loses_its_name_and_the_proxys_credential() {
+        let head = b"POST /github/repos/a/b?x=1 HTTP/1.1\r\nHost: 127.0.0.1:3128\r\n\
+                     Authorization: Basic ZTp0\r\nContent-Length: 2\r\n\r\n{}";
+        let parsed = parse(head).unwrap().unwrap();
+        assert_eq!(parsed.authorization.as_deref(), Some("Basic ZTp0"));
+        assert_eq!(&head[parsed.used..], b"{}");
+        let ProxyRequest::Route { name, head } = parsed.request else {
+            panic!("not a route")
+        };
+        assert_eq!(name, "github");
+        assert_eq!(
+            String::from_utf8(head).unwrap(),
+            "POST /repos/a/b?x=1 HTTP/1.1\r\nHost: 127.0.0.1:3128\r\nContent-Length: 2\r\n\
+             Connection: close\r\n\r\n"
+        );
+        let bare = parse(b"GET /api HTTP/1.1\r\nProxy-Authorization: p\r\n\r\n")
+            .unwrap()
+            .unwrap();
+        assert_eq!(bare.authorization.as_deref(), Some("p"));
+        assert!(
+            matches!(bare.request, ProxyRequest::Route { head, .. } if head.starts_with(b"GET / HTTP/1.1\r\n"))
+        );
+    }
+
+    #[test]
     fn a_partial_head_waits_and_bad_ones_are_refused() {
         assert_eq!(
             parse(b"CONNECT example.org:443 HTTP/1.1\r\nHo").unwrap(),
             None
         );
         for bad in [
-            &b"GET /relative HTTP/1.1\r\n\r\n"[..],
+            &b"GET / HTTP/1.1\r\n\r\n"[..],
+            b"GET /no%20route/ HTTP/1.1\r\n\r\n",
             b"GET https://example.org/ HTTP/1.1\r\n\r\n",
             b"CONNECT example.org HTTP/1.1\r\n\r\n",
             b"CONNECT example.org:0 HTTP/1.1\r\n\r\n",

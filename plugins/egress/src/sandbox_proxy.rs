@@ -18,7 +18,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 
-use crate::protocol::{Down, DownAck, DownEnd, Egress, Open, Up, UpAck, UpEnd, CHUNK};
+use crate::protocol::{Down, DownAck, DownEnd, Egress, Open, TunnelTo, Up, UpAck, UpEnd, CHUNK};
 use crate::proxy_request::{parse, ProxyRequest, MAX_HEAD};
 use crate::window::Window;
 
@@ -63,6 +63,9 @@ struct ProxyState {
     credential: String,
     /// `egress:<token>`, for the URL.
     user_token: String,
+    /// The span of the call that started the proxy, if one did: its
+    /// connections' spans go under it.
+    parent: Mutex<Option<agentix::trace::SpanContext>>,
 }
 
 impl Default for ProxyState {
@@ -76,6 +79,7 @@ impl Default for ProxyState {
             url: Mutex::new(None),
             credential: base64::engine::general_purpose::STANDARD.encode(&user_token),
             user_token,
+            parent: Mutex::new(None),
         }
     }
 }
@@ -110,34 +114,100 @@ impl ProxyState {
 /// the URL's credential gets `407`: under `Isolation::None` the port is on
 /// the host's loopback, where any local process could reach it. The host
 /// must have registered the egress gateway's namespace.
+///
+/// A sandbox made from `EgressGateway::prepare`'s config needs no call:
+/// its workers start the proxy themselves and put its URL in the
+/// environment of every process they start.
 #[agentix::remote]
 pub async fn serve_proxy(port: u16) -> Result<String, EgressError> {
+    let worker = agentix::WorkerContext::current().ok_or_else(|| EgressError {
+        message: "the egress proxy runs in an Agentix worker".into(),
+    })?;
+    start(&worker, port)
+}
+
+/// The variable that makes a worker start the proxy before its first call
+/// (its value: the port, `0` for any) and export its URL.
+pub const PROXY_PORT_VAR: &str = "AGENTIX_EGRESS_PROXY_PORT";
+
+/// The variables a started proxy's URL goes into: both spellings, since
+/// curl reads only the lowercase `http_proxy`, and others only uppercase.
+pub const PROXY_VARS: [&str; 6] = [
+    "HTTP_PROXY",
+    "http_proxy",
+    "HTTPS_PROXY",
+    "https_proxy",
+    "ALL_PROXY",
+    "all_proxy",
+];
+
+/// What `NO_PROXY` says: the sandbox's own loopback is reached directly
+/// (the proxy's named routes live there).
+pub const NO_PROXY: &str = "localhost,127.0.0.1,::1";
+
+agentix::on_worker_start!(start_for_worker);
+
+/// Starts the proxy in a worker whose sandbox asked for it
+/// ([`PROXY_PORT_VAR`]) and exports its URL, so that curl, pip, git and
+/// HTTP libraries in processes the worker starts use it unchanged.
+fn start_for_worker() {
+    let Ok(port) = std::env::var(PROXY_PORT_VAR) else {
+        return;
+    };
+    let started = port
+        .parse::<u16>()
+        .map_err(|_| format!("{PROXY_PORT_VAR}={port} is not a port"))
+        .and_then(|port| {
+            let worker =
+                agentix::WorkerContext::current().ok_or_else(|| "no worker context".to_owned())?;
+            start(&worker, port).map_err(|e| e.message)
+        });
+    match started {
+        Ok(url) => {
+            // The worker has taken no call yet and its threads are idle:
+            // nothing reads the environment while it changes.
+            for var in PROXY_VARS {
+                std::env::set_var(var, &url);
+            }
+            for var in ["NO_PROXY", "no_proxy"] {
+                std::env::set_var(var, NO_PROXY);
+            }
+        }
+        Err(why) => eprintln!("agentix worker: the egress proxy did not start: {why}"),
+    }
+}
+
+/// Starts `worker`'s proxy on 127.0.0.1:`port` unless it runs; its URL.
+/// Runs inside the worker's runtime.
+fn start(worker: &agentix::WorkerContext, port: u16) -> Result<String, EgressError> {
     let failed = |message: String| EgressError { message };
-    let state = agentix::WorkerContext::current()
-        .map(|worker| worker.state::<ProxyState>())
-        .ok_or_else(|| failed("the egress proxy runs in an Agentix worker".into()))?;
-    if let Some(url) = state.url.lock().unwrap_or_else(|p| p.into_inner()).clone() {
+    let state = worker.state::<ProxyState>();
+    let mut url = state.url.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(url) = url.clone() {
         return Ok(url);
     }
     let end = match state.end.get() {
         Some(end) => end.clone(),
         None => {
             let end = sandbox_half(&state)
-                .register()
+                .register_in(worker)
                 .map_err(|e| failed(format!("cannot open /egress: {e}")))?;
             state.end.get_or_init(|| end).clone()
         }
     };
-    let listener = TcpListener::bind(("127.0.0.1", port))
-        .await
+    let listener = std::net::TcpListener::bind(("127.0.0.1", port))
+        .and_then(|l| l.set_nonblocking(true).map(|()| l))
+        .and_then(TcpListener::from_std)
         .map_err(|e| failed(format!("cannot listen on 127.0.0.1:{port}: {e}")))?;
     let addr = listener
         .local_addr()
         .map_err(|e| failed(format!("no local address: {e}")))?;
-    let url = format!("http://{}@{addr}", state.user_token);
-    *state.url.lock().unwrap_or_else(|p| p.into_inner()) = Some(url.clone());
+    let started = format!("http://{}@{addr}", state.user_token);
+    *state.parent.lock().unwrap_or_else(|p| p.into_inner()) = agentix::trace::current();
+    *url = Some(started.clone());
+    drop(url);
     tokio::spawn(accept(listener, end, state));
-    Ok(url)
+    Ok(started)
 }
 
 /// The sandbox half's handlers: the host's bytes and acknowledgements, to
@@ -203,9 +273,12 @@ async fn serve_client(mut client: TcpStream, end: SandboxEnd<Egress>, state: Arc
         return refuse(&mut client, 407, "Proxy Authentication Required", why).await;
     }
     let early = buf.split_off(head.used);
-    let (host, port, first) = match head.request {
-        ProxyRequest::Connect { host, port } => (host, port, None),
-        ProxyRequest::Forward { host, port, head } => (host, port, Some(head)),
+    let (to, first) = match head.request {
+        ProxyRequest::Connect { host, port } => (TunnelTo::Address { host, port }, None),
+        ProxyRequest::Forward { host, port, head } => {
+            (TunnelTo::Address { host, port }, Some(head))
+        }
+        ProxyRequest::Route { name, head } => (TunnelTo::Route { name }, Some(head)),
     };
     let tunnel = state.next.fetch_add(1, Ordering::Relaxed);
     // Known before `Open` goes out: the host's first bytes may follow its
@@ -219,11 +292,12 @@ async fn serve_client(mut client: TcpStream, end: SandboxEnd<Egress>, state: Arc
             up: up.clone(),
         },
     );
-    let open = Open {
-        tunnel,
-        host: host.clone(),
-        port,
-    };
+    let parent = state
+        .parent
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .clone();
+    let open = Open { tunnel, to, parent };
     match end.request(&open).await {
         Ok(_) => {}
         Err(e) => {
