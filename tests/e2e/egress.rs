@@ -427,3 +427,120 @@ impl SpanCapture {
         self.0.lock().unwrap().clone()
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_stops_reading_holds_the_upstream_back_and_the_span_joins_the_call() {
+    use agentix::prelude::InSpan;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    // An upstream that sends for as long as it is let, and counts.
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let written = std::sync::Arc::new(AtomicU64::new(0));
+    let counter = written.clone();
+    tokio::spawn(async move {
+        let Ok((mut conn, _)) = listener.accept().await else {
+            return;
+        };
+        let chunk = vec![7u8; 64 << 10];
+        while conn.write_all(&chunk).await.is_ok() {
+            counter.fetch_add(chunk.len() as u64, Ordering::Relaxed);
+        }
+    });
+    let gateway = EgressGateway::new(
+        EgressPolicy::new()
+            .allow(&format!("upstream.test:{port}"))
+            .allow_addresses("127.0.0.1"),
+    )
+    .resolver(
+        MappedResolver::new()
+            .map("upstream.test", ["127.0.0.1".parse().unwrap()])
+            .unwrap(),
+    );
+    let sb = support::sandbox().await;
+    sb.register_namespace(gateway.namespace()).unwrap();
+    let spans = SpanCapture::default();
+    sb.traces().add_processor(spans.clone());
+    let step = sb.traces().span("host.step");
+    let trace_id = step.trace_id();
+    let proxy = sb
+        .remote(agentix_egress::serve_proxy, 0u16)
+        .in_span(step)
+        .await
+        .unwrap();
+    let status = sb
+        .remote(
+            agentix_e2e::egress_client::hold_tunnel,
+            (proxy, format!("upstream.test:{port}")),
+        )
+        .await
+        .unwrap();
+    assert!(status.starts_with("HTTP/1.1 200"), "{status}");
+
+    // The client never reads: the window and the sockets' buffers fill,
+    // then nothing moves, and nothing piles up on the host.
+    let watched = written.clone();
+    let settled = |limit| async move {
+        let mut last = u64::MAX;
+        for _ in 0..limit {
+            tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+            let now = watched.load(Ordering::Relaxed);
+            if now == last {
+                return now;
+            }
+            last = now;
+        }
+        panic!("the upstream still sends after {limit} half-seconds: {last} bytes");
+    };
+    let first = settled(40).await;
+    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    assert_eq!(
+        written.load(Ordering::Relaxed),
+        first,
+        "the upstream moved again"
+    );
+    assert!(first < 48 << 20, "{first} bytes left the upstream");
+
+    sb.delete().await;
+    support::wait_until(
+        "the tunnel's span",
+        std::time::Duration::from_secs(10),
+        || !spans.egress().is_empty(),
+    )
+    .await;
+    let span = &spans.egress()[0];
+    assert_eq!(
+        span.trace_id, trace_id,
+        "the connection's span is under the call that started the proxy"
+    );
+    assert!(span.attributes["egress.bytes_down"].as_u64().unwrap() <= first);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_hundred_tunnels_at_once_all_carry_their_bytes() {
+    let body = vec![3u8; 64 << 10];
+    let port = upstream(body).await;
+    let gateway = EgressGateway::new(
+        EgressPolicy::new()
+            .allow(&format!("upstream.test:{port}"))
+            .allow_addresses("127.0.0.1"),
+    )
+    .resolver(
+        MappedResolver::new()
+            .map("upstream.test", ["127.0.0.1".parse().unwrap()])
+            .unwrap(),
+    );
+    let sb = support::sandbox().await;
+    sb.register_namespace(gateway.namespace()).unwrap();
+    let proxy = sb.remote(agentix_egress::serve_proxy, 0u16).await.unwrap();
+    let sizes = sb
+        .remote(
+            agentix_e2e::egress_client::fetch_through_many,
+            (proxy, format!("upstream.test:{port}"), 200u32),
+        )
+        .await
+        .unwrap();
+    let head = "HTTP/1.1 200 OK\r\nContent-Length: 65536\r\nConnection: close\r\n\r\n";
+    let whole = (head.len() + (64 << 10)) as u64;
+    assert_eq!(sizes.len(), 200);
+    assert!(sizes.iter().all(|&n| n == whole), "{sizes:?}");
+}

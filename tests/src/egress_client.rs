@@ -1,5 +1,6 @@
 //! A client of the sandbox's egress proxy, run inside the sandbox: a
-//! tunnel opened and held open, for the tests of what becomes of tunnels.
+//! tunnel opened and held open (never read), and many tunnels at once,
+//! for the tests of what becomes of tunnels.
 
 use std::sync::Mutex;
 
@@ -15,6 +16,49 @@ struct Held(Mutex<Vec<TcpStream>>);
 /// status line.
 #[agentix::remote]
 pub async fn hold_tunnel(proxy: String, target: String) -> Result<String, String> {
+    let (stream, status) = connect(&proxy, &target).await?;
+    agentix::WorkerContext::current()
+        .ok_or("not in a worker")?
+        .state::<Held>()
+        .0
+        .lock()
+        .unwrap()
+        .push(stream);
+    Ok(status)
+}
+
+/// Opens `tunnels` tunnels to `target` at once through the proxy at
+/// `proxy`, sends `GET /` on each and reads each to its end: the number
+/// of bytes each answer had, in order.
+#[agentix::remote]
+pub async fn fetch_through_many(
+    proxy: String,
+    target: String,
+    tunnels: u32,
+) -> Result<Vec<u64>, String> {
+    let fetches = (0..tunnels).map(|_| async {
+        let (mut stream, status) = connect(&proxy, &target).await?;
+        if !status.starts_with("HTTP/1.1 200") {
+            return Err(status);
+        }
+        let request = format!("GET / HTTP/1.1\r\nHost: {target}\r\nConnection: close\r\n\r\n");
+        stream
+            .write_all(request.as_bytes())
+            .await
+            .map_err(|e| e.to_string())?;
+        let mut answer = Vec::new();
+        stream
+            .read_to_end(&mut answer)
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(answer.len() as u64)
+    });
+    futures_util::future::try_join_all(fetches).await
+}
+
+/// A `CONNECT` to `target` through the proxy at `proxy` (the URL
+/// `serve_proxy` returned): the stream, and the proxy's status line.
+async fn connect(proxy: &str, target: &str) -> Result<(TcpStream, String), String> {
     use base64::Engine;
     let (credential, address) = proxy
         .trim_start_matches("http://")
@@ -31,26 +75,23 @@ pub async fn hold_tunnel(proxy: String, target: String) -> Result<String, String
         .write_all(head.as_bytes())
         .await
         .map_err(|e| e.to_string())?;
+    // Byte by byte: what follows the head is the tunnel's, not ours.
     let mut reply = Vec::new();
-    let mut buf = [0u8; 256];
+    let mut byte = [0u8; 1];
     while !reply.ends_with(b"\r\n\r\n") {
-        let n = stream.read(&mut buf).await.map_err(|e| e.to_string())?;
+        let n = stream.read(&mut byte).await.map_err(|e| e.to_string())?;
         if n == 0 {
-            return Err("the proxy closed the connection".into());
+            return Err(format!(
+                "the proxy closed the connection: {}",
+                String::from_utf8_lossy(&reply)
+            ));
         }
-        reply.extend_from_slice(&buf[..n]);
+        reply.push(byte[0]);
     }
     let status = String::from_utf8_lossy(&reply)
         .lines()
         .next()
         .unwrap_or_default()
         .to_owned();
-    agentix::WorkerContext::current()
-        .ok_or("not in a worker")?
-        .state::<Held>()
-        .0
-        .lock()
-        .unwrap()
-        .push(stream);
-    Ok(status)
+    Ok((stream, status))
 }
