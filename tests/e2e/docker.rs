@@ -3,6 +3,8 @@
 
 #[allow(dead_code)]
 mod docker_support;
+#[allow(dead_code)]
+mod egress_checks;
 #[path = "abridge_support/mod.rs"]
 mod fakes;
 mod support;
@@ -683,6 +685,17 @@ async fn one_bundle_runs_in_an_image_of_its_own_tools_and_on_network_none_with_n
         "the socket's directory {} is left",
         private.display()
     );
+    let _ = std::fs::remove_dir_all(bundle);
+}
+
+#[tokio::test]
+async fn a_container_on_network_none_reaches_the_host_only_through_egress() {
+    let provider = DockerProvider::connect().expect("a Docker engine");
+    tools_image(&provider).await;
+    let bundle = bundle_dir("egress");
+    let mut config = SandboxConfig::new(&bundle).image(TOOLS_IMAGE);
+    config.container.network = agentix::ContainerNetwork::None;
+    egress_checks::reaches_the_host_only_through_egress(&provider, config).await;
     let _ = std::fs::remove_dir_all(bundle);
 }
 

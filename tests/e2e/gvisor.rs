@@ -9,6 +9,8 @@
 #[allow(dead_code)]
 mod docker_support;
 #[allow(dead_code)]
+mod egress_checks;
+#[allow(dead_code)]
 mod escape_attempts;
 #[allow(dead_code)]
 mod support;
@@ -42,6 +44,18 @@ async fn gvisor() -> DockerProvider {
          plugins/provider-docker/scripts/setup-gvisor as root"
     );
     provider
+}
+
+#[tokio::test]
+async fn a_sandbox_under_gvisor_reaches_the_host_only_through_egress() {
+    let provider = gvisor().await;
+    tools_image(&provider).await;
+    let bundle = bundle_dir("gvisor-egress");
+    let config = SandboxConfig::new(&bundle)
+        .image(TOOLS_IMAGE)
+        .runtime(GVISOR_RUNTIME);
+    egress_checks::reaches_the_host_only_through_egress(&provider, config).await;
+    let _ = std::fs::remove_dir_all(bundle);
 }
 
 #[tokio::test]

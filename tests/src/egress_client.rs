@@ -28,14 +28,14 @@ pub async fn hold_tunnel(proxy: String, target: String) -> Result<String, String
 }
 
 /// Opens `tunnels` tunnels to `target` at once through the proxy at
-/// `proxy`, sends `GET /` on each and reads each to its end: the number
-/// of bytes each answer had, in order.
+/// `proxy`, sends `GET /` on each and reads each to its end: the SHA-256
+/// (hex) of each answer's body, in order.
 #[agentix::remote]
 pub async fn fetch_through_many(
     proxy: String,
     target: String,
     tunnels: u32,
-) -> Result<Vec<u64>, String> {
+) -> Result<Vec<String>, String> {
     let fetches = (0..tunnels).map(|_| async {
         let (mut stream, status) = connect(&proxy, &target).await?;
         if !status.starts_with("HTTP/1.1 200") {
@@ -46,12 +46,32 @@ pub async fn fetch_through_many(
             .write_all(request.as_bytes())
             .await
             .map_err(|e| e.to_string())?;
+        // To the end its `Content-Length` gives, as HTTP clients read,
+        // not to the connection's end: under gVisor a tokio reader can
+        // miss an end that arrives with the last bytes (its epoll reports
+        // no `EPOLLRDHUP`).
         let mut answer = Vec::new();
-        stream
-            .read_to_end(&mut answer)
-            .await
-            .map_err(|e| e.to_string())?;
-        Ok(answer.len() as u64)
+        let mut buf = vec![0u8; 64 << 10];
+        let body = loop {
+            if let Some(at) = answer.windows(4).position(|w| w == b"\r\n\r\n") {
+                let head = String::from_utf8_lossy(&answer[..at]).to_ascii_lowercase();
+                let length: usize = head
+                    .lines()
+                    .find_map(|l| l.strip_prefix("content-length:"))
+                    .and_then(|v| v.trim().parse().ok())
+                    .ok_or("an answer without a Content-Length")?;
+                if answer.len() >= at + 4 + length {
+                    break &answer[at + 4..at + 4 + length];
+                }
+            }
+            let n = stream.read(&mut buf).await.map_err(|e| e.to_string())?;
+            if n == 0 {
+                return Err(format!("the answer broke off after {} bytes", answer.len()));
+            }
+            answer.extend_from_slice(&buf[..n]);
+        };
+        use sha2::Digest;
+        Ok(format!("{:x}", sha2::Sha256::digest(body)))
     });
     futures_util::future::try_join_all(fetches).await
 }
