@@ -405,7 +405,8 @@ impl SpanCapture {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_client_that_stops_reading_holds_the_upstream_back_and_the_span_joins_the_call() {
+async fn a_client_that_stops_reading_holds_its_upstream_back_and_no_other_tunnel_and_the_span_joins_the_call(
+) {
     use agentix::prelude::InSpan;
     use std::sync::atomic::{AtomicU64, Ordering};
     // An upstream that sends for as long as it is let, and counts.
@@ -422,14 +423,18 @@ async fn a_client_that_stops_reading_holds_the_upstream_back_and_the_span_joins_
             counter.fetch_add(chunk.len() as u64, Ordering::Relaxed);
         }
     });
+    let other = upstream(b"beside".to_vec()).await;
     let gateway = EgressGateway::new(
         EgressPolicy::new()
             .allow(&format!("upstream.test:{port}"))
+            .allow(&format!("other.test:{other}"))
             .allow_addresses("127.0.0.1"),
     )
     .resolver(
         MappedResolver::new()
             .map("upstream.test", ["127.0.0.1".parse().unwrap()])
+            .unwrap()
+            .map("other.test", ["127.0.0.1".parse().unwrap()])
             .unwrap(),
     );
     let sb = support::sandbox().await;
@@ -446,7 +451,7 @@ async fn a_client_that_stops_reading_holds_the_upstream_back_and_the_span_joins_
     let status = sb
         .remote(
             agentix_e2e::egress_client::hold_tunnel,
-            (proxy, format!("upstream.test:{port}")),
+            (proxy.clone(), format!("upstream.test:{port}")),
         )
         .await
         .unwrap();
@@ -475,6 +480,16 @@ async fn a_client_that_stops_reading_holds_the_upstream_back_and_the_span_joins_
         "the upstream moved again"
     );
     assert!(first < 48 << 20, "{first} bytes left the upstream");
+    // The stalled tunnel holds up no other: fresh tunnels carry their
+    // bytes beside it.
+    let digests = sb
+        .remote(
+            agentix_e2e::egress_client::fetch_through_many,
+            (proxy.clone(), format!("other.test:{other}"), 4u32),
+        )
+        .await
+        .unwrap();
+    assert_eq!(digests, vec![format!("{:x}", Sha256::digest(b"beside")); 4]);
 
     sb.delete().await;
     support::wait_until(
