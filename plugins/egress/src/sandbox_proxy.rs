@@ -243,6 +243,9 @@ async fn accept(listener: TcpListener, end: SandboxEnd<Egress>, state: Arc<Proxy
     loop {
         match listener.accept().await {
             Ok((client, _)) => {
+                // A tunnel's small writes (an SSH keystroke, a TLS alert)
+                // go at once, not after the client's delayed ACK.
+                let _ = client.set_nodelay(true);
                 tokio::spawn(serve_client(client, end.clone(), state.clone()));
             }
             Err(e) => {
