@@ -244,7 +244,7 @@ async fn tls_upstream(
 async fn a_prepared_sandbox_finds_the_proxy_in_its_environment_and_routes_keep_the_token_on_the_host(
 ) {
     const TOKEN: &str = "Bearer host-only-7d1f0c";
-    let body: Vec<u8> = (0..(4u32 << 20)).map(|i| (i % 249) as u8).collect();
+    let body: Vec<u8> = (0..(64u32 << 20)).map(|i| (i % 249) as u8).collect();
     let digest = format!("{:x}", Sha256::digest(&body));
     let seen = Seen::default();
     let (port, pem, der) =
@@ -357,7 +357,7 @@ async fn a_prepared_sandbox_finds_the_proxy_in_its_environment_and_routes_keep_t
             .unwrap_or_else(|| panic!("no {decision} record of {to}: {records:?}"))
     };
     let download = find(&format!("secure.test:{port}"), "allowed");
-    assert!(download.bytes_down >= 4 << 20, "{download:?}");
+    assert!(download.bytes_down >= 64 << 20, "{download:?}");
     assert!(
         download.bytes_up > 0 && download.address.as_deref() == Some(&*format!("127.0.0.1:{port}"))
     );
@@ -380,7 +380,7 @@ async fn a_prepared_sandbox_finds_the_proxy_in_its_environment_and_routes_keep_t
         .find(|s| s.attributes["egress.to"] == format!("secure.test:{port}"))
         .unwrap();
     assert_eq!(secure.attributes["egress.allowed"], true);
-    assert!(secure.attributes["egress.bytes_down"].as_u64().unwrap() >= 4 << 20);
+    assert!(secure.attributes["egress.bytes_down"].as_u64().unwrap() >= 64 << 20);
     assert!(ended
         .iter()
         .any(|s| s.attributes["egress.to"] == "nope" && s.attributes["egress.allowed"] == false));
@@ -414,6 +414,7 @@ async fn a_client_that_stops_reading_holds_its_upstream_back_and_no_other_tunnel
     let port = listener.local_addr().unwrap().port();
     let written = std::sync::Arc::new(AtomicU64::new(0));
     let counter = written.clone();
+    let (ended, upstream_ended) = tokio::sync::oneshot::channel();
     tokio::spawn(async move {
         let Ok((mut conn, _)) = listener.accept().await else {
             return;
@@ -422,6 +423,7 @@ async fn a_client_that_stops_reading_holds_its_upstream_back_and_no_other_tunnel
         while conn.write_all(&chunk).await.is_ok() {
             counter.fetch_add(chunk.len() as u64, Ordering::Relaxed);
         }
+        let _ = ended.send(());
     });
     let other = upstream(b"beside".to_vec()).await;
     let gateway = EgressGateway::new(
@@ -491,7 +493,13 @@ async fn a_client_that_stops_reading_holds_its_upstream_back_and_no_other_tunnel
         .unwrap();
     assert_eq!(digests, vec![format!("{:x}", Sha256::digest(b"beside")); 4]);
 
+    // The sandbox goes mid-transfer: the host closes the upstream's
+    // connection (its next write fails).
     sb.delete().await;
+    tokio::time::timeout(std::time::Duration::from_secs(10), upstream_ended)
+        .await
+        .expect("the upstream's connection closes with the sandbox")
+        .unwrap();
     support::wait_until(
         "the tunnel's span",
         std::time::Duration::from_secs(10),
@@ -533,4 +541,46 @@ async fn two_hundred_tunnels_at_once_all_carry_their_bytes() {
     let digest = format!("{:x}", Sha256::digest(vec![3u8; 64 << 10]));
     assert_eq!(sizes.len(), 200);
     assert!(sizes.iter().all(|d| *d == digest), "{sizes:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn names_and_literals_that_reach_the_host_or_the_metadata_address_are_refused() {
+    let port = upstream(b"inside".to_vec()).await;
+    // Every name is on the allow-list; what they resolve to is not.
+    let resolver = MappedResolver::new()
+        .map("localhost", ["127.0.0.1".parse().unwrap()])
+        .unwrap()
+        .map("rebound.test", ["127.0.0.1".parse().unwrap()])
+        .unwrap()
+        .map("metadata.test", ["169.254.169.254".parse().unwrap()])
+        .unwrap();
+    let gateway = EgressGateway::new(
+        EgressPolicy::new()
+            .allow("localhost")
+            .allow("*.test")
+            .ports([port]),
+    )
+    .resolver(resolver);
+    let config = gateway.prepare(SandboxConfig::new(support::bundle_path()));
+    let sb = support::sandbox_with(config).await;
+    gateway.attach(&sb).unwrap();
+    let cases = [
+        ("localhost", "127.0.0.1, a loopback address"),
+        ("rebound.test", "127.0.0.1, a loopback address"),
+        ("metadata.test", "169.254.169.254"),
+        ("127.0.0.1", "an address literal"),
+        ("[::1]", "an address literal"),
+        ("2130706433", "an address literal"),
+    ];
+    for (host, reason) in cases {
+        // Through the proxy even for loopback names (NO_PROXY lists them).
+        let fetch = format!(
+            "env -u NO_PROXY -u no_proxy curl -s --max-time 10 -w ' %{{http_code}}' \
+             http://{host}:{port}/"
+        );
+        let (out, _) = sh(&sb, fetch).await;
+        assert!(out.ends_with(" 403"), "{host}: {out}");
+        assert!(out.contains(reason), "{host}: {out}");
+        assert!(!out.contains("inside"), "{host} reached the host: {out}");
+    }
 }
