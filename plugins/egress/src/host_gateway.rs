@@ -23,7 +23,7 @@ use tokio::sync::mpsc;
 use tokio::task::AbortHandle;
 
 use crate::audit_log::AuditLog;
-use crate::egress_record::{ConnectionWatch, RecordSinks, Traffic};
+use crate::connection_watch::{ConnectionWatch, RecordSinks, Traffic};
 use crate::host_name::Destination;
 use crate::policy::EgressPolicy;
 use crate::protocol::{

@@ -64,11 +64,12 @@
 //! the namespace's protocol, [`window`] one direction's flow control,
 //! [`proxy_request`] reads a client's request; [`sandbox_proxy`] and
 //! [`host_gateway`] are the two halves; [`route`] and [`route_server`]
-//! the named routes; [`egress_record`] and [`audit_log`] what the host
-//! keeps of each connection.
+//! the named routes; [`connection_watch`], [`egress_record`] and
+//! [`audit_log`] what the host keeps of each connection.
 
 pub mod address_class;
 pub mod audit_log;
+pub mod connection_watch;
 pub mod egress_record;
 pub mod host_gateway;
 pub mod host_name;
