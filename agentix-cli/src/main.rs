@@ -14,7 +14,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-use commands::{build, call, exec, logs, ps, reap, serve};
+use commands::{build, call, exec, logs, pause, ps, reap, serve};
 
 /// Agentix's command line.
 #[derive(Parser)]
@@ -49,6 +49,11 @@ enum Commands {
     /// Calls a sandbox's function by name with JSON arguments; prints the
     /// JSON result.
     Call(call::CallArgs),
+    /// Freezes a sandbox's work (its worker and every process it started);
+    /// calls wait until `agentix resume`.
+    Pause(pause::PauseArgs),
+    /// Thaws what `agentix pause` froze.
+    Resume(pause::PauseArgs),
     /// Removes what hosts that died left: their local sandboxes (processes,
     /// directories, cgroups) and their containers.
     Reap(reap::ReapArgs),
@@ -69,6 +74,8 @@ fn main() -> ExitCode {
         Commands::Logs(args) => ("logs", run_async(logs::run(args))),
         Commands::Exec(args) => ("exec", run_async(exec::run(args))),
         Commands::Call(args) => ("call", run_async(call::run(args))),
+        Commands::Pause(args) => ("pause", run_async(pause::run(args, true))),
+        Commands::Resume(args) => ("resume", run_async(pause::run(args, false))),
         Commands::Reap(args) => ("reap", run_async(reap::run(args))),
         Commands::Serve(args) => ("serve", run_async(serve::run(args))),
     };

@@ -189,10 +189,22 @@ fn a_served_sandbox_is_listed_reached_and_gone_after_ctrl_c() {
         stdout(&out)
     );
 
+    let out = run(&dir, &["pause", &served.id]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).contains("paused"), "{}", stdout(&out));
+    assert_eq!(ps_row(&dir, &served.id).unwrap()["state"], "paused");
+    let out = run(&dir, &["resume", &served.id]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).contains("resumed"), "{}", stdout(&out));
+    assert_eq!(ps_row(&dir, &served.id).unwrap()["state"], "ok");
+    let out = run(&dir, &["exec", &served.id, "--", "echo again"]);
+    assert_eq!(stdout(&out), "again\n");
+
     for command in [
         &["logs", "local-nosuch"][..],
         &["exec", "local-nosuch", "--", "true"],
         &["call", "local-nosuch", "f"],
+        &["pause", "local-nosuch"],
     ] {
         let out = run(&dir, command);
         assert_eq!(out.status.code(), Some(1), "{command:?}");

@@ -314,6 +314,45 @@ impl Sandbox {
         Ok(report)
     }
 
+    /// Freezes the sandbox's work: its worker and every process it started
+    /// stop (SIGSTOP, found by the tag they all carry) until
+    /// [`resume`](Self::resume). Calls made meanwhile wait; a call's
+    /// timeout keeps counting. The sandbox's server goes on, so its
+    /// connection, heartbeat and log live on; `/health` says `paused`. A
+    /// worker that is replaced while paused (it was killed) starts thawed.
+    /// Answers how many processes were stopped.
+    pub async fn pause(&self) -> Result<usize, RemoteError> {
+        self.pause_or_resume(true).await
+    }
+
+    /// Thaws what [`pause`](Self::pause) froze; calls that waited go on.
+    /// Answers how many processes were continued.
+    pub async fn resume(&self) -> Result<usize, RemoteError> {
+        self.pause_or_resume(false).await
+    }
+
+    async fn pause_or_resume(&self, pause: bool) -> Result<usize, RemoteError> {
+        let path = if pause { "/pause" } else { "/resume" };
+        let (status, body) = crate::health::request(
+            &self.endpoint,
+            hyper::Method::POST,
+            path,
+            self.settings.connect_timeout,
+        )
+        .await?;
+        if !status.is_success() {
+            let why = body["error"].as_str().unwrap_or("no reason given");
+            let kind = match status {
+                // No worker runs: it is starting, restarting or gone.
+                hyper::StatusCode::CONFLICT => ErrorKind::WorkerExited,
+                hyper::StatusCode::UNAUTHORIZED => ErrorKind::AuthRejected,
+                _ => ErrorKind::ServerUnreachable,
+            };
+            return Err(RemoteError::new(kind, format!("POST {path}: {why}")));
+        }
+        Ok(body["processes"].as_u64().unwrap_or(0) as usize)
+    }
+
     pub(crate) async fn connection(&self) -> Result<Arc<RpcConnection>, RemoteError> {
         if let Some(conn) = self.live_connection() {
             return Ok(conn);

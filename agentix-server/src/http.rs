@@ -1,4 +1,5 @@
-//! Plain HTTP beside Socket.IO: `GET /health`, the token gate, the listener.
+//! Plain HTTP beside Socket.IO: `GET /health`, `POST /pause` and
+//! `POST /resume`, the token gate, the listener.
 //!
 //! Every request except `GET /health` must carry the sandbox token, as
 //! `Authorization: Bearer <token>` (never in the URL, where logs and
@@ -22,7 +23,7 @@ use serde_json::json;
 
 use crate::auth::Token;
 use crate::relay_credits::RelayCredits;
-use crate::supervisor::{ReportHealth, WorkerSupervisor};
+use crate::supervisor::{PauseWorker, ReportHealth, WorkerSupervisor};
 
 /// The routes Socket.IO does not handle.
 #[derive(Clone)]
@@ -57,10 +58,34 @@ impl HttpRoutes {
         if let Err(e) = authorized {
             return json_response(StatusCode::UNAUTHORIZED, json!({ "error": e.to_string() }));
         }
+        let pause = match (req.method(), req.uri().path()) {
+            (&Method::POST, "/pause") => Some(true),
+            (&Method::POST, "/resume") => Some(false),
+            _ => None,
+        };
+        if let Some(pause) = pause {
+            return self.pause(pause).await;
+        }
         json_response(
             StatusCode::NOT_FOUND,
             json!({ "error": format!("no route for {} {}", req.method(), req.uri().path()) }),
         )
+    }
+
+    /// `POST /pause` and `POST /resume`: the worker's processes frozen or
+    /// thawed ([`PauseWorker`]).
+    async fn pause(&self, pause: bool) -> Response<Full<Bytes>> {
+        match self.supervisor.get().send(PauseWorker(pause)).await {
+            Ok(Ok(processes)) => json_response(
+                StatusCode::OK,
+                json!({ "paused": pause, "processes": processes }),
+            ),
+            Ok(Err(why)) => json_response(StatusCode::CONFLICT, json!({ "error": why })),
+            Err(_) => json_response(
+                StatusCode::SERVICE_UNAVAILABLE,
+                json!({ "error": "the server is stopping" }),
+            ),
+        }
     }
 
     async fn health(&self, full: bool) -> Response<Full<Bytes>> {

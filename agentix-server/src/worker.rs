@@ -66,6 +66,16 @@ impl ProcessOwner {
         }
     }
 
+    /// Sends `signal` to the process alone, unless it is known gone: 1 if
+    /// sent.
+    fn signal(&self, signal: libc::c_int) -> usize {
+        if self.exited.load(Ordering::Acquire) {
+            return 0;
+        }
+        process::signal_pid(self.pid, signal);
+        1
+    }
+
     /// Kills everything under the worker's tag, on a thread of its own
     /// (it walks `/proc`).
     fn kill_tagged_in_background(&self) {
@@ -104,6 +114,23 @@ impl WorkerHandle {
     pub(crate) fn kill_now(&self) {
         self.owner.kill_group();
         process::kill_tagged(&self.owner.tag);
+    }
+
+    /// A function that freezes (`true`) or thaws (`false`) the worker and
+    /// everything under its tag, answering how many processes it
+    /// signalled; it walks `/proc`, so it is for a blocking thread.
+    pub(crate) fn signaller(&self) -> impl FnOnce(bool) -> usize + Send + 'static {
+        let owner = self.owner.clone();
+        move |pause| {
+            // The worker by its pid: it hides its memory, so its tag cannot
+            // be read from /proc. First on pause (it starts nothing more),
+            // last on resume (what it waits on runs first).
+            if pause {
+                owner.signal(libc::SIGSTOP) + process::stop_tagged(&owner.tag)
+            } else {
+                process::continue_tagged(&owner.tag) + owner.signal(libc::SIGCONT)
+            }
+        }
     }
 
     /// Kills the process group now and everything under its tag on a

@@ -251,46 +251,92 @@ pub fn child_tag() -> String {
 /// `/proc`; repeats while it finds some, since they may fork meanwhile.
 /// Returns how many it killed.
 pub fn kill_tagged(tag: &str) -> usize {
-    let own = std::process::id();
-    let exact = format!("{ENV_PROCESS_TAG}={tag}");
-    let under = format!("{exact}.");
     let mut killed = 0;
     for _ in 0..5 {
-        let mut found = 0;
-        let Ok(entries) = std::fs::read_dir("/proc") else {
-            return killed;
-        };
-        for entry in entries.flatten() {
-            let Some(pid) = entry
-                .file_name()
-                .to_str()
-                .and_then(|n| n.parse::<u32>().ok())
-            else {
-                continue;
-            };
-            if pid == own {
-                continue;
-            }
-            let Ok(environ) = std::fs::read(format!("/proc/{pid}/environ")) else {
-                continue;
-            };
-            let tagged = environ
-                .split(|&b| b == 0)
-                .any(|var| var == exact.as_bytes() || var.starts_with(under.as_bytes()));
-            if tagged {
-                // SAFETY: kill(2) with a pid read from /proc; no memory involved.
-                unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
-                found += 1;
-            }
-        }
-        if found == 0 {
+        let found = tagged(tag);
+        if found.is_empty() {
             break;
         }
-        killed += found;
+        for &pid in &found {
+            // SAFETY: kill(2) with a pid read from /proc; no memory involved.
+            unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
+        }
+        killed += found.len();
         // Let the killed go (and their children show) before looking again.
         std::thread::sleep(std::time::Duration::from_millis(5));
     }
     killed
+}
+
+/// SIGSTOPs every process (but this one) under the tag `tag` (see
+/// [`kill_tagged`]), looking again until a look finds none still running:
+/// a stopped process forks no more, so what one forked meanwhile shows on
+/// the next look. Returns how many are stopped.
+pub fn stop_tagged(tag: &str) -> usize {
+    for _ in 0..50 {
+        let running: Vec<u32> = tagged(tag)
+            .into_iter()
+            .filter(|&pid| !is_stopped(pid))
+            .collect();
+        if running.is_empty() {
+            break;
+        }
+        for pid in running {
+            // SAFETY: kill(2) with a pid read from /proc; no memory involved.
+            unsafe { libc::kill(pid as libc::pid_t, libc::SIGSTOP) };
+        }
+        // Let the signals land (a stop is not instant) before looking again.
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+    tagged(tag).len()
+}
+
+/// SIGCONTs every process (but this one) under the tag `tag`: what
+/// [`stop_tagged`] stopped. Returns how many it signalled.
+pub fn continue_tagged(tag: &str) -> usize {
+    let found = tagged(tag);
+    for &pid in &found {
+        // SAFETY: kill(2) with a pid read from /proc; no memory involved.
+        unsafe { libc::kill(pid as libc::pid_t, libc::SIGCONT) };
+    }
+    found.len()
+}
+
+/// Whether `pid` is stopped (by a signal, or a tracer): `T` or `t` in its
+/// `/proc/<pid>/stat`.
+pub fn is_stopped(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| {
+            // The state follows the command's closing parenthesis (the
+            // command itself may hold any character).
+            let (_, rest) = stat.rsplit_once(')')?;
+            rest.split_whitespace().next().map(|s| s == "T" || s == "t")
+        })
+        .unwrap_or(false)
+}
+
+/// The processes (but this one) whose environment holds the tag `tag` or
+/// one under it, by a walk of `/proc`.
+fn tagged(tag: &str) -> Vec<u32> {
+    let own = std::process::id();
+    let exact = format!("{ENV_PROCESS_TAG}={tag}");
+    let under = format!("{exact}.");
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&pid| pid != own)
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/environ")).is_ok_and(|environ| {
+                environ
+                    .split(|&b| b == 0)
+                    .any(|var| var == exact.as_bytes() || var.starts_with(under.as_bytes()))
+            })
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -306,6 +352,31 @@ mod tests {
         signal_group(u32::MAX, libc::SIGSTOP);
         signal_pid(0, libc::SIGSTOP);
         signal_pid(u32::MAX, libc::SIGSTOP);
+    }
+
+    #[test]
+    fn tagged_processes_stop_and_continue_children_and_all() {
+        let tag = format!("t{}.stop-test", std::process::id());
+        // A shell that forks a child of its own, both under the tag.
+        let mut shell = std::process::Command::new("sh")
+            .args(["-c", "sleep 30 & wait"])
+            .env(ENV_PROCESS_TAG, format!("{tag}.1"))
+            .spawn()
+            .unwrap();
+        let started = std::time::Instant::now();
+        while tagged(&tag).len() < 2 {
+            assert!(started.elapsed().as_secs() < 10, "the child did not start");
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        assert_eq!(stop_tagged(&tag), 2);
+        assert!(tagged(&tag).iter().all(|&pid| is_stopped(pid)));
+        assert!(!is_stopped(std::process::id()));
+        assert_eq!(continue_tagged(&tag), 2);
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        assert!(tagged(&tag).iter().all(|&pid| !is_stopped(pid)));
+        assert_eq!(kill_tagged(&tag), 2);
+        let _ = shell.wait();
+        assert!(tagged(&tag).is_empty());
     }
 
     #[test]

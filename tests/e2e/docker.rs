@@ -699,6 +699,87 @@ async fn a_container_on_network_none_reaches_the_host_only_through_egress() {
     let _ = std::fs::remove_dir_all(bundle);
 }
 
+/// The processes below `root` that carry a worker's tag (the worker's
+/// and what it started), with their state letters, from the host's
+/// `/proc`.
+fn worker_tree(root: u32) -> Vec<(u32, char)> {
+    let stats: Vec<(u32, u32, char)> = std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter_map(|pid| {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+            let mut rest = stat.rsplit_once(')')?.1.split_whitespace();
+            let state = rest.next()?.chars().next()?;
+            Some((pid, rest.next()?.parse().ok()?, state))
+        })
+        .collect();
+    let mut below = vec![root];
+    let mut i = 0;
+    while i < below.len() {
+        let parent = below[i];
+        below.extend(stats.iter().filter(|s| s.1 == parent).map(|s| s.0));
+        i += 1;
+    }
+    stats
+        .iter()
+        .filter(|(pid, _, _)| below[1..].contains(pid))
+        .filter(|(pid, _, _)| {
+            std::fs::read(format!("/proc/{pid}/environ")).is_ok_and(|env| {
+                env.split(|b| *b == 0)
+                    .any(|v| v.starts_with(b"AGENTIX_PROCESS_TAG=w"))
+            })
+        })
+        .map(|(pid, _, state)| (*pid, *state))
+        .collect()
+}
+
+#[tokio::test]
+async fn pause_stops_a_containers_worker_tree_calls_wait_and_resume_goes_on() {
+    let provider = DockerProvider::connect().expect("a Docker engine");
+    tools_image(&provider).await;
+    let bundle = bundle_dir("pause");
+    let config = SandboxConfig::new(&bundle).image(TOOLS_IMAGE);
+    let sb = std::sync::Arc::new(provider.session(config).await.expect("a sandbox"));
+    let inspected = provider
+        .docker()
+        .inspect_container(
+            &format!("agentix-{}", sb.id()),
+            None::<bollard::query_parameters::InspectContainerOptions>,
+        )
+        .await
+        .unwrap();
+    let root = inspected.state.and_then(|s| s.pid).unwrap() as u32;
+    // A loop in the background, under the worker's shell.
+    let looping = "(while :; do :; done) >/dev/null 2>&1 &".to_string();
+    sb.remote(agentix_bash::run, (looping, BashOptions::new()))
+        .await
+        .unwrap();
+
+    assert!(sb.pause().await.unwrap() >= 3);
+    assert_eq!(sb.health().await.unwrap()["status"], "paused");
+    let tree = worker_tree(root);
+    assert!(
+        tree.len() >= 3,
+        "the worker, its shell and the loop: {tree:?}"
+    );
+    assert!(tree.iter().all(|(_, state)| *state == 'T'), "{tree:?}");
+    let waiting = tokio::spawn({
+        let sb = sb.clone();
+        async move { sb.remote(agentix_e2e::add, (40, 2)).await }
+    });
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    assert!(!waiting.is_finished(), "a call finished on a paused worker");
+
+    sb.resume().await.unwrap();
+    assert_eq!(waiting.await.unwrap().unwrap(), 42);
+    let tree = worker_tree(root);
+    assert!(tree.iter().all(|(_, state)| *state != 'T'), "{tree:?}");
+    let sb = std::sync::Arc::into_inner(sb).unwrap();
+    sb.delete().await;
+    let _ = std::fs::remove_dir_all(bundle);
+}
+
 #[tokio::test]
 async fn a_bundle_for_another_platform_is_refused_by_name() {
     let provider = DockerProvider::connect().expect("a Docker engine");

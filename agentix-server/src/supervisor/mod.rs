@@ -72,6 +72,15 @@ pub struct StopSupervisor;
 #[rtype(result = "()")]
 pub struct RetellWorker;
 
+/// Freeze (`true`) or thaw (`false`) the current worker and every process
+/// it started: SIGSTOP, then SIGCONT, to everything under its tag. Calls
+/// wait meanwhile (their frames queue for the worker's pipe); the server,
+/// its connections and its log go on. Answers how many processes it
+/// signalled, or why not (no worker runs).
+#[derive(Message)]
+#[rtype(result = "Result<usize, String>")]
+pub struct PauseWorker(pub bool);
+
 /// Stop the forwarder of namespace `path`, as a crash would: it is started again.
 #[derive(Message)]
 #[rtype(result = "()")]
@@ -82,10 +91,12 @@ pub struct StopForwarder(pub String);
 /// What `/health` shows.
 #[derive(Debug, Clone, Serialize)]
 pub struct Health {
-    /// `ok`, `starting`, `unresponsive` (the worker does not answer pings
-    /// within [`UNRESPONSIVE_AFTER`]), `degraded` or `stopping`.
+    /// `ok`, `starting`, `paused` ([`PauseWorker`]), `unresponsive` (the
+    /// worker does not answer pings within [`UNRESPONSIVE_AFTER`]),
+    /// `degraded` or `stopping`.
     pub status: &'static str,
-    /// `starting`, `ready`, `unresponsive`, `restarting`, `degraded` or `stopped`.
+    /// `starting`, `ready`, `paused`, `unresponsive`, `restarting`,
+    /// `degraded` or `stopped`.
     pub worker: &'static str,
     /// The current worker's pid, if one runs.
     pub pid: Option<u32>,
@@ -146,6 +157,9 @@ pub struct WorkerSupervisor {
     retry_at: Option<Instant>,
     /// The ping the current worker has not answered yet, and since when.
     unanswered: Option<(u64, Instant)>,
+    /// Whether the current worker is frozen on request ([`PauseWorker`]):
+    /// it is not pinged, and `/health` says `paused`.
+    paused: bool,
     pings: u64,
     io: Option<socketioxide::SocketIo>,
     /// One forwarder per plugin namespace a worker opened, shared with the
@@ -192,6 +206,7 @@ impl WorkerSupervisor {
             restarts: 0,
             retry_at: None,
             unanswered: None,
+            paused: false,
             pings: 0,
             io: None,
             forwarders,
@@ -205,6 +220,8 @@ impl WorkerSupervisor {
     fn spawn_worker(&mut self, ctx: &mut Context<Self>) {
         self.generation += 1;
         self.unanswered = None;
+        // A new worker starts thawed: the pause was the last one's.
+        self.paused = false;
         let generation = self.generation;
         let worker_id = format!("{}-{}", self.worker_ids, generation);
         self.phase = Phase::Starting;
@@ -418,7 +435,7 @@ pub(crate) const UNRESPONSIVE_AFTER: Duration = Duration::from_secs(3);
 impl WorkerSupervisor {
     /// Pings a ready worker, unless the last ping is still unanswered.
     fn ping(&mut self) {
-        if self.phase != Phase::Ready || self.unanswered.is_some() {
+        if self.phase != Phase::Ready || self.unanswered.is_some() || self.paused {
             return;
         }
         self.pings += 1;
@@ -541,6 +558,31 @@ impl Handler<WorkerExited> for WorkerSupervisor {
     }
 }
 
+impl Handler<PauseWorker> for WorkerSupervisor {
+    type Result = ResponseActFuture<Self, Result<usize, String>>;
+
+    fn handle(&mut self, PauseWorker(pause): PauseWorker, _: &mut Context<Self>) -> Self::Result {
+        let Some(worker) = self.worker.as_ref().filter(|_| self.phase == Phase::Ready) else {
+            let why = "no worker is running (it is starting, restarting or stopped)";
+            return Box::pin(actix::fut::ready(Err(why.to_owned())));
+        };
+        let (signal, generation) = (worker.signaller(), self.generation);
+        // Walking /proc takes a while: off the actor's thread.
+        let signalled = tokio::task::spawn_blocking(move || signal(pause));
+        Box::pin(
+            actix::fut::wrap_future::<_, Self>(signalled).map(move |signalled, act, _| {
+                let signalled = signalled.map_err(|e| format!("the signals were not sent: {e}"))?;
+                if act.generation == generation {
+                    act.paused = pause;
+                    // Unanswered while frozen; a fresh ping once thawed.
+                    act.unanswered = None;
+                }
+                Ok(signalled)
+            }),
+        )
+    }
+}
+
 impl Handler<ReportHealth> for WorkerSupervisor {
     type Result = MessageResult<ReportHealth>;
 
@@ -549,6 +591,7 @@ impl Handler<ReportHealth> for WorkerSupervisor {
         let frozen = silent.is_some_and(|d| d >= UNRESPONSIVE_AFTER);
         let (status, worker) = match self.phase {
             Phase::Starting => ("starting", "starting"),
+            Phase::Ready if self.paused => ("paused", "paused"),
             Phase::Ready if frozen => ("unresponsive", "unresponsive"),
             Phase::Ready => ("ok", "ready"),
             Phase::Restarting => ("starting", "restarting"),
