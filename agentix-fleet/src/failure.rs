@@ -102,6 +102,22 @@ impl Failure {
         }
     }
 
+    /// The pool's setup of new sandbox `sandbox` failed with `error`: what
+    /// the sandbox's own code refused (`Raised`, a panic) is a `Setup`
+    /// failure, not retried; a sandbox that died meanwhile is retried.
+    pub fn of_sandbox_setup(error: &RemoteError, sandbox: &str) -> Failure {
+        let kind = match FailureKind::of_call(error) {
+            FailureKind::Task => FailureKind::Setup,
+            other => other,
+        };
+        Failure {
+            kind,
+            error: Some(error.kind),
+            message: format!("the pool's setup of a new sandbox failed: {error}"),
+            sandbox: Some(sandbox.to_owned()),
+        }
+    }
+
     /// A deadline that passed in sandbox `sandbox`.
     pub fn deadline(what: &str, sandbox: &str) -> Failure {
         Failure {

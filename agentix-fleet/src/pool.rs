@@ -45,8 +45,9 @@ use crate::start_throttle::StartThrottle;
 use crate::task::Task;
 use crate::warm_set::WarmSet;
 
-/// Resets a sandbox between two tasks; an error retires it instead.
-type ResetHook =
+/// Resets a sandbox between two tasks (an error retires it instead), or
+/// sets a new one up before its first (an error deletes it).
+type SandboxHook =
     Arc<dyn Fn(Arc<Sandbox>) -> BoxFuture<'static, Result<(), RemoteError>> + Send + Sync>;
 
 /// Runs many tasks over many sandboxes: throttled starts, retries on fresh
@@ -76,7 +77,8 @@ pub struct Pool {
     max_starting: usize,
     reuse: usize,
     warm: usize,
-    reset: Option<ResetHook>,
+    reset: Option<SandboxHook>,
+    setup: Option<SandboxHook>,
     retry: RetryPolicy,
     attempt_deadline: Option<Duration>,
     task_deadline: Option<Duration>,
@@ -112,6 +114,7 @@ impl Pool {
             reuse: 1,
             warm: 0,
             reset: None,
+            setup: None,
             retry: RetryPolicy::default(),
             attempt_deadline: None,
             task_deadline: None,
@@ -160,6 +163,20 @@ impl Pool {
         F: Future<Output = Result<(), RemoteError>> + Send + 'static,
     {
         self.reset = Some(Arc::new(move |sandbox| Box::pin(reset(sandbox))));
+        self
+    }
+
+    /// Runs `setup` on each new sandbox before its first task (warm ones
+    /// too): the place to register a plugin's host half, such as an
+    /// egress gateway's `attach`. A setup that fails deletes the sandbox;
+    /// the task is retried on another if the sandbox died meanwhile, and
+    /// fails as `Setup` if the sandbox's code refused.
+    pub fn setup_with<S, F>(mut self, setup: S) -> Self
+    where
+        S: Fn(Arc<Sandbox>) -> F + Send + Sync + 'static,
+        F: Future<Output = Result<(), RemoteError>> + Send + 'static,
+    {
+        self.setup = Some(Arc::new(move |sandbox| Box::pin(setup(sandbox))));
         self
     }
 
@@ -298,6 +315,7 @@ impl Pool {
             config: self.config.clone(),
             reuse: self.reuse,
             reset: self.reset.clone(),
+            setup: self.setup.clone(),
             retry: self.retry,
             attempt_deadline: self.attempt_deadline,
             task_deadline: self.task_deadline,
@@ -419,12 +437,40 @@ impl<O> Drop for Run<O> {
     }
 }
 
+/// Runs the pool's `setup` on a new sandbox; one whose setup fails is
+/// deleted.
+async fn set_up(
+    sandbox: Arc<Sandbox>,
+    setup: Option<&SandboxHook>,
+) -> Result<Arc<Sandbox>, Failure> {
+    let Some(setup) = setup else {
+        return Ok(sandbox);
+    };
+    match setup(sandbox.clone()).await {
+        Ok(()) => Ok(sandbox),
+        Err(error) => {
+            let failure = Failure::of_sandbox_setup(&error, sandbox.id());
+            delete_shared(sandbox).await;
+            Err(failure)
+        }
+    }
+}
+
+/// Deletes a sandbox nobody else holds (one a setup kept a handle on goes
+/// when that handle does, as a session does).
+async fn delete_shared(sandbox: Arc<Sandbox>) {
+    if let Some(sandbox) = Arc::into_inner(sandbox) {
+        sandbox.delete().await;
+    }
+}
+
 /// What every lane of one run shares.
 struct Shared<I, F> {
     provider: Arc<dyn Provider>,
     config: SandboxConfig,
     reuse: usize,
-    reset: Option<ResetHook>,
+    reset: Option<SandboxHook>,
+    setup: Option<SandboxHook>,
     retry: RetryPolicy,
     attempt_deadline: Option<Duration>,
     task_deadline: Option<Duration>,
@@ -723,10 +769,11 @@ where
     async fn create(&self) -> Result<Held, Failure> {
         let permit = self.throttle.acquire().await;
         let (created_tx, created_rx) = tokio::sync::oneshot::channel();
-        let (provider, config, stats) = (
+        let (provider, config, stats, setup) = (
             self.provider.clone(),
             self.config.clone(),
             self.stats.clone(),
+            self.setup.clone(),
         );
         self.tracker.spawn(async move {
             stats.starting.fetch_add(1, Ordering::Relaxed);
@@ -736,22 +783,26 @@ where
             let failed =
                 matches!(&created, Err(e) if FailureKind::of_start(e) == FailureKind::Provider);
             permit.finished(began.elapsed(), failed);
-            if let Err(Ok(unwanted)) = created_tx.send(created) {
-                unwanted.delete().await;
+            let made = match created {
+                Ok(sandbox) => set_up(Arc::new(sandbox), setup.as_ref()).await,
+                Err(error) => Err(Failure::of_start(&error)),
+            };
+            if let Err(Ok(unwanted)) = created_tx.send(made) {
+                delete_shared(unwanted).await;
             }
         });
         let created = created_rx.await.unwrap_or_else(|_| {
-            Err(agentix_host::ProviderError::Backend {
+            Err(Failure::of_start(&agentix_host::ProviderError::Backend {
                 what: "create a sandbox".into(),
                 reason: "the create's task ended without a result".into(),
-            })
+            }))
         });
         match created {
             Ok(sandbox) => {
                 self.stats.sandboxes.fetch_add(1, Ordering::Relaxed);
                 self.stats.created.fetch_add(1, Ordering::Relaxed);
                 Ok(Held {
-                    sandbox: Some(Arc::new(sandbox)),
+                    sandbox: Some(sandbox),
                     uses: 0,
                     retire: Retire {
                         tracker: self.tracker.clone(),
@@ -759,7 +810,7 @@ where
                     },
                 })
             }
-            Err(error) => Err(Failure::of_start(&error)),
+            Err(failure) => Err(failure),
         }
     }
 

@@ -6,6 +6,8 @@
 
 #[allow(dead_code)]
 mod docker_support;
+#[allow(dead_code)]
+mod egress_checks;
 mod support;
 
 use std::collections::{BTreeMap, HashSet};
@@ -870,4 +872,86 @@ async fn a_container_oom_kill_is_a_sandbox_death_retried_on_a_fresh_container() 
     );
     assert!(provider.list().is_empty(), "{:?}", provider.list());
     let _ = std::fs::remove_dir_all(bundle);
+}
+
+#[tokio::test]
+async fn a_pools_setup_attaches_each_new_sandbox_to_an_egress_gateway_and_a_refusing_setup_is_final(
+) {
+    use agentix_egress::{EgressGateway, EgressPolicy, MappedResolver};
+    let port = egress_checks::upstream(b"through the host".to_vec()).await;
+    let gateway = EgressGateway::new(
+        EgressPolicy::new()
+            .allow(&format!("upstream.test:{port}"))
+            .allow_addresses("127.0.0.1"),
+    )
+    .resolver(
+        MappedResolver::new()
+            .map("upstream.test", ["127.0.0.1".parse().unwrap()])
+            .unwrap(),
+    );
+    let set_up = Arc::new(AtomicU32::new(0));
+    let (count, attach) = (set_up.clone(), gateway.clone());
+    let pool = Pool::new(LocalProvider::new(), gateway.prepare(config()))
+        .max_sandboxes(2)
+        .reuse(3)
+        .setup_with(move |sb| {
+            count.fetch_add(1, Ordering::Relaxed);
+            let attached = attach
+                .attach(&sb)
+                .map_err(|e| agentix::RemoteError::new(agentix::ErrorKind::Raised, e.to_string()));
+            async move { attached }
+        })
+        .progress(ProgressDisplay::Off);
+    let fetch = format!("curl -sS --max-time 10 http://upstream.test:{port}/");
+    let outcomes = pool
+        .run(numbered(6), move |sb, _| {
+            let fetch = fetch.clone();
+            async move {
+                let ran = sb
+                    .remote(agentix_bash::run, (fetch, agentix_bash::BashOptions::new()))
+                    .await?;
+                Ok(ran.stdout_lossy())
+            }
+        })
+        .unwrap()
+        .collect_all()
+        .await;
+    assert_eq!(outcomes.len(), 6);
+    for outcome in &outcomes {
+        assert_eq!(
+            outcome.result.as_deref(),
+            Ok("through the host"),
+            "{}",
+            outcome.task
+        );
+    }
+    assert_eq!(
+        u64::from(set_up.load(Ordering::Relaxed)),
+        pool.stats().created,
+        "one setup per sandbox"
+    );
+
+    // A setup the sandbox refuses fails the task as Setup, not retried,
+    // and leaves no sandbox.
+    let provider = Arc::new(LocalProvider::new());
+    let refusing = Pool::shared(provider.clone(), config())
+        .setup_with(|_| async {
+            Err(agentix::RemoteError::new(
+                agentix::ErrorKind::Raised,
+                "no such plugin",
+            ))
+        })
+        .progress(ProgressDisplay::Off);
+    let outcomes = refusing
+        .run(numbered(1), |sb, i| async move {
+            sb.remote(agentix_e2e::add, (i, 1)).await
+        })
+        .unwrap()
+        .collect_all()
+        .await;
+    let failure = outcomes[0].result.as_ref().unwrap_err();
+    assert_eq!(failure.kind, FailureKind::Setup, "{failure:?}");
+    assert!(failure.message.contains("no such plugin"), "{failure:?}");
+    assert_eq!(outcomes[0].attempts, 1);
+    assert!(provider.list().is_empty(), "{:?}", provider.list());
 }
