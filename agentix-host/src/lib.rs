@@ -25,7 +25,10 @@
 //! - [`sio`]: the Socket.IO client: one websocket, every namespace, binary attachments.
 //! - [`connection`]: `/rpc` on that websocket and its pending calls;
 //!   [`connect`]: what calls need of a sandbox (so they sit below it).
-//! - `health`: `GET /health` over plain HTTP/1.
+//! - `health`: `GET /health`, `POST /pause` and `/resume` over plain HTTP/1.
+//! - [`snapshot`]: [`Snapshot`], a sandbox's state to start others from;
+//!   `tree_copy`: a directory tree copied (reflinked where it can be), as
+//!   local snapshots are made and restored.
 //! - `relay_listener`: joining `/log` or `/trace`, batches handled off the receive path.
 //! - [`log_replay`]: `/log`, sandbox records replayed into the host's logging;
 //!   [`log_sink`]: the same records to a sink actor.
@@ -74,8 +77,10 @@ pub mod sandbox_supervisor;
 pub mod sandbox_user;
 pub mod secret;
 mod sio;
+pub mod snapshot;
 mod stream;
 mod trace_replay;
+mod tree_copy;
 
 pub use call::Call;
 pub use config::{SandboxConfig, BASE_ENV};
@@ -102,4 +107,5 @@ pub use sandbox_registry::SandboxRegistry;
 pub use sandbox_resources::SandboxResources;
 pub use sandbox_supervisor::SandboxSupervisor;
 pub use sandbox_user::RunAs;
+pub use snapshot::{Snapshot, SnapshotSpec, SnapshotStore};
 pub use stream::{CallStream, StreamCall};

@@ -52,6 +52,7 @@ use crate::sandbox_marker::{self, MarkerDir, SandboxMarker};
 use crate::sandbox_registry::SandboxRegistry;
 use crate::sandbox_resources::SandboxResources;
 use crate::secret::random_hex;
+use crate::snapshot::{Snapshot, SnapshotSpec, SnapshotStore};
 
 /// How long a stopping server may take before its process group is killed:
 /// the server's default shutdown grace plus time to stop the worker.
@@ -121,7 +122,7 @@ impl LocalProvider {
 impl Provider for LocalProvider {
     fn create(&self, config: SandboxConfig) -> BoxFuture<'_, Result<Sandbox, ProviderError>> {
         Box::pin(async move {
-            let sandbox = self.start(config).await?;
+            let sandbox = self.start(config, None).await?;
             self.sandboxes.add(&sandbox);
             Ok(sandbox)
         })
@@ -129,6 +130,32 @@ impl Provider for LocalProvider {
 
     fn sandboxes(&self) -> &SandboxRegistry {
         &self.sandboxes
+    }
+
+    /// A sandbox whose directory starts as a copy of the snapshot's
+    /// (reflinked where the filesystem can), owned by its own user.
+    fn create_from<'a>(
+        &'a self,
+        snapshot: &'a Snapshot,
+        config: SandboxConfig,
+    ) -> BoxFuture<'a, Result<Sandbox, ProviderError>> {
+        Box::pin(async move {
+            let seed = match (snapshot.provider(), snapshot.dir()) {
+                (PROVIDER_NAME, Some(dir)) if dir.is_dir() => dir.to_owned(),
+                _ => {
+                    return Err(ProviderError::Backend {
+                        what: format!("start a sandbox from snapshot {}", snapshot.id()),
+                        reason: format!(
+                            "it is not a local snapshot this machine still has ({:?})",
+                            snapshot.store()
+                        ),
+                    })
+                }
+            };
+            let sandbox = self.start(config, Some(seed)).await?;
+            self.sandboxes.add(&sandbox);
+            Ok(sandbox)
+        })
     }
 
     /// Removes what dead hosts left, by their markers: a server still
@@ -216,7 +243,13 @@ fn reap_one(marker: &SandboxMarker, markers: &MarkerDir) -> bool {
 const REAP_WAIT: Duration = Duration::from_secs(5);
 
 impl LocalProvider {
-    async fn start(&self, config: SandboxConfig) -> Result<Sandbox, ProviderError> {
+    /// Starts a sandbox for `config`, its directory first filled from
+    /// `seed` (a snapshot's directory) if given.
+    async fn start(
+        &self,
+        config: SandboxConfig,
+        seed: Option<PathBuf>,
+    ) -> Result<Sandbox, ProviderError> {
         // The whole wait counts, a start queued behind others included.
         let ready_by = tokio::time::Instant::now() + config.ready_timeout;
         let bundle = &config.bundle;
@@ -250,6 +283,20 @@ impl LocalProvider {
             if let Err(e) = std::os::unix::fs::chown(&dir, Some(uid), Some(uid)) {
                 let _ = std::fs::remove_dir_all(&dir);
                 let what = format!("cannot give {} to uid {uid}", dir.display());
+                return Err(io_error(what, e));
+            }
+        }
+        if let Some(seed) = seed {
+            // Before the server: nothing in the sandbox sees a half copy.
+            let (from, to) = (seed.clone(), dir.clone());
+            let copied = tokio::task::spawn_blocking(move || {
+                crate::tree_copy::copy_tree(&from, &to, &[], uid)
+            })
+            .await
+            .unwrap_or_else(|e| Err(std::io::Error::other(e.to_string())));
+            if let Err(e) = copied {
+                let _ = std::fs::remove_dir_all(&dir);
+                let what = format!("cannot fill {} from {}", dir.display(), seed.display());
                 return Err(io_error(what, e));
             }
         }
@@ -432,6 +479,7 @@ impl LocalProvider {
         let resources = LocalResources {
             server,
             dir,
+            base,
             cgroup,
             forward: None,
             markers: self.markers.clone(),
@@ -592,6 +640,8 @@ impl BundleFile {
 struct LocalResources {
     server: KeptProcess,
     dir: PathBuf,
+    /// Where its directory is, and its snapshots go.
+    base: PathBuf,
     cgroup: Option<SandboxCgroup>,
     forward: Option<PortForward>,
     markers: MarkerDir,
@@ -667,6 +717,56 @@ impl SandboxResources for LocalResources {
 
     fn local_dir(&self) -> Option<&Path> {
         Some(&self.dir)
+    }
+
+    /// Copies the sandbox's directory (reflinked where the filesystem
+    /// can), less what belongs to its running server (its log, socket and
+    /// durable log), into a directory of the snapshot's own beside it.
+    fn snapshot(&self, spec: SnapshotSpec) -> BoxFuture<'static, Result<Snapshot, ProviderError>> {
+        let snapshot_id = format!("local-snap-{}", random_hex(8));
+        let store = self.base.join(format!("agentix-{snapshot_id}"));
+        let (dir, source) = (self.dir.clone(), self.id.clone());
+        Box::pin(async move {
+            let copy_to = store.clone();
+            let copied = tokio::task::spawn_blocking(move || {
+                std::fs::DirBuilder::new().mode(0o700).create(&copy_to)?;
+                let copied = crate::tree_copy::copy_tree(&dir, &copy_to, &SERVER_FILES, None);
+                if copied.is_err() {
+                    let _ = std::fs::remove_dir_all(&copy_to);
+                }
+                copied
+            })
+            .await
+            .unwrap_or_else(|e| Err(std::io::Error::other(e.to_string())));
+            let bytes = copied.map_err(|e| {
+                io_error(
+                    format!("cannot snapshot sandbox {source} into {}", store.display()),
+                    e,
+                )
+            })?;
+            Ok(Snapshot::from_parts(
+                snapshot_id,
+                spec,
+                PROVIDER_NAME,
+                source,
+                SnapshotStore::Dir(store),
+                bytes,
+                remove_snapshot_dir,
+            ))
+        })
+    }
+}
+
+/// What a local sandbox's directory holds for its running server, not as
+/// its state: the server's log, the host's socket, the durable log.
+const SERVER_FILES: [&str; 3] = ["server.log", "host.sock", "logs"];
+
+/// Removes a local snapshot's directory, on a thread of its own (it may
+/// hold many files, and is removed from a handle's drop).
+fn remove_snapshot_dir(store: &SnapshotStore) {
+    if let SnapshotStore::Dir(dir) = store {
+        let dir = dir.clone();
+        std::thread::spawn(move || remove_dir_reporting(&dir, || {}));
     }
 }
 

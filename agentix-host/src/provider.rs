@@ -12,6 +12,7 @@ use crate::provider_error::ProviderError;
 use crate::sandbox::Sandbox;
 use crate::sandbox_info::SandboxInfo;
 use crate::sandbox_registry::SandboxRegistry;
+use crate::snapshot::{Snapshot, SnapshotSpec};
 
 /// Creates, finds and deletes sandboxes.
 ///
@@ -65,6 +66,51 @@ pub trait Provider: Send + Sync {
     /// Deletes live sandbox `id` and waits until it is gone.
     fn delete<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<(), ProviderError>> {
         Box::pin(self.sandboxes().delete(id))
+    }
+
+    /// Starts a sandbox for `config` whose state is `snapshot`'s (taken of
+    /// a sandbox of this provider by [`Sandbox::snapshot`]): what it
+    /// wrote is there, its own from then on. The default: this provider
+    /// cannot.
+    fn create_from<'a>(
+        &'a self,
+        snapshot: &'a Snapshot,
+        config: SandboxConfig,
+    ) -> BoxFuture<'a, Result<Sandbox, ProviderError>> {
+        let _ = (snapshot, config);
+        Box::pin(std::future::ready(Err(ProviderError::Backend {
+            what: "start a sandbox from a snapshot".into(),
+            reason: "this provider does not take snapshots".into(),
+        })))
+    }
+
+    /// `n` sandboxes for `config` started at once from a snapshot of
+    /// `sandbox` (paused while it is taken), and the snapshot (unnamed: it
+    /// goes with its last handle). All start or none is kept.
+    fn fork<'a>(
+        &'a self,
+        sandbox: &'a Sandbox,
+        n: usize,
+        config: SandboxConfig,
+    ) -> BoxFuture<'a, Result<(Snapshot, Vec<Sandbox>), ProviderError>> {
+        Box::pin(async move {
+            let snapshot = sandbox.snapshot(SnapshotSpec::new()).await?;
+            let starts = (0..n).map(|_| self.create_from(&snapshot, config.clone()));
+            let started = futures_util::future::join_all(starts).await;
+            let mut children = Vec::with_capacity(n);
+            let mut failed = None;
+            for child in started {
+                match child {
+                    Ok(child) => children.push(child),
+                    Err(e) => failed = failed.or(Some(e)),
+                }
+            }
+            if let Some(error) = failed {
+                futures_util::future::join_all(children.into_iter().map(Sandbox::delete)).await;
+                return Err(error);
+            }
+            Ok((snapshot, children))
+        })
     }
 
     /// Removes what hosts that died left of this provider's sandboxes on

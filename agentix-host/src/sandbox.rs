@@ -23,8 +23,10 @@ use crate::connection::{ConnectionSettings, RpcConnection};
 use crate::endpoint::{Endpoint, LocalSocket};
 use crate::log_replay::{self, LogTap};
 use crate::namespace::{self, HostNamespace, HostNamespaceHandle};
+use crate::provider_error::ProviderError;
 use crate::sandbox_resources::SandboxResources;
 use crate::sio::SioClient;
+use crate::snapshot::{Snapshot, SnapshotSpec};
 use crate::stream::StreamCall;
 use crate::trace_replay;
 use agentix_trace::TraceHub;
@@ -329,6 +331,34 @@ impl Sandbox {
     /// Answers how many processes were continued.
     pub async fn resume(&self) -> Result<usize, RemoteError> {
         self.pause_or_resume(false).await
+    }
+
+    /// Captures the sandbox's state into a [`Snapshot`] its provider keeps
+    /// (for a local sandbox: its directory, what its code wrote there), its
+    /// work paused meanwhile so the state is consistent. Start sandboxes
+    /// from it with [`Provider::create_from`](crate::Provider::create_from)
+    /// (or [`Provider::fork`](crate::Provider::fork) for both at once).
+    pub async fn snapshot(&self, spec: SnapshotSpec) -> Result<Snapshot, ProviderError> {
+        let Some(resources) = self.resources.clone() else {
+            return Err(ProviderError::Backend {
+                what: "snapshot a sandbox".into(),
+                reason: "an attached handle does not own the sandbox; its provider's does".into(),
+            });
+        };
+        let paused = |e: RemoteError| ProviderError::Backend {
+            what: format!("pause sandbox {} for its snapshot", self.id),
+            reason: e.to_string(),
+        };
+        self.pause().await.map_err(paused)?;
+        let taken = resources.snapshot(spec).await;
+        // Resumed whatever became of the snapshot.
+        let resumed = self.resume().await;
+        let snapshot = taken?;
+        resumed.map_err(|e| ProviderError::Backend {
+            what: format!("resume sandbox {} after its snapshot", self.id),
+            reason: e.to_string(),
+        })?;
+        Ok(snapshot)
     }
 
     async fn pause_or_resume(&self, pause: bool) -> Result<usize, RemoteError> {

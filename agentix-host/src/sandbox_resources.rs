@@ -12,6 +12,9 @@ use std::path::Path;
 use agentix_wire::errors::RemoteError;
 use futures_util::future::BoxFuture;
 
+use crate::provider_error::ProviderError;
+use crate::snapshot::{Snapshot, SnapshotSpec};
+
 /// How to delete one sandbox, and what its provider can tell about it.
 pub trait SandboxResources: Send + Sync + 'static {
     /// Starts deleting the sandbox at once (processes, containers, files)
@@ -38,5 +41,16 @@ pub trait SandboxResources: Send + Sync + 'static {
     /// The sandbox's directory on this machine, if it has one.
     fn local_dir(&self) -> Option<&Path> {
         None
+    }
+
+    /// Captures the sandbox's state (its work is paused meanwhile, by
+    /// [`Sandbox::snapshot`](crate::Sandbox::snapshot)) into a snapshot
+    /// the provider keeps. The default: this provider cannot.
+    fn snapshot(&self, spec: SnapshotSpec) -> BoxFuture<'static, Result<Snapshot, ProviderError>> {
+        let _ = spec;
+        Box::pin(std::future::ready(Err(ProviderError::Backend {
+            what: "snapshot a sandbox".into(),
+            reason: "this provider does not take snapshots".into(),
+        })))
     }
 }

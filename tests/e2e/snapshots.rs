@@ -1,0 +1,121 @@
+//! Snapshots and forks of local sandboxes: children start with exactly
+//! the parent's state at the snapshot (files, a tree, a link, modes, a
+//! 100 MB file, a consistent pair a writer was changing), each then its
+//! own; snapshots go when removed, or with their last handle.
+
+mod support;
+
+use std::time::Duration;
+
+use agentix::prelude::*;
+use agentix::{SnapshotSpec, SnapshotStore};
+use agentix_bash::BashOptions;
+
+/// Runs `script` in `sb`: its stdout, trimmed; panics unless it exits 0.
+async fn sh(sb: &Sandbox, script: &str) -> String {
+    let ran = sb
+        .remote(agentix_bash::run, (script.to_owned(), BashOptions::new()))
+        .await
+        .unwrap_or_else(|e| panic!("`{script}` did not run: {e}"));
+    assert_eq!(
+        ran.exit_code,
+        Some(0),
+        "`{script}`: {} {}",
+        ran.stdout_lossy(),
+        ran.stderr_lossy()
+    );
+    ran.stdout_lossy().trim().to_owned()
+}
+
+/// What each child must see of the parent's state.
+const CHECK: &str = "sha256sum -c --quiet big.sum && cat a/b/f && stat -c %a a/b/f \
+                     && readlink link && cat link && a=$(cat pair.a) b=$(cat pair.b) \
+                     && [ $((a - b)) -le 1 ] && [ $((b - a)) -le 1 ] && echo consistent";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sixteen_forks_see_exactly_the_snapshot_and_then_only_their_own_writes() {
+    let provider = LocalProvider::new();
+    let config = SandboxConfig::new(support::bundle_path());
+    let parent = provider.session(config.clone()).await.unwrap();
+    sh(
+        &parent,
+        "mkdir -p a/b && echo one > a/b/f && chmod 640 a/b/f && ln -s a/b/f link \
+         && head -c 100000000 /dev/urandom > big && sha256sum big > big.sum",
+    )
+    .await;
+    // A writer that keeps two files within one of each other at every
+    // instant (each replaced whole, by a rename): a snapshot of a sandbox
+    // that is not paused would catch them far apart.
+    sh(
+        &parent,
+        "(i=0; while :; do i=$((i+1)); echo $i > next.a; mv next.a pair.a; \
+         echo $i > next.b; mv next.b pair.b; done) >/dev/null 2>&1 &",
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    let named = parent
+        .snapshot(SnapshotSpec::new().name("base").label("task", "t1"))
+        .await
+        .unwrap();
+    assert_eq!(named.name(), Some("base"));
+    assert_eq!(named.labels()["task"], "t1");
+    assert_eq!(named.source(), parent.id());
+    assert!(named.bytes() >= 100_000_000, "{named:?}");
+    let named_dir = named.dir().unwrap().to_owned();
+    assert!(named_dir.join("big").is_file());
+    assert!(!named_dir.join("server.log").exists());
+
+    let (forked, children) = provider.fork(&parent, 16, config.clone()).await.unwrap();
+    let forked_dir = forked.dir().unwrap().to_owned();
+    assert_eq!(children.len(), 16);
+    // The parent writes after the snapshot; child 0 writes its own.
+    sh(&parent, "echo later > after").await;
+    sh(&children[0], "echo mine > own && echo changed > a/b/f").await;
+    let seen = futures_util::future::join_all(children.iter().map(|c| sh(c, CHECK))).await;
+    for (i, out) in seen.iter().enumerate() {
+        let first = if i == 0 { "changed" } else { "one" };
+        let link = if i == 0 { "changed" } else { "one" };
+        assert_eq!(
+            out.lines().collect::<Vec<_>>(),
+            [first, "640", "a/b/f", link, "consistent"],
+            "child {i}"
+        );
+    }
+    for (i, child) in children.iter().enumerate() {
+        let own = sh(child, "cat own 2>/dev/null; cat after 2>/dev/null; true").await;
+        assert_eq!(own, if i == 0 { "mine" } else { "" }, "child {i}");
+    }
+    assert_eq!(sh(&parent, "cat own 2>/dev/null; cat a/b/f").await, "one");
+
+    // Also from a snapshot by hand, after the parent is gone.
+    parent.delete().await;
+    let late = provider.create_from(&named, config.clone()).await.unwrap();
+    assert!(sh(&late, CHECK).await.ends_with("consistent"));
+
+    // The fork's own snapshot goes with its last handle; the named one
+    // when removed.
+    drop(forked);
+    support::wait_until(
+        "the fork's snapshot is removed",
+        Duration::from_secs(10),
+        || !forked_dir.exists(),
+    )
+    .await;
+    assert!(named_dir.exists(), "a named snapshot outlives its handles");
+    let kept = named.clone();
+    drop(named);
+    assert!(named_dir.exists());
+    kept.remove();
+    support::wait_until(
+        "the named snapshot is removed",
+        Duration::from_secs(10),
+        || !named_dir.exists(),
+    )
+    .await;
+    let gone = provider.create_from(&kept, config).await.unwrap_err();
+    assert!(gone.to_string().contains("still has"), "{gone}");
+    assert!(matches!(kept.store(), SnapshotStore::Dir(_)));
+    late.delete().await;
+    futures_util::future::join_all(children.into_iter().map(Sandbox::delete)).await;
+}
