@@ -3,7 +3,7 @@
 //! local provider.
 //! Sections: boot, echo, inflight, blob, blob64, loaded, stream, cancel, bash, files,
 //! abridge, rss, kill, side, ns, faults, docker; and, only when named,
-//! fleet (thousands of sandboxes: minutes).
+//! fleet (thousands of sandboxes: minutes), egress and snapshot.
 //!
 //! The binary is its own bundle (it calls `agentix::bundle::dispatch` first),
 //! so the sandbox runs exactly the code measured here. It prints a table; with
@@ -26,6 +26,7 @@ mod faults;
 mod fleet;
 mod plugins;
 mod report;
+mod snapshot;
 
 use std::future::IntoFuture;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -86,7 +87,7 @@ pub(crate) fn plain_config() -> SandboxConfig {
 }
 
 /// The same in the default isolated tier.
-fn isolated_config() -> SandboxConfig {
+pub(crate) fn isolated_config() -> SandboxConfig {
     SandboxConfig::current_exe()
         .expect("the bench knows its own path")
         .isolation(agentix::Isolation::default())
@@ -111,6 +112,9 @@ async fn run(sections: Sections) -> Report {
     }
     if sections.named("egress") {
         egress::egress(&mut report).await;
+    }
+    if sections.named("snapshot") {
+        snapshot::snapshot(&mut report).await;
     }
     if sections.wants("boot") {
         boot(&provider, &mut report).await;

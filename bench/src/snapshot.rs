@@ -1,0 +1,99 @@
+//! The `snapshot` section (only with `--only snapshot`): snapshots and
+//! forks of isolated local sandboxes holding 100 MB in 1,000 files, beside
+//! fresh sandboxes of the same config.
+
+use std::time::Instant;
+
+use agentix::{LocalProvider, Provider, Sandbox, SandboxConfig, SnapshotSpec};
+
+use crate::report::Report;
+
+/// Files the sandbox writes, and the bytes of each: 100 MB in all.
+const FILES: u32 = 1_000;
+const FILE_BYTES: usize = 100_000;
+
+/// Writes `files` files of `bytes` bytes each into the sandbox's directory.
+#[agentix::remote]
+pub(crate) async fn fill_dir(files: u32, bytes: usize) -> Result<u64, String> {
+    let block: Vec<u8> = (0..bytes).map(|i| (i % 253) as u8).collect();
+    std::fs::create_dir_all("state").map_err(|e| e.to_string())?;
+    for i in 0..files {
+        std::fs::write(format!("state/f{i:04}"), &block).map_err(|e| e.to_string())?;
+    }
+    Ok(u64::from(files) * bytes as u64)
+}
+
+fn median(mut samples: Vec<f64>) -> f64 {
+    samples.sort_by(f64::total_cmp);
+    samples[samples.len() / 2]
+}
+
+/// Starts `n` sandboxes at once, from `snapshot` if given: the seconds
+/// until all are ready, and the sandboxes.
+async fn start_many(
+    provider: &LocalProvider,
+    config: &SandboxConfig,
+    snapshot: Option<&agentix::Snapshot>,
+    n: usize,
+) -> (f64, Vec<Sandbox>) {
+    let began = Instant::now();
+    let starts = (0..n).map(|_| async {
+        match snapshot {
+            Some(snapshot) => provider.create_from(snapshot, config.clone()).await,
+            None => provider.session(config.clone()).await,
+        }
+        .expect("a sandbox starts")
+    });
+    let sandboxes = futures_util::future::join_all(starts).await;
+    (began.elapsed().as_secs_f64(), sandboxes)
+}
+
+pub(crate) async fn snapshot(report: &mut Report) {
+    let provider = LocalProvider::new();
+    let config = crate::isolated_config();
+    let sb = provider
+        .session(config.clone())
+        .await
+        .expect("sandbox starts");
+    sb.remote(fill_dir, (FILES, FILE_BYTES))
+        .await
+        .expect("the files are written");
+
+    let mut taken = Vec::new();
+    for _ in 0..3 {
+        let began = Instant::now();
+        let snapshot = sb.snapshot(SnapshotSpec::new()).await.expect("a snapshot");
+        taken.push(began.elapsed().as_secs_f64() * 1e3);
+        drop(snapshot);
+    }
+    report.add(
+        "snapshot_local_ms",
+        "snapshot of an isolated local sandbox holding 100 MB in 1,000 files, median of 3",
+        "ms",
+        median(taken),
+    );
+
+    let snapshot = sb.snapshot(SnapshotSpec::new()).await.expect("a snapshot");
+    let (mut forks, mut fresh) = (Vec::new(), Vec::new());
+    for _ in 0..3 {
+        let (secs, children) = start_many(&provider, &config, Some(&snapshot), 16).await;
+        forks.push(secs);
+        futures_util::future::join_all(children.into_iter().map(Sandbox::delete)).await;
+        let (secs, children) = start_many(&provider, &config, None, 16).await;
+        fresh.push(secs);
+        futures_util::future::join_all(children.into_iter().map(Sandbox::delete)).await;
+    }
+    report.add(
+        "fork_16_local_ready_s",
+        "16 isolated local sandboxes started at once from that snapshot, all ready, median of 3",
+        "s",
+        median(forks),
+    );
+    report.add(
+        "fresh_16_local_ready_s",
+        "16 fresh isolated local sandboxes started at once (no state), same run, median of 3",
+        "s",
+        median(fresh),
+    );
+    sb.delete().await;
+}
