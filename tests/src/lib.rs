@@ -800,10 +800,10 @@ mod book {
     struct Fleets;
     #[doc = include_str!("../../docs/src/logs-and-traces.md")]
     struct LogsAndTraces;
-    #[doc = include_str!("../../docs/src/pause.md")]
-    struct Pause;
     #[doc = include_str!("../../docs/src/providers.md")]
     struct Providers;
+    #[doc = include_str!("../../docs/src/snapshots.md")]
+    struct Snapshots;
     #[doc = include_str!("../../docs/src/remote-functions.md")]
     struct RemoteFunctions;
     #[doc = include_str!("../../docs/src/supervision.md")]
