@@ -75,3 +75,76 @@ pub(crate) async fn request(
     })?;
     Ok((status, body))
 }
+
+/// `GET path` from the server at `endpoint`, its body streamed into the
+/// file `to` (created, mode 0600); the bytes written. Connecting and the
+/// answer's head must come within `timeout`; the body may take as long as
+/// it takes, each chunk within `timeout` of the last.
+pub(crate) async fn download(
+    endpoint: &Endpoint,
+    path: &str,
+    to: &std::path::Path,
+    timeout: Duration,
+) -> Result<u64, RemoteError> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let url = format!("http://{}{path}", endpoint.addr);
+    let failed =
+        |e: String| RemoteError::new(ErrorKind::ServerUnreachable, format!("GET {url}: {e}"));
+    let head = async {
+        let (stream, addr) = endpoint.dial().await.map_err(|e| e.to_string())?;
+        let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+            .await
+            .map_err(|e| e.to_string())?;
+        tokio::spawn(async move {
+            let _ = conn.await;
+        });
+        let req = Request::get(path)
+            .header(hyper::header::HOST, ServerStream::authority(addr))
+            .header(
+                hyper::header::AUTHORIZATION,
+                format!("Bearer {}", endpoint.token),
+            )
+            .body(Empty::<Bytes>::new())
+            .map_err(|e| e.to_string())?;
+        sender.send_request(req).await.map_err(|e| e.to_string())
+    };
+    let res = tokio::time::timeout(timeout, head)
+        .await
+        .map_err(|_| failed(format!("no answer within {timeout:?}")))?
+        .map_err(failed)?;
+    if !res.status().is_success() {
+        let status = res.status();
+        let body = http_body_util::Limited::new(res.into_body(), MAX_BODY)
+            .collect()
+            .await
+            .map(|b| String::from_utf8_lossy(&b.to_bytes()).into_owned())
+            .unwrap_or_default();
+        return Err(failed(format!("{status}: {body}")));
+    }
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(to)
+        .map_err(|e| failed(format!("cannot create {}: {e}", to.display())))?;
+    let mut body = res.into_body();
+    let mut written = 0u64;
+    loop {
+        let frame = tokio::time::timeout(timeout, body.frame())
+            .await
+            .map_err(|_| failed(format!("the body stalled for {timeout:?}")))?;
+        let Some(frame) = frame else { break };
+        let frame = frame.map_err(|e| failed(format!("the body broke off: {e}")))?;
+        if let Ok(data) = frame.into_data() {
+            // Into the page cache: a chunk's write costs less than handing
+            // it to a blocking thread.
+            file.write_all(&data)
+                .map_err(|e| failed(format!("cannot write {}: {e}", to.display())))?;
+            written += data.len() as u64;
+        }
+    }
+    file.flush()
+        .map_err(|e| failed(format!("cannot write {}: {e}", to.display())))?;
+    Ok(written)
+}

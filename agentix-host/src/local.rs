@@ -722,7 +722,11 @@ impl SandboxResources for LocalResources {
     /// Copies the sandbox's directory (reflinked where the filesystem
     /// can), less what belongs to its running server (its log, socket and
     /// durable log), into a directory of the snapshot's own beside it.
-    fn snapshot(&self, spec: SnapshotSpec) -> BoxFuture<'static, Result<Snapshot, ProviderError>> {
+    fn snapshot<'a>(
+        &'a self,
+        _: &'a Sandbox,
+        spec: SnapshotSpec,
+    ) -> BoxFuture<'a, Result<Snapshot, ProviderError>> {
         let snapshot_id = format!("local-snap-{}", random_hex(8));
         let store = self.base.join(format!("agentix-{snapshot_id}"));
         let (dir, source) = (self.dir.clone(), self.id.clone());

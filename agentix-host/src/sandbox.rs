@@ -350,7 +350,7 @@ impl Sandbox {
             reason: e.to_string(),
         };
         self.pause().await.map_err(paused)?;
-        let taken = resources.snapshot(spec).await;
+        let taken = resources.snapshot(self, spec).await;
         // Resumed whatever became of the snapshot.
         let resumed = self.resume().await;
         let snapshot = taken?;
@@ -359,6 +359,20 @@ impl Sandbox {
             reason: e.to_string(),
         })?;
         Ok(snapshot)
+    }
+
+    /// Writes the sandbox's state (the directories its server was told
+    /// hold it, `--state-dir`) as one tar archive to the new file `to`;
+    /// the archive's bytes. A container provider's snapshots are made so;
+    /// pause the sandbox first for a consistent state.
+    pub async fn download_state(&self, to: &std::path::Path) -> Result<u64, RemoteError> {
+        crate::health::download(
+            &self.endpoint,
+            "/state.tar",
+            to,
+            self.settings.connect_timeout,
+        )
+        .await
     }
 
     async fn pause_or_resume(&self, pause: bool) -> Result<usize, RemoteError> {

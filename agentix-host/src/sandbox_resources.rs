@@ -13,6 +13,7 @@ use agentix_wire::errors::RemoteError;
 use futures_util::future::BoxFuture;
 
 use crate::provider_error::ProviderError;
+use crate::sandbox::Sandbox;
 use crate::snapshot::{Snapshot, SnapshotSpec};
 
 /// How to delete one sandbox, and what its provider can tell about it.
@@ -46,8 +47,12 @@ pub trait SandboxResources: Send + Sync + 'static {
     /// Captures the sandbox's state (its work is paused meanwhile, by
     /// [`Sandbox::snapshot`](crate::Sandbox::snapshot)) into a snapshot
     /// the provider keeps. The default: this provider cannot.
-    fn snapshot(&self, spec: SnapshotSpec) -> BoxFuture<'static, Result<Snapshot, ProviderError>> {
-        let _ = spec;
+    fn snapshot<'a>(
+        &'a self,
+        sandbox: &'a Sandbox,
+        spec: SnapshotSpec,
+    ) -> BoxFuture<'a, Result<Snapshot, ProviderError>> {
+        let _ = (sandbox, spec);
         Box::pin(std::future::ready(Err(ProviderError::Backend {
             what: "snapshot a sandbox".into(),
             reason: "this provider does not take snapshots".into(),

@@ -59,6 +59,13 @@ pub struct ServerConfig {
     /// that died without deleting its sandbox leaves nothing running for
     /// long); `None`, the default, never.
     pub idle_exit: Option<Duration>,
+    /// The directories that hold the sandbox's state (`--state-dir`, any
+    /// number): what `GET /state.tar` archives for a snapshot.
+    pub state_dirs: Vec<PathBuf>,
+    /// Unpack a state archive read from standard input, after the token,
+    /// into the state directories before the first worker starts
+    /// (`--seed-stdin`): a sandbox started from a snapshot.
+    pub seed_stdin: bool,
 }
 
 impl Default for ServerConfig {
@@ -81,13 +88,15 @@ impl Default for ServerConfig {
             ping_interval: Duration::from_secs(25),
             ping_timeout: Duration::from_secs(20),
             idle_exit: None,
+            state_dirs: Vec::new(),
+            seed_stdin: false,
         }
     }
 }
 
 impl ServerConfig {
     /// Parses `--host A --port N --unix PATH --local-socket PATH
-    /// --max-message-bytes N --cleanup-dir D
+    /// --max-message-bytes N --cleanup-dir D --state-dir D.. --seed-stdin
     /// --shutdown-grace-ms N --ping-interval-ms N --ping-timeout-ms N
     /// --max-restarts N --restart-window-ms N --idle-exit-ms N
     /// --token-stdin --insecure-no-auth --worker CMD [ARGS..]`; the token
@@ -127,6 +136,17 @@ impl ServerConfig {
                 "--unix" => config.unix = Some(value("--unix")?.into()),
                 "--local-socket" => config.local_socket = Some(value("--local-socket")?.into()),
                 "--cleanup-dir" => config.cleanup_dir = Some(value("--cleanup-dir")?.into()),
+                "--state-dir" => {
+                    let dir = PathBuf::from(value("--state-dir")?);
+                    if !dir.is_absolute() {
+                        return Err(format!(
+                            "--state-dir {}: not an absolute path",
+                            dir.display()
+                        ));
+                    }
+                    config.state_dirs.push(dir);
+                }
+                "--seed-stdin" => config.seed_stdin = true,
                 "--token-stdin" => config.token = Some(token_from_stdin()?),
                 "--insecure-no-auth" => config.insecure_no_auth = true,
                 "--max-restarts" => {

@@ -1,5 +1,6 @@
 //! Plain HTTP beside Socket.IO: `GET /health`, `POST /pause` and
-//! `POST /resume`, the token gate, the listener.
+//! `POST /resume`, `GET /state.tar` (the state directories as one tar
+//! archive, streamed), the token gate, the listener.
 //!
 //! Every request except `GET /health` must carry the sandbox token, as
 //! `Authorization: Bearer <token>` (never in the URL, where logs and
@@ -16,7 +17,8 @@ use std::time::Instant;
 
 use agentix_actors::supervision::ChildAddr;
 use bytes::Bytes;
-use http_body_util::Full;
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Full, StreamBody};
 use hyper::body::Incoming;
 use hyper::{Method, Request, Response, StatusCode};
 use serde_json::json;
@@ -32,7 +34,12 @@ pub(crate) struct HttpRoutes {
     credits: RelayCredits,
     token: Token,
     started: Instant,
+    /// What `GET /state.tar` archives.
+    state_dirs: std::sync::Arc<[std::path::PathBuf]>,
 }
+
+/// A response body: a whole one, or an archive streamed as it is written.
+type Body = BoxBody<Bytes, std::io::Error>;
 
 impl HttpRoutes {
     /// Routes answering from `supervisor`'s and the side channels' state
@@ -41,16 +48,18 @@ impl HttpRoutes {
         supervisor: ChildAddr<WorkerSupervisor>,
         credits: RelayCredits,
         token: Token,
+        state_dirs: Vec<std::path::PathBuf>,
     ) -> Self {
         HttpRoutes {
             supervisor,
             credits,
             token,
             started: Instant::now(),
+            state_dirs: state_dirs.into(),
         }
     }
 
-    async fn route(self, req: Request<Incoming>) -> Response<Full<Bytes>> {
+    async fn route(self, req: Request<Incoming>) -> Response<Body> {
         let authorized = self.token.check(presented_token(&req));
         if req.method() == Method::GET && req.uri().path() == "/health" {
             return self.health(authorized.is_ok()).await;
@@ -66,15 +75,53 @@ impl HttpRoutes {
         if let Some(pause) = pause {
             return self.pause(pause).await;
         }
+        if req.method() == Method::GET && req.uri().path() == "/state.tar" {
+            return self.state_archive();
+        }
         json_response(
             StatusCode::NOT_FOUND,
             json!({ "error": format!("no route for {} {}", req.method(), req.uri().path()) }),
         )
     }
 
+    /// `GET /state.tar`: the state directories as one tar archive, written
+    /// on a blocking thread and streamed in chunks as it is (a bounded
+    /// queue: the writer waits for a slow reader). Meant for a paused
+    /// sandbox, whose files do not change meanwhile.
+    fn state_archive(&self) -> Response<Body> {
+        if self.state_dirs.is_empty() {
+            return json_response(
+                StatusCode::CONFLICT,
+                json!({ "error": "this server was given no state directories (--state-dir)" }),
+            );
+        }
+        let (chunks, body) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(8);
+        let dirs = self.state_dirs.clone();
+        tokio::task::spawn_blocking(move || {
+            let out = ChunkWriter {
+                chunks: chunks.clone(),
+                buffer: Vec::with_capacity(ARCHIVE_CHUNK),
+            };
+            if let Err(e) = crate::state_archive::write_state(&dirs, out) {
+                // The body ends in an error, which the client sees as a
+                // broken transfer rather than a short archive.
+                let _ = chunks.blocking_send(Err(e));
+            }
+        });
+        let frames = futures_util::StreamExt::map(tokio_stream_of(body), |chunk| {
+            chunk.map(hyper::body::Frame::data)
+        });
+        let mut res = Response::new(BodyExt::boxed(StreamBody::new(frames)));
+        res.headers_mut().insert(
+            hyper::header::CONTENT_TYPE,
+            hyper::header::HeaderValue::from_static("application/x-tar"),
+        );
+        res
+    }
+
     /// `POST /pause` and `POST /resume`: the worker's processes frozen or
     /// thawed ([`PauseWorker`]).
-    async fn pause(&self, pause: bool) -> Response<Full<Bytes>> {
+    async fn pause(&self, pause: bool) -> Response<Body> {
         match self.supervisor.get().send(PauseWorker(pause)).await {
             Ok(Ok(processes)) => json_response(
                 StatusCode::OK,
@@ -88,7 +135,7 @@ impl HttpRoutes {
         }
     }
 
-    async fn health(&self, full: bool) -> Response<Full<Bytes>> {
+    async fn health(&self, full: bool) -> Response<Body> {
         let uptime_s = self.started.elapsed().as_secs_f64();
         match self.supervisor.get().send(ReportHealth).await {
             Ok(h) if !full => json_response(StatusCode::OK, json!({ "status": h.status })),
@@ -144,8 +191,48 @@ pub(crate) fn presented_token<B>(req: &Request<B>) -> Option<&str> {
         .then(|| token.trim_start())
 }
 
-fn json_response(status: StatusCode, body: serde_json::Value) -> Response<Full<Bytes>> {
-    let mut res = Response::new(Full::new(Bytes::from(body.to_string())));
+/// Bytes of the archive sent at once.
+const ARCHIVE_CHUNK: usize = 256 << 10;
+
+/// A `Write` that hands its bytes on in chunks of [`ARCHIVE_CHUNK`].
+struct ChunkWriter {
+    chunks: tokio::sync::mpsc::Sender<Result<Bytes, std::io::Error>>,
+    buffer: Vec<u8>,
+}
+
+impl std::io::Write for ChunkWriter {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.buffer.extend_from_slice(bytes);
+        if self.buffer.len() >= ARCHIVE_CHUNK {
+            self.flush()?;
+        }
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        if self.buffer.is_empty() {
+            return Ok(());
+        }
+        let chunk = Bytes::from(std::mem::replace(
+            &mut self.buffer,
+            Vec::with_capacity(ARCHIVE_CHUNK),
+        ));
+        self.chunks
+            .blocking_send(Ok(chunk))
+            .map_err(|_| std::io::Error::other("the client went away"))
+    }
+}
+
+/// A receiver as a stream (what `StreamBody` takes).
+fn tokio_stream_of<T>(
+    mut receiver: tokio::sync::mpsc::Receiver<T>,
+) -> impl futures_util::Stream<Item = T> {
+    futures_util::stream::poll_fn(move |cx| receiver.poll_recv(cx))
+}
+
+fn json_response(status: StatusCode, body: serde_json::Value) -> Response<Body> {
+    let whole = Full::new(Bytes::from(body.to_string())).map_err(|never| match never {});
+    let mut res = Response::new(BodyExt::boxed(whole));
     *res.status_mut() = status;
     res.headers_mut().insert(
         hyper::header::CONTENT_TYPE,
@@ -155,7 +242,7 @@ fn json_response(status: StatusCode, body: serde_json::Value) -> Response<Full<B
 }
 
 impl hyper::service::Service<Request<Incoming>> for HttpRoutes {
-    type Response = Response<Full<Bytes>>;
+    type Response = Response<Body>;
     type Error = Infallible;
     type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Infallible>> + Send>>;
 

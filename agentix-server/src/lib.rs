@@ -25,7 +25,9 @@
 //!   `/trace` to hosts; [`relays`]: the handle the worker's pumps send through.
 //! - [`relay_credits`]: how far behind each host may be on the side channels.
 //! - [`log_trace_namespaces`]: the `/log` and `/trace` namespaces hosts listen on.
-//! - [`http`]: `/health`, the token gate and the listener.
+//! - [`http`]: `/health`, `/pause`, `/resume`, `/state.tar`, the token gate
+//!   and the listener; [`state_archive`]: the sandbox's state as a tar
+//!   archive, for snapshots and the sandboxes started from them.
 //! - [`listener`]: a TCP port or a Unix socket to take connections on;
 //!   [`stall_limit`]: a connection that gives up on a peer taking no bytes;
 //!   [`connection_writes`]: the bytes a connection has written, which
@@ -74,6 +76,7 @@ mod server;
 pub mod server_child;
 pub mod server_supervisor;
 mod stall_limit;
+mod state_archive;
 mod supervisor;
 pub mod syscall_filter;
 mod upgrade_gate;

@@ -24,6 +24,17 @@ use crate::server::{Server, StartError};
 pub fn run(config: ServerConfig) -> i32 {
     init_tracing();
     agentix_wire::process::tune_allocator();
+    if config.seed_stdin {
+        // Before the first worker: sandbox code never sees a half state.
+        let stdin = std::io::stdin().lock();
+        match crate::state_archive::unpack_state(stdin, &config.state_dirs) {
+            Ok(entries) => tracing::info!(entries, "the sandbox's state is unpacked"),
+            Err(e) => {
+                eprintln!("agentix-server: cannot unpack the sandbox's state: {e}");
+                return 2;
+            }
+        }
+    }
     actix_rt::System::new().block_on(serve(config))
 }
 

@@ -131,6 +131,7 @@ impl Server {
                 worker_supervisor.clone(),
                 credits.clone(),
                 token.clone(),
+                config.state_dirs.clone(),
             ));
         rpc::register(&io, tree.router, token.clone(), config.max_message_bytes);
         root.do_send(AttachIo(io.clone()));

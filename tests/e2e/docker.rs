@@ -780,6 +780,74 @@ async fn pause_stops_a_containers_worker_tree_calls_wait_and_resume_goes_on() {
     let _ = std::fs::remove_dir_all(bundle);
 }
 
+/// Runs `script` in `sb`: its stdout, trimmed; it must exit 0.
+async fn sh(sb: &agentix::Sandbox, script: &str) -> String {
+    let ran = sb
+        .remote(agentix_bash::run, (script.to_owned(), BashOptions::new()))
+        .await
+        .unwrap();
+    assert_eq!(ran.exit_code, Some(0), "{}", ran.stderr_lossy());
+    ran.stdout_lossy().trim().to_owned()
+}
+
+#[tokio::test]
+async fn forks_of_a_container_see_its_workdir_and_tmp_and_then_only_their_own_writes() {
+    let provider = DockerProvider::connect().expect("a Docker engine");
+    tools_image(&provider).await;
+    let bundle = bundle_dir("fork");
+    let config = SandboxConfig::new(&bundle).image(TOOLS_IMAGE);
+    let parent = provider.session(config.clone()).await.expect("a sandbox");
+    sh(
+        &parent,
+        "mkdir -p a/b && echo one > a/b/f && chmod 640 a/b/f && ln -s a/b/f link \
+         && dd if=/dev/urandom of=big bs=1M count=20 2>/dev/null && echo kept > /tmp/t",
+    )
+    .await;
+    let digest = parent
+        .remote(agentix_e2e::sha256_of, "big".to_string())
+        .await
+        .unwrap();
+
+    let (snapshot, children) = provider.fork(&parent, 4, config).await.unwrap();
+    assert_eq!(snapshot.provider(), "docker");
+    assert!(snapshot.bytes() >= 20 << 20, "{snapshot:?}");
+    let archive_dir = snapshot.dir().unwrap().to_owned();
+    sh(&parent, "echo later > after").await;
+    sh(&children[0], "echo mine > own && echo changed > /tmp/t").await;
+    for (i, child) in children.iter().enumerate() {
+        let seen = sh(
+            child,
+            "cat a/b/f link; ls -l a/b/f; cat /tmp/t; cat own after 2>/dev/null; true",
+        )
+        .await;
+        let lines: Vec<&str> = seen.lines().collect();
+        assert_eq!(lines[..2], ["one", "one"], "child {i}: {seen}");
+        assert!(lines[2].starts_with("-rw-r-----"), "child {i}: {seen}");
+        let (tmp, own) = if i == 0 {
+            ("changed", Some("mine"))
+        } else {
+            ("kept", None)
+        };
+        assert_eq!(lines[3], tmp, "child {i}: {seen}");
+        assert_eq!(lines.get(4).copied(), own, "child {i}: {seen}");
+        let copied = child
+            .remote(agentix_e2e::sha256_of, "big".to_string())
+            .await
+            .unwrap();
+        assert_eq!(copied, digest, "child {i}");
+    }
+    drop(snapshot);
+    support::wait_until(
+        "the snapshot's archive is removed",
+        std::time::Duration::from_secs(10),
+        || !archive_dir.exists(),
+    )
+    .await;
+    parent.delete().await;
+    futures_util::future::join_all(children.into_iter().map(agentix::Sandbox::delete)).await;
+    let _ = std::fs::remove_dir_all(bundle);
+}
+
 #[tokio::test]
 async fn a_bundle_for_another_platform_is_refused_by_name() {
     let provider = DockerProvider::connect().expect("a Docker engine");

@@ -93,6 +93,13 @@ pub async fn sleep_ms(ms: u64) -> u64 {
     ms
 }
 
+/// The SHA-256 (hex) of the file at `path`, read in the sandbox.
+#[agentix::remote]
+pub async fn sha256_of(path: String) -> Result<String, std::io::Error> {
+    use sha2::Digest;
+    Ok(format!("{:x}", sha2::Sha256::digest(std::fs::read(path)?)))
+}
+
 /// The worker's process id.
 #[agentix::remote]
 pub async fn worker_pid() -> u32 {

@@ -3,9 +3,11 @@
 
 use std::time::Duration;
 
+use std::os::unix::fs::DirBuilderExt;
+
 use agentix::{
-    ContainerNetwork, ErrorKind, MarkerDir, ProviderError, RemoteError, SandboxConfig,
-    SandboxResources,
+    ContainerNetwork, ErrorKind, MarkerDir, ProviderError, RemoteError, Sandbox, SandboxConfig,
+    SandboxResources, Snapshot, SnapshotSpec, SnapshotStore,
 };
 use bollard::container::LogOutput;
 use bollard::query_parameters::{
@@ -49,6 +51,7 @@ impl Container {
         token: &str,
         config: &SandboxConfig,
         reach: ServerReach,
+        seed: Option<&std::path::Path>,
     ) -> Result<(Container, String), ProviderError> {
         let (entry, source) = match &config.container.bundle_image {
             Some(image) => bundle_volume(docker, image).await?,
@@ -91,6 +94,7 @@ impl Container {
             config,
             &user,
             &run_volume,
+            seed.is_some(),
         )
         .await;
         let (container, tx) = match created {
@@ -102,7 +106,7 @@ impl Container {
                 return Err(e);
             }
         };
-        match container.boot(token, config.ready_timeout, tx).await {
+        match container.boot(token, seed, config.ready_timeout, tx).await {
             Ok(port) => {
                 let addr = match &run_volume {
                     Some(volume) => {
@@ -119,7 +123,9 @@ impl Container {
         }
     }
 
-    /// Creates sandbox `id`'s container (not started yet).
+    /// Creates sandbox `id`'s container (not started yet); `seeded`, its
+    /// server reads a state archive on its standard input.
+    #[allow(clippy::too_many_arguments)]
     async fn create(
         docker: &Docker,
         id: &str,
@@ -128,9 +134,10 @@ impl Container {
         config: &SandboxConfig,
         user: &ContainerUser,
         run_volume: &Option<RunVolume>,
+        seeded: bool,
     ) -> Result<(Container, watch::Sender<Option<String>>), ProviderError> {
         let volume = run_volume.as_ref().map(|v| v.name.clone());
-        let body = create_body(id, entry, source, config, user, volume.as_deref())?;
+        let body = create_body(id, entry, source, config, user, volume.as_deref(), seeded)?;
         let image = body.image.clone().unwrap_or_default();
         let options = CreateContainerOptions {
             name: Some(format!("agentix-{id}")),
@@ -161,6 +168,7 @@ impl Container {
     async fn boot(
         &self,
         token: &str,
+        seed: Option<&std::path::Path>,
         ready_timeout: Duration,
         ended: watch::Sender<Option<String>>,
     ) -> Result<u16, ProviderError> {
@@ -191,6 +199,11 @@ impl Container {
             .input
             .write_all(format!("{token}\n").as_bytes())
             .await;
+        if let Some(seed) = seed {
+            // The state archive, after the token: the server unpacks it
+            // before its first worker.
+            send_file(seed, &mut attached.input).await?;
+        }
         let _ = attached.input.shutdown().await;
         drop(attached.input);
 
@@ -348,6 +361,51 @@ async fn remove(docker: &Docker, name: &str, run_volume: Option<&str>) {
 }
 
 impl SandboxResources for Container {
+    /// The server's state archive (the working directory and `/tmp`),
+    /// downloaded into a directory of the snapshot's own on this machine.
+    fn snapshot<'a>(
+        &'a self,
+        sandbox: &'a Sandbox,
+        spec: SnapshotSpec,
+    ) -> BoxFuture<'a, Result<Snapshot, ProviderError>> {
+        Box::pin(async move {
+            let id = format!("docker-snap-{}", agentix::random_hex(8));
+            let dir = std::env::temp_dir().join(format!("agentix-{id}"));
+            std::fs::DirBuilder::new()
+                .mode(0o700)
+                .create(&dir)
+                .map_err(|e| ProviderError::Io {
+                    what: format!("cannot create {}", dir.display()),
+                    source: e,
+                })?;
+            let archive = dir.join(crate::STATE_ARCHIVE);
+            let bytes = match sandbox.download_state(&archive).await {
+                Ok(bytes) => bytes,
+                Err(e) => {
+                    let _ = std::fs::remove_dir_all(&dir);
+                    return Err(ProviderError::Backend {
+                        what: format!("snapshot sandbox {}", sandbox.id()),
+                        reason: e.to_string(),
+                    });
+                }
+            };
+            Ok(Snapshot::from_parts(
+                id,
+                spec,
+                crate::PROVIDER_NAME,
+                sandbox.id(),
+                SnapshotStore::Dir(dir),
+                bytes,
+                |store| {
+                    if let SnapshotStore::Dir(dir) = store {
+                        let dir = dir.clone();
+                        std::thread::spawn(move || std::fs::remove_dir_all(dir));
+                    }
+                },
+            ))
+        })
+    }
+
     fn shutdown(&self) -> BoxFuture<'static, ()> {
         // On a thread and a client of its own: a handle dropped while the
         // caller's runtime shuts down must still remove its container.
@@ -387,5 +445,34 @@ impl SandboxResources for Container {
     fn ended_now(&self) -> Option<RemoteError> {
         let status = self.ended.borrow().clone()?;
         Some(Container::ended_error(&status))
+    }
+}
+
+/// Writes the file `path` to `input` (a container's standard input), in
+/// chunks read from the page cache inline: a chunk's read costs less than
+/// handing it to a blocking thread.
+async fn send_file(
+    path: &std::path::Path,
+    input: &mut (impl tokio::io::AsyncWrite + Unpin),
+) -> Result<(), ProviderError> {
+    use std::io::Read;
+    let unreadable = |e| ProviderError::Io {
+        what: format!("cannot read the snapshot archive {}", path.display()),
+        source: e,
+    };
+    let mut file = std::fs::File::open(path).map_err(unreadable)?;
+    let mut chunk = vec![0u8; 256 << 10];
+    loop {
+        let n = file.read(&mut chunk).map_err(unreadable)?;
+        if n == 0 {
+            return Ok(());
+        }
+        input
+            .write_all(&chunk[..n])
+            .await
+            .map_err(|e| ProviderError::ServerStartFailed {
+                reason: format!("the snapshot's state did not reach the container: {e}"),
+                output: String::new(),
+            })?;
     }
 }

@@ -74,9 +74,24 @@ pub enum BundleSource {
     Volume(String),
 }
 
+/// The directories a container's snapshot holds: its working directory
+/// and `/tmp`.
+pub fn state_dirs(settings: &agentix::ContainerSettings) -> Vec<String> {
+    let workdir = match (&settings.workdir, settings.writable_root) {
+        (Some(dir), _) => Some(dir.clone()),
+        (None, false) => Some(DEFAULT_WORKDIR.to_owned()),
+        (None, true) => None,
+    };
+    workdir
+        .into_iter()
+        .chain(std::iter::once("/tmp".to_owned()))
+        .collect()
+}
+
 /// The create request for sandbox `id` from `config`, run as `user`; with
 /// `run_volume` (a volume's name) the server listens on a socket there,
-/// else on a port published on 127.0.0.1.
+/// else on a port published on 127.0.0.1; `seeded`, its server reads a
+/// state archive after the token on its standard input.
 pub fn create_body(
     id: &str,
     entry: &str,
@@ -84,6 +99,7 @@ pub fn create_body(
     config: &SandboxConfig,
     user: &ContainerUser,
     run_volume: Option<&str>,
+    seeded: bool,
 ) -> Result<ContainerCreateBody, ProviderError> {
     let settings = &config.container;
     let image = settings
@@ -125,6 +141,15 @@ pub fn create_body(
             .as_millis()
             .to_string(),
     ]);
+    // What a snapshot holds: the working directory and /tmp (`HOME`), the
+    // container's writable places when its root is read-only.
+    let state_dirs = state_dirs(settings);
+    for dir in &state_dirs {
+        cmd.extend(["--state-dir".to_owned(), dir.clone()]);
+    }
+    if seeded {
+        cmd.push("--seed-stdin".into());
+    }
     cmd.extend(config.server_args.iter().cloned());
     let mut env = vec![
         format!("PATH={MOUNT}/bin:/usr/local/bin:/usr/bin:/bin"),

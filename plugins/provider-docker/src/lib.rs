@@ -36,7 +36,7 @@ use std::sync::Arc;
 
 use agentix::{
     Liveness, MarkerDir, OwnerId, Provider, ProviderError, Sandbox, SandboxConfig, SandboxMarker,
-    SandboxRegistry,
+    SandboxRegistry, Snapshot,
 };
 use bollard::query_parameters::{
     CreateImageOptions, ListContainersOptions, ListVolumesOptions, RemoveContainerOptions,
@@ -364,11 +364,58 @@ impl DockerProvider {
 
 impl Provider for DockerProvider {
     fn create(&self, config: SandboxConfig) -> BoxFuture<'_, Result<Sandbox, ProviderError>> {
+        Box::pin(self.start(config, None))
+    }
+
+    /// A container whose working directory and `/tmp` start as the
+    /// snapshot's: its server unpacks them before its first worker.
+    fn create_from<'a>(
+        &'a self,
+        snapshot: &'a Snapshot,
+        config: SandboxConfig,
+    ) -> BoxFuture<'a, Result<Sandbox, ProviderError>> {
         Box::pin(async move {
+            let archive = snapshot.dir().map(|dir| dir.join(STATE_ARCHIVE));
+            match archive {
+                Some(archive) if snapshot.provider() == PROVIDER_NAME && archive.is_file() => {
+                    self.start(config, Some(&archive)).await
+                }
+                _ => Err(ProviderError::Backend {
+                    what: format!("start a container from snapshot {}", snapshot.id()),
+                    reason: format!(
+                        "it is not a Docker snapshot this machine still has ({:?})",
+                        snapshot.store()
+                    ),
+                }),
+            }
+        })
+    }
+
+    fn sandboxes(&self) -> &SandboxRegistry {
+        &self.sandboxes
+    }
+
+    fn reap(&self) -> BoxFuture<'_, Result<usize, ProviderError>> {
+        Box::pin(DockerProvider::reap(self))
+    }
+}
+
+/// The file a Docker snapshot's directory holds: the state archive.
+pub(crate) const STATE_ARCHIVE: &str = "state.tar";
+
+impl DockerProvider {
+    /// Starts a sandbox for `config`, its state from the archive `seed` if
+    /// given.
+    async fn start(
+        &self,
+        config: SandboxConfig,
+        seed: Option<&std::path::Path>,
+    ) -> Result<Sandbox, ProviderError> {
+        {
             let id = format!("docker-{}", agentix::random_hex(8));
             let token = agentix::random_hex(32);
             let (container, addr) =
-                Container::start(&self.docker, &id, &token, &config, self.reach).await?;
+                Container::start(&self.docker, &id, &token, &config, self.reach, seed).await?;
             let marker = SandboxMarker {
                 id: id.clone(),
                 provider: PROVIDER_NAME.to_owned(),
@@ -397,15 +444,7 @@ impl Provider for DockerProvider {
             let sandbox = Sandbox::from_parts(id, addr, token, config, container);
             self.sandboxes.add(&sandbox);
             Ok(sandbox)
-        })
-    }
-
-    fn sandboxes(&self) -> &SandboxRegistry {
-        &self.sandboxes
-    }
-
-    fn reap(&self) -> BoxFuture<'_, Result<usize, ProviderError>> {
-        Box::pin(DockerProvider::reap(self))
+        }
     }
 }
 

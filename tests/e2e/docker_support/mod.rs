@@ -33,9 +33,9 @@ pub(crate) const TOOLS_IMAGE: &str = "agentix-test-tools";
 
 /// The image's own tools: a base image with tools of its own beside the
 /// bundle's, built without a registry from this machine's programs.
-pub(crate) const IMAGE_TOOLS: [&str; 4] = ["ls", "cat", "dd", "chmod"];
+pub(crate) const IMAGE_TOOLS: [&str; 6] = ["ls", "cat", "dd", "chmod", "mkdir", "ln"];
 
-/// An image of this machine's `ls`, `cat`, `dd` and `chmod` with the
+/// An image of this machine's `ls`, `cat`, `dd`, `chmod`, `mkdir` and `ln` with the
 /// libraries and loader `ldd` names for them, each at its own path.
 pub(crate) async fn tools_image(provider: &DockerProvider) {
     let mut files = std::collections::BTreeMap::new();
