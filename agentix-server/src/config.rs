@@ -66,6 +66,10 @@ pub struct ServerConfig {
     /// into the state directories before the first worker starts
     /// (`--seed-stdin`): a sandbox started from a snapshot.
     pub seed_stdin: bool,
+    /// Unpack the state archive at this path into the state directories
+    /// before the first worker starts (`--seed-file PATH`): a sandbox
+    /// started from a snapshot, its archive mounted read-only.
+    pub seed_file: Option<PathBuf>,
 }
 
 impl Default for ServerConfig {
@@ -90,13 +94,14 @@ impl Default for ServerConfig {
             idle_exit: None,
             state_dirs: Vec::new(),
             seed_stdin: false,
+            seed_file: None,
         }
     }
 }
 
 impl ServerConfig {
     /// Parses `--host A --port N --unix PATH --local-socket PATH
-    /// --max-message-bytes N --cleanup-dir D --state-dir D.. --seed-stdin
+    /// --max-message-bytes N --cleanup-dir D --state-dir D.. --seed-stdin --seed-file F
     /// --shutdown-grace-ms N --ping-interval-ms N --ping-timeout-ms N
     /// --max-restarts N --restart-window-ms N --idle-exit-ms N
     /// --token-stdin --insecure-no-auth --worker CMD [ARGS..]`; the token
@@ -147,6 +152,7 @@ impl ServerConfig {
                     config.state_dirs.push(dir);
                 }
                 "--seed-stdin" => config.seed_stdin = true,
+                "--seed-file" => config.seed_file = Some(value("--seed-file")?.into()),
                 "--token-stdin" => config.token = Some(token_from_stdin()?),
                 "--insecure-no-auth" => config.insecure_no_auth = true,
                 "--max-restarts" => {

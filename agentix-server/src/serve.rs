@@ -24,16 +24,24 @@ use crate::server::{Server, StartError};
 pub fn run(config: ServerConfig) -> i32 {
     init_tracing();
     agentix_wire::process::tune_allocator();
-    if config.seed_stdin {
-        // Before the first worker: sandbox code never sees a half state.
-        let stdin = std::io::stdin().lock();
-        match crate::state_archive::unpack_state(stdin, &config.state_dirs) {
-            Ok(entries) => tracing::info!(entries, "the sandbox's state is unpacked"),
-            Err(e) => {
-                eprintln!("agentix-server: cannot unpack the sandbox's state: {e}");
-                return 2;
-            }
+    // Before the first worker: sandbox code never sees a half state.
+    let seeded = match (&config.seed_file, config.seed_stdin) {
+        (Some(path), _) => Some(std::fs::File::open(path).and_then(|archive| {
+            crate::state_archive::unpack_state(std::io::BufReader::new(archive), &config.state_dirs)
+        })),
+        (None, true) => Some(crate::state_archive::unpack_state(
+            std::io::stdin().lock(),
+            &config.state_dirs,
+        )),
+        (None, false) => None,
+    };
+    match seeded {
+        Some(Ok(entries)) => tracing::info!(entries, "the sandbox's state is unpacked"),
+        Some(Err(e)) => {
+            eprintln!("agentix-server: cannot unpack the sandbox's state: {e}");
+            return 2;
         }
+        None => {}
     }
     actix_rt::System::new().block_on(serve(config))
 }

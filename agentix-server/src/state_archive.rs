@@ -94,11 +94,17 @@ mod tests {
         std::fs::write(from.join("a/f"), b"state").unwrap();
         std::os::unix::fs::symlink("a/f", from.join("link")).unwrap();
         let mut tar = Vec::new();
-        assert_eq!(write_state(std::slice::from_ref(&from), &mut tar).unwrap(), 5);
+        assert_eq!(
+            write_state(std::slice::from_ref(&from), &mut tar).unwrap(),
+            5
+        );
         // Unpacked where it came from, after it is gone.
         std::fs::rename(&from, &to).unwrap();
         std::fs::create_dir(&from).unwrap();
-        assert_eq!(unpack_state(&tar[..], std::slice::from_ref(&from)).unwrap(), 3);
+        assert_eq!(
+            unpack_state(&tar[..], std::slice::from_ref(&from)).unwrap(),
+            3
+        );
         assert_eq!(std::fs::read(from.join("a/f")).unwrap(), b"state");
         assert_eq!(std::fs::read(from.join("link")).unwrap(), b"state");
         // Not into a directory it was not told of.

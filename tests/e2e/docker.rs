@@ -812,6 +812,30 @@ async fn forks_of_a_container_see_its_workdir_and_tmp_and_then_only_their_own_wr
     assert_eq!(snapshot.provider(), "docker");
     assert!(snapshot.bytes() >= 20 << 20, "{snapshot:?}");
     let archive_dir = snapshot.dir().unwrap().to_owned();
+    // On a root host the archive is the snapshot's group's alone, and
+    // mounted read-only into the children, which join that group.
+    let archive = std::fs::read_dir(&archive_dir)
+        .unwrap()
+        .flatten()
+        .next()
+        .unwrap()
+        .path();
+    let meta = std::fs::metadata(&archive).unwrap();
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    assert_eq!(meta.permissions().mode() & 0o777, 0o640, "{archive:?}");
+    let host = provider
+        .docker()
+        .inspect_container(
+            &format!("agentix-{}", children[0].id()),
+            None::<bollard::query_parameters::InspectContainerOptions>,
+        )
+        .await
+        .unwrap()
+        .host_config
+        .unwrap();
+    let seed_bind = format!("{}:/agentix-seed:ro", archive_dir.display());
+    assert!(host.binds.unwrap().contains(&seed_bind));
+    assert_eq!(host.group_add.unwrap(), [meta.gid().to_string()]);
     sh(&parent, "echo later > after").await;
     sh(&children[0], "echo mine > own && echo changed > /tmp/t").await;
     for (i, child) in children.iter().enumerate() {

@@ -3,8 +3,6 @@
 
 use std::time::Duration;
 
-use std::os::unix::fs::DirBuilderExt;
-
 use agentix::{
     ContainerNetwork, ErrorKind, MarkerDir, ProviderError, RemoteError, Sandbox, SandboxConfig,
     SandboxResources, Snapshot, SnapshotSpec, SnapshotStore,
@@ -26,6 +24,7 @@ use crate::engine_error;
 use crate::platform::{check_platform, missing_image};
 use crate::run_volume::{remove_volume, RunVolume};
 use crate::runtime_check::check_runtime;
+use crate::snapshot_seed::{Seed, SnapshotFiles};
 use crate::ServerReach;
 
 /// A sandbox's running container.
@@ -51,7 +50,7 @@ impl Container {
         token: &str,
         config: &SandboxConfig,
         reach: ServerReach,
-        seed: Option<&std::path::Path>,
+        seed: Option<&Seed>,
     ) -> Result<(Container, String), ProviderError> {
         let (entry, source) = match &config.container.bundle_image {
             Some(image) => bundle_volume(docker, image).await?,
@@ -94,7 +93,7 @@ impl Container {
             config,
             &user,
             &run_volume,
-            seed.is_some(),
+            seed,
         )
         .await;
         let (container, tx) = match created {
@@ -123,8 +122,8 @@ impl Container {
         }
     }
 
-    /// Creates sandbox `id`'s container (not started yet); `seeded`, its
-    /// server reads a state archive on its standard input.
+    /// Creates sandbox `id`'s container (not started yet), its state from
+    /// `seed` if given.
     #[allow(clippy::too_many_arguments)]
     async fn create(
         docker: &Docker,
@@ -134,10 +133,10 @@ impl Container {
         config: &SandboxConfig,
         user: &ContainerUser,
         run_volume: &Option<RunVolume>,
-        seeded: bool,
+        seed: Option<&Seed>,
     ) -> Result<(Container, watch::Sender<Option<String>>), ProviderError> {
         let volume = run_volume.as_ref().map(|v| v.name.clone());
-        let body = create_body(id, entry, source, config, user, volume.as_deref(), seeded)?;
+        let body = create_body(id, entry, source, config, user, volume.as_deref(), seed)?;
         let image = body.image.clone().unwrap_or_default();
         let options = CreateContainerOptions {
             name: Some(format!("agentix-{id}")),
@@ -168,7 +167,7 @@ impl Container {
     async fn boot(
         &self,
         token: &str,
-        seed: Option<&std::path::Path>,
+        seed: Option<&Seed>,
         ready_timeout: Duration,
         ended: watch::Sender<Option<String>>,
     ) -> Result<u16, ProviderError> {
@@ -199,10 +198,10 @@ impl Container {
             .input
             .write_all(format!("{token}\n").as_bytes())
             .await;
-        if let Some(seed) = seed {
+        if let Some(Seed::Stdin(archive)) = seed {
             // The state archive, after the token: the server unpacks it
             // before its first worker.
-            send_file(seed, &mut attached.input).await?;
+            send_file(archive, &mut attached.input).await?;
         }
         let _ = attached.input.shutdown().await;
         drop(attached.input);
@@ -370,16 +369,9 @@ impl SandboxResources for Container {
     ) -> BoxFuture<'a, Result<Snapshot, ProviderError>> {
         Box::pin(async move {
             let id = format!("docker-snap-{}", agentix::random_hex(8));
-            let dir = std::env::temp_dir().join(format!("agentix-{id}"));
-            std::fs::DirBuilder::new()
-                .mode(0o700)
-                .create(&dir)
-                .map_err(|e| ProviderError::Io {
-                    what: format!("cannot create {}", dir.display()),
-                    source: e,
-                })?;
-            let archive = dir.join(crate::STATE_ARCHIVE);
-            let bytes = match sandbox.download_state(&archive).await {
+            let files = SnapshotFiles::create(&id)?;
+            let dir = files.dir.clone();
+            let bytes = match sandbox.download_state(&files.archive).await {
                 Ok(bytes) => bytes,
                 Err(e) => {
                     let _ = std::fs::remove_dir_all(&dir);
@@ -389,6 +381,10 @@ impl SandboxResources for Container {
                     });
                 }
             };
+            if let Err(e) = files.share() {
+                let _ = std::fs::remove_dir_all(&dir);
+                return Err(e);
+            }
             Ok(Snapshot::from_parts(
                 id,
                 spec,

@@ -6,6 +6,7 @@
 use std::collections::HashMap;
 use std::path::Path;
 
+use crate::snapshot_seed::{Seed, SEED_MOUNT};
 use agentix::{ContainerNetwork, ProviderError, SandboxConfig};
 use agentix_bundle_format::{Manifest, MOUNT};
 use bollard::models::{ContainerCreateBody, HostConfig, PortBinding};
@@ -90,8 +91,8 @@ pub fn state_dirs(settings: &agentix::ContainerSettings) -> Vec<String> {
 
 /// The create request for sandbox `id` from `config`, run as `user`; with
 /// `run_volume` (a volume's name) the server listens on a socket there,
-/// else on a port published on 127.0.0.1; `seeded`, its server reads a
-/// state archive after the token on its standard input.
+/// else on a port published on 127.0.0.1; with `seed`, its server
+/// unpacks a snapshot's state before its first worker.
 pub fn create_body(
     id: &str,
     entry: &str,
@@ -99,7 +100,7 @@ pub fn create_body(
     config: &SandboxConfig,
     user: &ContainerUser,
     run_volume: Option<&str>,
-    seeded: bool,
+    seed: Option<&Seed>,
 ) -> Result<ContainerCreateBody, ProviderError> {
     let settings = &config.container;
     let image = settings
@@ -147,8 +148,12 @@ pub fn create_body(
     for dir in &state_dirs {
         cmd.extend(["--state-dir".to_owned(), dir.clone()]);
     }
-    if seeded {
-        cmd.push("--seed-stdin".into());
+    match seed {
+        Some(Seed::Stdin(_)) => cmd.push("--seed-stdin".into()),
+        Some(Seed::Mounted { file, .. }) => {
+            cmd.extend(["--seed-file".into(), format!("{SEED_MOUNT}/{file}")]);
+        }
+        None => {}
     }
     cmd.extend(config.server_args.iter().cloned());
     let mut env = vec![
@@ -167,6 +172,11 @@ pub fn create_body(
     }
     if let Some(volume) = run_volume {
         binds.push(format!("{volume}:{SOCKET_MOUNT}:rw"));
+    }
+    let mut group_add = None;
+    if let Some(Seed::Mounted { dir, gid, .. }) = seed {
+        binds.push(format!("{}:{SEED_MOUNT}:ro", dir.display()));
+        group_add = Some(vec![gid.to_string()]);
     }
     let memory = settings
         .memory_bytes
@@ -233,6 +243,7 @@ pub fn create_body(
             .then(|| vec!["no-new-privileges:true".to_owned()]),
         readonly_rootfs: Some(!settings.writable_root),
         runtime: settings.runtime.clone(),
+        group_add,
         network_mode,
         port_bindings,
         nano_cpus: settings.cpus.or(limits.cpus).map(|c| (c * 1e9) as i64),

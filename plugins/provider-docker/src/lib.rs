@@ -22,7 +22,14 @@
 //! [`run_volume`]; [`bundle_volume`] fills a volume from a bundle image;
 //! [`container`] is one sandbox's container as the `Sandbox` handle sees
 //! it; [`platform`] refuses a bundle of another architecture and
-//! [`runtime_check`] a runtime the engine lacks; this file is the provider.
+//! [`runtime_check`] a runtime the engine lacks; [`snapshot_seed`] is how a
+//! container started from a snapshot gets its state; this file is the
+//! provider.
+//!
+//! Snapshots hold a container's working directory and `/tmp` (its server
+//! archives them, `GET /state.tar`, while the sandbox is paused); a
+//! container started from one has its server unpack them before its
+//! first worker.
 
 pub mod bundle_volume;
 pub mod container;
@@ -31,6 +38,7 @@ pub mod container_user;
 pub mod platform;
 pub mod run_volume;
 pub mod runtime_check;
+pub mod snapshot_seed;
 
 use std::sync::Arc;
 
@@ -48,6 +56,7 @@ use futures_util::StreamExt;
 
 use crate::container::Container;
 pub use crate::runtime_check::GVISOR_RUNTIME;
+use crate::snapshot_seed::Seed;
 
 agentix::plugin_crate!();
 
@@ -375,19 +384,21 @@ impl Provider for DockerProvider {
         config: SandboxConfig,
     ) -> BoxFuture<'a, Result<Sandbox, ProviderError>> {
         Box::pin(async move {
-            let archive = snapshot.dir().map(|dir| dir.join(STATE_ARCHIVE));
-            match archive {
-                Some(archive) if snapshot.provider() == PROVIDER_NAME && archive.is_file() => {
-                    self.start(config, Some(&archive)).await
+            let dir = match (snapshot.provider(), snapshot.dir()) {
+                (PROVIDER_NAME, Some(dir)) if dir.is_dir() => dir,
+                _ => {
+                    return Err(ProviderError::Backend {
+                        what: format!("start a container from snapshot {}", snapshot.id()),
+                        reason: format!(
+                            "it is not a Docker snapshot this machine still has ({:?})",
+                            snapshot.store()
+                        ),
+                    })
                 }
-                _ => Err(ProviderError::Backend {
-                    what: format!("start a container from snapshot {}", snapshot.id()),
-                    reason: format!(
-                        "it is not a Docker snapshot this machine still has ({:?})",
-                        snapshot.store()
-                    ),
-                }),
-            }
+            };
+            // Mounted only where the engine sees this machine's files.
+            let seed = Seed::from_dir(dir, self.reach == ServerReach::Socket)?;
+            self.start(config, Some(&seed)).await
         })
     }
 
@@ -400,16 +411,13 @@ impl Provider for DockerProvider {
     }
 }
 
-/// The file a Docker snapshot's directory holds: the state archive.
-pub(crate) const STATE_ARCHIVE: &str = "state.tar";
-
 impl DockerProvider {
     /// Starts a sandbox for `config`, its state from the archive `seed` if
     /// given.
     async fn start(
         &self,
         config: SandboxConfig,
-        seed: Option<&std::path::Path>,
+        seed: Option<&Seed>,
     ) -> Result<Sandbox, ProviderError> {
         {
             let id = format!("docker-{}", agentix::random_hex(8));
