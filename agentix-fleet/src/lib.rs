@@ -13,7 +13,8 @@
 //! as an actix actor that takes jobs and answers with messages; [`task`]
 //! what goes in,
 //! [`outcome`] what comes out; the rest are the pool's parts, each
-//! testable alone. This crate sits above `agentix-host` (it only uses the
+//! testable alone. [`setup_cache`] runs a slow setup once per key and
+//! starts later sandboxes from its snapshot. This crate sits above `agentix-host` (it only uses the
 //! `Provider` trait and the `Sandbox` handle) and below the facade, which
 //! re-exports it as `agentix::fleet`.
 
@@ -25,6 +26,7 @@ pub mod pool_stats;
 pub mod progress;
 pub mod retry_policy;
 pub mod run_record;
+pub mod setup_cache;
 pub mod start_throttle;
 pub mod task;
 mod warm_set;
@@ -37,4 +39,5 @@ pub use pool_stats::PoolStats;
 pub use progress::ProgressDisplay;
 pub use retry_policy::RetryPolicy;
 pub use run_record::RunRecord;
+pub use setup_cache::SetupCache;
 pub use task::Task;

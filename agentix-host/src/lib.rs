@@ -1,7 +1,8 @@
 //! The host side of Agentix: start sandboxes and call into them.
 //!
 //! Layout:
-//! - [`config`]: [`SandboxConfig`], what a sandbox is made of.
+//! - [`config`]: [`SandboxConfig`], what a sandbox is made of;
+//!   [`bundle_digest`]: a bundle's identity, for keying what is made from it.
 //! - [`provider`]: the [`Provider`] trait; [`provider_error`]: [`ProviderError`];
 //!   [`sandbox_info`]: [`SandboxInfo`];
 //!   [`provider_registry`]: providers by name.
@@ -40,6 +41,7 @@
 //! Works from a plain `#[tokio::main]`: no actix system is needed on the host
 //! (its actors run on a background arbiter then).
 
+pub mod bundle_digest;
 mod call;
 pub(crate) mod cgroup_limits;
 mod config;

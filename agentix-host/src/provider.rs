@@ -113,6 +113,27 @@ pub trait Provider: Send + Sync {
         })
     }
 
+    /// What the sandboxes of `config` start from, as a digest: equal
+    /// digests, equal starting points. The default digests the bundle (its
+    /// file, or a bundle directory's manifest, which lists every file's
+    /// digest); a container provider adds its image's ID (not its tag). A
+    /// setup cache keys its snapshots by it.
+    fn environment_id<'a>(
+        &'a self,
+        config: &'a SandboxConfig,
+    ) -> BoxFuture<'a, Result<String, ProviderError>> {
+        let bundle = config.bundle.clone();
+        Box::pin(async move {
+            tokio::task::spawn_blocking(move || crate::bundle_digest::bundle_digest(&bundle))
+                .await
+                .unwrap_or_else(|e| Err(std::io::Error::other(e.to_string())))
+                .map_err(|e| ProviderError::BadBundle {
+                    path: config.bundle.display().to_string(),
+                    reason: format!("cannot read it: {e}"),
+                })
+        })
+    }
+
     /// Removes what hosts that died left of this provider's sandboxes on
     /// this machine (see `OwnerId`), never a live host's; returns how many
     /// sandboxes. A pool calls it before its first create. The default

@@ -47,6 +47,7 @@ pub use agentix_actors::namespace_protocol;
 pub use agentix_actors::protocol::{self, Asked, Received};
 pub use agentix_actors::restart_policy::RestartPolicy;
 pub use agentix_fleet as fleet;
+pub use agentix_host::bundle_digest;
 pub use agentix_host::namespace_budget::{self, NamespaceLoad};
 pub use agentix_host::owner;
 pub use agentix_host::sandbox_actor::{

@@ -119,3 +119,51 @@ async fn sixteen_forks_see_exactly_the_snapshot_and_then_only_their_own_writes()
     late.delete().await;
     futures_util::future::join_all(children.into_iter().map(Sandbox::delete)).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_setup_cache_runs_a_setup_once_per_key_and_starts_every_sandbox_from_it() {
+    use agentix::fleet::SetupCache;
+    use std::sync::atomic::{AtomicU32, Ordering};
+    let provider: std::sync::Arc<dyn Provider> = std::sync::Arc::new(LocalProvider::new());
+    let config = SandboxConfig::new(support::bundle_path());
+    let cache = SetupCache::new(provider.clone(), config);
+    let ran = std::sync::Arc::new(AtomicU32::new(0));
+    let setup = |version: &'static str| {
+        let ran = ran.clone();
+        move |sb: std::sync::Arc<Sandbox>, _: &str| async move {
+            ran.fetch_add(1, Ordering::Relaxed);
+            // Slow enough that the eight requests overlap.
+            let script = format!("sleep 0.5; echo built {version} > build.txt");
+            sb.remote(agentix_bash::run, (script, BashOptions::new()))
+                .await
+                .map(drop)
+        }
+    };
+    let requests = (0..8).map(|_| cache.sandbox("build", "v1", setup("v1")));
+    let sandboxes: Vec<Sandbox> = futures_util::future::join_all(requests)
+        .await
+        .into_iter()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(
+        ran.load(Ordering::Relaxed),
+        1,
+        "one setup for eight requests"
+    );
+    assert_eq!(cache.setups_run(), 1);
+    for sb in &sandboxes {
+        assert_eq!(sh(sb, "cat build.txt").await, "built v1");
+    }
+    // Another argument, another key: the setup runs again.
+    let (k1, k2) = (
+        cache.key("build", &"v1").await.unwrap(),
+        cache.key("build", &"v2").await.unwrap(),
+    );
+    assert_ne!(k1, k2);
+    assert_ne!(k1, cache.key("test", &"v1").await.unwrap());
+    let other = cache.sandbox("build", "v2", setup("v2")).await.unwrap();
+    assert_eq!(sh(&other, "cat build.txt").await, "built v2");
+    assert_eq!(ran.load(Ordering::Relaxed), 2);
+    futures_util::future::join_all(sandboxes.into_iter().map(Sandbox::delete)).await;
+    other.delete().await;
+}

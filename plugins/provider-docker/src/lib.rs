@@ -406,6 +406,43 @@ impl Provider for DockerProvider {
         &self.sandboxes
     }
 
+    /// The base image's ID (not its tag) and the bundle's: its image's ID,
+    /// or the digest of its directory's manifest.
+    fn environment_id<'a>(
+        &'a self,
+        config: &'a SandboxConfig,
+    ) -> BoxFuture<'a, Result<String, ProviderError>> {
+        Box::pin(async move {
+            let image_id = |image: String| async move {
+                let inspected = self
+                    .docker
+                    .inspect_image(&image)
+                    .await
+                    .map_err(|e| engine_error(&e))?;
+                Ok::<_, ProviderError>(inspected.id.unwrap_or(image))
+            };
+            let image = config
+                .container
+                .image
+                .clone()
+                .ok_or_else(|| ProviderError::BadBundle {
+                    path: config.bundle.display().to_string(),
+                    reason: "a container needs an image (SandboxConfig::image)".into(),
+                })?;
+            let base = image_id(image).await?;
+            let bundle = match &config.container.bundle_image {
+                Some(image) => image_id(image.clone()).await?,
+                None => agentix::bundle_digest::bundle_digest(&config.bundle).map_err(|e| {
+                    ProviderError::BadBundle {
+                        path: config.bundle.display().to_string(),
+                        reason: format!("cannot read its manifest: {e}"),
+                    }
+                })?,
+            };
+            Ok(format!("{base}+{bundle}"))
+        })
+    }
+
     fn reap(&self) -> BoxFuture<'_, Result<usize, ProviderError>> {
         Box::pin(DockerProvider::reap(self))
     }
