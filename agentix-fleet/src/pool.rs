@@ -27,7 +27,7 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use agentix_host::{Provider, Sandbox, SandboxConfig};
+use agentix_host::{Provider, ProviderError, Sandbox, SandboxConfig};
 use agentix_wire::errors::RemoteError;
 use futures_util::future::BoxFuture;
 use serde::Serialize;
@@ -41,9 +41,14 @@ use crate::pool_stats::{Gauge, PoolStats, StatsCounters};
 use crate::progress::{self, ProgressDisplay};
 use crate::retry_policy::RetryPolicy;
 use crate::run_record::RunRecord;
+use crate::setup_cache::SetupCache;
 use crate::start_throttle::StartThrottle;
 use crate::task::Task;
 use crate::warm_set::WarmSet;
+
+/// Starts a sandbox some other way than the provider's `session` (from a
+/// setup cache's snapshot).
+type StartHook = Arc<dyn Fn() -> BoxFuture<'static, Result<Sandbox, ProviderError>> + Send + Sync>;
 
 /// Resets a sandbox between two tasks (an error retires it instead), or
 /// sets a new one up before its first (an error deletes it).
@@ -79,6 +84,7 @@ pub struct Pool {
     warm: usize,
     reset: Option<SandboxHook>,
     setup: Option<SandboxHook>,
+    start: Option<StartHook>,
     retry: RetryPolicy,
     attempt_deadline: Option<Duration>,
     task_deadline: Option<Duration>,
@@ -115,6 +121,7 @@ impl Pool {
             warm: 0,
             reset: None,
             setup: None,
+            start: None,
             retry: RetryPolicy::default(),
             attempt_deadline: None,
             task_deadline: None,
@@ -177,6 +184,26 @@ impl Pool {
         F: Future<Output = Result<(), RemoteError>> + Send + 'static,
     {
         self.setup = Some(Arc::new(move |sandbox| Box::pin(setup(sandbox))));
+        self
+    }
+
+    /// Starts every sandbox from the snapshot of one run of `setup(sandbox,
+    /// args)` (a [`SetupCache`] keyed by the environment, `name` and
+    /// `args`): the slow setup runs once, not once per sandbox. A setup
+    /// that fails fails the start (retried as a provider's failure).
+    pub fn with_setup<A, S, Fut>(mut self, name: &str, args: A, setup: S) -> Self
+    where
+        A: Serialize + Clone + Send + Sync + 'static,
+        S: Fn(Arc<Sandbox>, A) -> Fut + Clone + Send + Sync + 'static,
+        Fut: Future<Output = Result<(), RemoteError>> + Send + 'static,
+    {
+        let cache = Arc::new(SetupCache::new(self.provider.clone(), self.config.clone()));
+        let name = name.to_owned();
+        self.start = Some(Arc::new(move || {
+            let (cache, name, args, setup) =
+                (cache.clone(), name.clone(), args.clone(), setup.clone());
+            Box::pin(async move { cache.sandbox(&name, args, setup).await })
+        }));
         self
     }
 
@@ -316,6 +343,7 @@ impl Pool {
             reuse: self.reuse,
             reset: self.reset.clone(),
             setup: self.setup.clone(),
+            start: self.start.clone(),
             retry: self.retry,
             attempt_deadline: self.attempt_deadline,
             task_deadline: self.task_deadline,
@@ -471,6 +499,7 @@ struct Shared<I, F> {
     reuse: usize,
     reset: Option<SandboxHook>,
     setup: Option<SandboxHook>,
+    start: Option<StartHook>,
     retry: RetryPolicy,
     attempt_deadline: Option<Duration>,
     task_deadline: Option<Duration>,
@@ -769,16 +798,20 @@ where
     async fn create(&self) -> Result<Held, Failure> {
         let permit = self.throttle.acquire().await;
         let (created_tx, created_rx) = tokio::sync::oneshot::channel();
-        let (provider, config, stats, setup) = (
+        let (provider, config, stats, setup, start) = (
             self.provider.clone(),
             self.config.clone(),
             self.stats.clone(),
             self.setup.clone(),
+            self.start.clone(),
         );
         self.tracker.spawn(async move {
             stats.starting.fetch_add(1, Ordering::Relaxed);
             let began = Instant::now();
-            let created = provider.session(config).await;
+            let created = match start {
+                Some(start) => start().await,
+                None => provider.session(config).await,
+            };
             stats.starting.fetch_sub(1, Ordering::Relaxed);
             let failed =
                 matches!(&created, Err(e) if FailureKind::of_start(e) == FailureKind::Provider);

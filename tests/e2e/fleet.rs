@@ -955,3 +955,49 @@ async fn a_pools_setup_attaches_each_new_sandbox_to_an_egress_gateway_and_a_refu
     assert_eq!(outcomes[0].attempts, 1);
     assert!(provider.list().is_empty(), "{:?}", provider.list());
 }
+
+#[tokio::test]
+async fn a_pool_with_a_setup_runs_it_once_and_every_sandbox_starts_from_its_snapshot() {
+    let provider = Arc::new(LocalProvider::new());
+    let ran = Arc::new(AtomicU32::new(0));
+    let count = ran.clone();
+    let pool = Pool::shared(provider.clone(), config())
+        .max_sandboxes(3)
+        .reuse(2)
+        .with_setup("build", "v1".to_string(), move |sb, version| {
+            count.fetch_add(1, Ordering::Relaxed);
+            async move {
+                let script = format!("echo built {version} > build.txt");
+                sb.remote(
+                    agentix_bash::run,
+                    (script, agentix_bash::BashOptions::new()),
+                )
+                .await
+                .map(drop)
+            }
+        })
+        .progress(ProgressDisplay::Off);
+    let outcomes = pool
+        .run(numbered(6), |sb, _| async move {
+            let read = "cat build.txt".to_string();
+            let ran = sb
+                .remote(agentix_bash::run, (read, agentix_bash::BashOptions::new()))
+                .await?;
+            Ok(ran.stdout_lossy())
+        })
+        .unwrap()
+        .collect_all()
+        .await;
+    assert_eq!(outcomes.len(), 6);
+    for outcome in &outcomes {
+        assert_eq!(
+            outcome.result.as_deref(),
+            Ok("built v1\n"),
+            "{}",
+            outcome.task
+        );
+    }
+    assert_eq!(ran.load(Ordering::Relaxed), 1, "the setup ran once");
+    assert!(pool.stats().created >= 3, "{:?}", pool.stats());
+    assert!(provider.list().is_empty(), "{:?}", provider.list());
+}
