@@ -6,7 +6,8 @@
 //! - [`provider`]: the [`Provider`] trait; [`provider_error`]: [`ProviderError`];
 //!   [`sandbox_info`]: [`SandboxInfo`];
 //!   [`provider_registry`]: providers by name.
-//! - [`sandbox_resources`]: [`SandboxResources`], how a provider deletes a sandbox.
+//! - [`sandbox_resources`]: [`SandboxResources`], how a provider deletes a
+//!   sandbox (and snapshots it: `sandbox_state`, [`SandboxState`]).
 //! - [`sandbox_registry`]: [`SandboxRegistry`], a provider's live sandboxes.
 //! - [`secret`]: random sandbox ids and tokens.
 //! - [`container_settings`]: what a container provider makes of a sandbox.
@@ -75,6 +76,7 @@ mod sandbox_limits;
 pub mod sandbox_marker;
 mod sandbox_registry;
 mod sandbox_resources;
+mod sandbox_state;
 pub mod sandbox_supervisor;
 pub mod sandbox_user;
 pub mod secret;
@@ -107,6 +109,7 @@ pub use sandbox_limits::SandboxLimits;
 pub use sandbox_marker::{MarkerDir, SandboxMarker};
 pub use sandbox_registry::SandboxRegistry;
 pub use sandbox_resources::SandboxResources;
+pub use sandbox_state::SandboxState;
 pub use sandbox_supervisor::SandboxSupervisor;
 pub use sandbox_user::RunAs;
 pub use snapshot::{Snapshot, SnapshotSpec, SnapshotStore};

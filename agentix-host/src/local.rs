@@ -51,6 +51,7 @@ use crate::sandbox::Sandbox;
 use crate::sandbox_marker::{self, MarkerDir, SandboxMarker};
 use crate::sandbox_registry::SandboxRegistry;
 use crate::sandbox_resources::SandboxResources;
+use crate::sandbox_state::SandboxState;
 use crate::secret::random_hex;
 use crate::snapshot::{Snapshot, SnapshotSpec, SnapshotStore};
 
@@ -724,7 +725,7 @@ impl SandboxResources for LocalResources {
     /// durable log), into a directory of the snapshot's own beside it.
     fn snapshot<'a>(
         &'a self,
-        _: &'a Sandbox,
+        _: SandboxState<'a>,
         spec: SnapshotSpec,
     ) -> BoxFuture<'a, Result<Snapshot, ProviderError>> {
         let snapshot_id = format!("local-snap-{}", random_hex(8));

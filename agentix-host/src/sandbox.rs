@@ -25,6 +25,7 @@ use crate::log_replay::{self, LogTap};
 use crate::namespace::{self, HostNamespace, HostNamespaceHandle};
 use crate::provider_error::ProviderError;
 use crate::sandbox_resources::SandboxResources;
+use crate::sandbox_state::SandboxState;
 use crate::sio::SioClient;
 use crate::snapshot::{Snapshot, SnapshotSpec};
 use crate::stream::StreamCall;
@@ -350,7 +351,8 @@ impl Sandbox {
             reason: e.to_string(),
         };
         self.pause().await.map_err(paused)?;
-        let taken = resources.snapshot(self, spec).await;
+        let state = SandboxState::new(&self.id, &self.endpoint, self.settings.connect_timeout);
+        let taken = resources.snapshot(state, spec).await;
         // Resumed whatever became of the snapshot.
         let resumed = self.resume().await;
         let snapshot = taken?;
@@ -363,16 +365,12 @@ impl Sandbox {
 
     /// Writes the sandbox's state (the directories its server was told
     /// hold it, `--state-dir`) as one tar archive to the new file `to`;
-    /// the archive's bytes. A container provider's snapshots are made so;
-    /// pause the sandbox first for a consistent state.
+    /// the archive's bytes. Pause the sandbox first for a consistent
+    /// state.
     pub async fn download_state(&self, to: &std::path::Path) -> Result<u64, RemoteError> {
-        crate::health::download(
-            &self.endpoint,
-            "/state.tar",
-            to,
-            self.settings.connect_timeout,
-        )
-        .await
+        SandboxState::new(&self.id, &self.endpoint, self.settings.connect_timeout)
+            .download(to)
+            .await
     }
 
     async fn pause_or_resume(&self, pause: bool) -> Result<usize, RemoteError> {

@@ -13,7 +13,7 @@ use agentix_wire::errors::RemoteError;
 use futures_util::future::BoxFuture;
 
 use crate::provider_error::ProviderError;
-use crate::sandbox::Sandbox;
+use crate::sandbox_state::SandboxState;
 use crate::snapshot::{Snapshot, SnapshotSpec};
 
 /// How to delete one sandbox, and what its provider can tell about it.
@@ -49,10 +49,10 @@ pub trait SandboxResources: Send + Sync + 'static {
     /// the provider keeps. The default: this provider cannot.
     fn snapshot<'a>(
         &'a self,
-        sandbox: &'a Sandbox,
+        state: SandboxState<'a>,
         spec: SnapshotSpec,
     ) -> BoxFuture<'a, Result<Snapshot, ProviderError>> {
-        let _ = (sandbox, spec);
+        let _ = (state, spec);
         Box::pin(std::future::ready(Err(ProviderError::Backend {
             what: "snapshot a sandbox".into(),
             reason: "this provider does not take snapshots".into(),

@@ -61,8 +61,8 @@ pub use agentix_host::{
     secret::random_hex, Call, CallStream, ContainerMount, ContainerNetwork, ContainerSettings,
     HostEnd, HostHalf, HostNamespace, HostNamespaceHandle, Isolation, Liveness, LocalProvider,
     LogTap, NamespaceIsolation, OwnerId, Provider, ProviderError, RunAs, Sandbox, SandboxConfig,
-    SandboxInfo, SandboxLimits, SandboxLog, SandboxRegistry, SandboxResources, Snapshot,
-    SnapshotSpec, SnapshotStore, StreamCall, BASE_ENV,
+    SandboxInfo, SandboxLimits, SandboxLog, SandboxRegistry, SandboxResources, SandboxState,
+    Snapshot, SnapshotSpec, SnapshotStore, StreamCall, BASE_ENV,
 };
 pub use agentix_macros::remote;
 pub use agentix_trace as trace;

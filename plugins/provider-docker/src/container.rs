@@ -4,8 +4,8 @@
 use std::time::Duration;
 
 use agentix::{
-    ContainerNetwork, ErrorKind, MarkerDir, ProviderError, RemoteError, Sandbox, SandboxConfig,
-    SandboxResources, Snapshot, SnapshotSpec, SnapshotStore,
+    ContainerNetwork, ErrorKind, MarkerDir, ProviderError, RemoteError, SandboxConfig,
+    SandboxResources, SandboxState, Snapshot, SnapshotSpec, SnapshotStore,
 };
 use bollard::container::LogOutput;
 use bollard::query_parameters::{
@@ -364,19 +364,19 @@ impl SandboxResources for Container {
     /// downloaded into a directory of the snapshot's own on this machine.
     fn snapshot<'a>(
         &'a self,
-        sandbox: &'a Sandbox,
+        state: SandboxState<'a>,
         spec: SnapshotSpec,
     ) -> BoxFuture<'a, Result<Snapshot, ProviderError>> {
         Box::pin(async move {
             let id = format!("docker-snap-{}", agentix::random_hex(8));
             let files = SnapshotFiles::create(&id)?;
             let dir = files.dir.clone();
-            let bytes = match sandbox.download_state(&files.archive).await {
+            let bytes = match state.download(&files.archive).await {
                 Ok(bytes) => bytes,
                 Err(e) => {
                     let _ = std::fs::remove_dir_all(&dir);
                     return Err(ProviderError::Backend {
-                        what: format!("snapshot sandbox {}", sandbox.id()),
+                        what: format!("snapshot sandbox {}", state.sandbox_id()),
                         reason: e.to_string(),
                     });
                 }
@@ -389,7 +389,7 @@ impl SandboxResources for Container {
                 id,
                 spec,
                 crate::PROVIDER_NAME,
-                sandbox.id(),
+                state.sandbox_id(),
                 SnapshotStore::Dir(dir),
                 bytes,
                 |store| {
