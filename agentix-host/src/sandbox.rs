@@ -325,18 +325,23 @@ impl Sandbox {
     /// worker that is replaced while paused (it was killed) starts thawed.
     /// Answers how many processes were stopped.
     pub async fn pause(&self) -> Result<usize, RemoteError> {
-        self.pause_or_resume(true).await
+        self.pause_or_resume(true)
+            .await
+            .map(|(processes, _)| processes)
     }
 
     /// Thaws what [`pause`](Self::pause) froze; calls that waited go on.
     /// Answers how many processes were continued.
     pub async fn resume(&self) -> Result<usize, RemoteError> {
-        self.pause_or_resume(false).await
+        self.pause_or_resume(false)
+            .await
+            .map(|(processes, _)| processes)
     }
 
     /// Captures the sandbox's state into a [`Snapshot`] its provider keeps
     /// (for a local sandbox: its directory, what its code wrote there), its
-    /// work paused meanwhile so the state is consistent. Start sandboxes
+    /// work paused meanwhile so the state is consistent (a sandbox that was
+    /// paused already stays paused). Start sandboxes
     /// from it with [`Provider::create_from`](crate::Provider::create_from)
     /// (or [`Provider::fork`](crate::Provider::fork) for both at once).
     pub async fn snapshot(&self, spec: SnapshotSpec) -> Result<Snapshot, ProviderError> {
@@ -350,11 +355,15 @@ impl Sandbox {
             what: format!("pause sandbox {} for its snapshot", self.id),
             reason: e.to_string(),
         };
-        self.pause().await.map_err(paused)?;
+        let (_, was_paused) = self.pause_or_resume(true).await.map_err(paused)?;
         let state = SandboxState::new(&self.id, &self.endpoint, self.settings.connect_timeout);
         let taken = resources.snapshot(state, spec).await;
-        // Resumed whatever became of the snapshot.
-        let resumed = self.resume().await;
+        // Resumed whatever became of the snapshot, unless it was paused
+        // before (by its owner, who resumes it).
+        let resumed = match was_paused {
+            true => Ok((0, true)),
+            false => self.pause_or_resume(false).await,
+        };
         let snapshot = taken?;
         resumed.map_err(|e| ProviderError::Backend {
             what: format!("resume sandbox {} after its snapshot", self.id),
@@ -373,7 +382,9 @@ impl Sandbox {
             .await
     }
 
-    async fn pause_or_resume(&self, pause: bool) -> Result<usize, RemoteError> {
+    /// Pauses or resumes: how many processes were signalled, and whether
+    /// the worker was paused before.
+    async fn pause_or_resume(&self, pause: bool) -> Result<(usize, bool), RemoteError> {
         let path = if pause { "/pause" } else { "/resume" };
         let (status, body) = crate::health::request(
             &self.endpoint,
@@ -392,7 +403,8 @@ impl Sandbox {
             };
             return Err(RemoteError::new(kind, format!("POST {path}: {why}")));
         }
-        Ok(body["processes"].as_u64().unwrap_or(0) as usize)
+        let processes = body["processes"].as_u64().unwrap_or(0) as usize;
+        Ok((processes, body["was_paused"].as_bool().unwrap_or(false)))
     }
 
     pub(crate) async fn connection(&self) -> Result<Arc<RpcConnection>, RemoteError> {

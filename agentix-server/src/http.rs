@@ -123,9 +123,9 @@ impl HttpRoutes {
     /// thawed ([`PauseWorker`]).
     async fn pause(&self, pause: bool) -> Response<Body> {
         match self.supervisor.get().send(PauseWorker(pause)).await {
-            Ok(Ok(processes)) => json_response(
+            Ok(Ok((processes, was_paused))) => json_response(
                 StatusCode::OK,
-                json!({ "paused": pause, "processes": processes }),
+                json!({ "paused": pause, "processes": processes, "was_paused": was_paused }),
             ),
             Ok(Err(why)) => json_response(StatusCode::CONFLICT, json!({ "error": why })),
             Err(_) => json_response(

@@ -88,6 +88,13 @@ async fn sixteen_forks_see_exactly_the_snapshot_and_then_only_their_own_writes()
     }
     assert_eq!(sh(&parent, "cat own 2>/dev/null; cat a/b/f").await, "one");
 
+    // A sandbox its owner paused stays paused through a snapshot.
+    parent.pause().await.unwrap();
+    let while_paused = parent.snapshot(SnapshotSpec::new()).await.unwrap();
+    assert_eq!(parent.health().await.unwrap()["status"], "paused");
+    parent.resume().await.unwrap();
+    drop(while_paused);
+
     // Also from a snapshot by hand, after the parent is gone.
     parent.delete().await;
     let late = provider.create_from(&named, config.clone()).await.unwrap();

@@ -76,9 +76,10 @@ pub struct RetellWorker;
 /// it started: SIGSTOP, then SIGCONT, to everything under its tag. Calls
 /// wait meanwhile (their frames queue for the worker's pipe); the server,
 /// its connections and its log go on. Answers how many processes it
-/// signalled, or why not (no worker runs).
+/// signalled and whether the worker was paused before, or why not (no
+/// worker runs).
 #[derive(Message)]
-#[rtype(result = "Result<usize, String>")]
+#[rtype(result = "Result<(usize, bool), String>")]
 pub struct PauseWorker(pub bool);
 
 /// Stop the forwarder of namespace `path`, as a crash would: it is started again.
@@ -559,14 +560,14 @@ impl Handler<WorkerExited> for WorkerSupervisor {
 }
 
 impl Handler<PauseWorker> for WorkerSupervisor {
-    type Result = ResponseActFuture<Self, Result<usize, String>>;
+    type Result = ResponseActFuture<Self, Result<(usize, bool), String>>;
 
     fn handle(&mut self, PauseWorker(pause): PauseWorker, _: &mut Context<Self>) -> Self::Result {
         let Some(worker) = self.worker.as_ref().filter(|_| self.phase == Phase::Ready) else {
             let why = "no worker is running (it is starting, restarting or stopped)";
             return Box::pin(actix::fut::ready(Err(why.to_owned())));
         };
-        let (signal, generation) = (worker.signaller(), self.generation);
+        let (signal, generation, was_paused) = (worker.signaller(), self.generation, self.paused);
         // Walking /proc takes a while: off the actor's thread.
         let signalled = tokio::task::spawn_blocking(move || signal(pause));
         Box::pin(
@@ -577,7 +578,7 @@ impl Handler<PauseWorker> for WorkerSupervisor {
                     // Unanswered while frozen; a fresh ping once thawed.
                     act.unanswered = None;
                 }
-                Ok(signalled)
+                Ok((signalled, was_paused))
             }),
         )
     }
