@@ -39,25 +39,10 @@ pub(crate) async fn request(
     timeout: Duration,
 ) -> Result<(StatusCode, serde_json::Value), RemoteError> {
     let url = format!("http://{}{path}", endpoint.addr);
-    let token = &endpoint.token;
     let unreachable =
         |e: String| RemoteError::new(ErrorKind::ServerUnreachable, format!("{method} {url}: {e}"));
     let exchange = async {
-        let (stream, addr) = endpoint.dial().await.map_err(|e| e.to_string())?;
-        let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-            .await
-            .map_err(|e| e.to_string())?;
-        tokio::spawn(async move {
-            let _ = conn.await;
-        });
-        let req = Request::builder()
-            .method(method.clone())
-            .uri(path)
-            .header(hyper::header::HOST, ServerStream::authority(addr))
-            .header(hyper::header::AUTHORIZATION, format!("Bearer {token}"))
-            .body(Empty::<Bytes>::new())
-            .map_err(|e| e.to_string())?;
-        let res = sender.send_request(req).await.map_err(|e| e.to_string())?;
+        let res = send(endpoint, method.clone(), path).await?;
         let status = res.status();
         let body = http_body_util::Limited::new(res.into_body(), MAX_BODY)
             .collect()
@@ -91,24 +76,7 @@ pub(crate) async fn download(
     let url = format!("http://{}{path}", endpoint.addr);
     let failed =
         |e: String| RemoteError::new(ErrorKind::ServerUnreachable, format!("GET {url}: {e}"));
-    let head = async {
-        let (stream, addr) = endpoint.dial().await.map_err(|e| e.to_string())?;
-        let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-            .await
-            .map_err(|e| e.to_string())?;
-        tokio::spawn(async move {
-            let _ = conn.await;
-        });
-        let req = Request::get(path)
-            .header(hyper::header::HOST, ServerStream::authority(addr))
-            .header(
-                hyper::header::AUTHORIZATION,
-                format!("Bearer {}", endpoint.token),
-            )
-            .body(Empty::<Bytes>::new())
-            .map_err(|e| e.to_string())?;
-        sender.send_request(req).await.map_err(|e| e.to_string())
-    };
+    let head = send(endpoint, Method::GET, path);
     let res = tokio::time::timeout(timeout, head)
         .await
         .map_err(|_| failed(format!("no answer within {timeout:?}")))?
@@ -147,4 +115,31 @@ pub(crate) async fn download(
     file.flush()
         .map_err(|e| failed(format!("cannot write {}: {e}", to.display())))?;
     Ok(written)
+}
+
+/// Sends `method path` with the endpoint's token on a connection of its
+/// own; the response, its body still to be read.
+async fn send(
+    endpoint: &Endpoint,
+    method: Method,
+    path: &str,
+) -> Result<hyper::Response<hyper::body::Incoming>, String> {
+    let (stream, addr) = endpoint.dial().await.map_err(|e| e.to_string())?;
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .map_err(|e| e.to_string())?;
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    let req = Request::builder()
+        .method(method)
+        .uri(path)
+        .header(hyper::header::HOST, ServerStream::authority(addr))
+        .header(
+            hyper::header::AUTHORIZATION,
+            format!("Bearer {}", endpoint.token),
+        )
+        .body(Empty::<Bytes>::new())
+        .map_err(|e| e.to_string())?;
+    sender.send_request(req).await.map_err(|e| e.to_string())
 }

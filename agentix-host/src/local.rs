@@ -141,18 +141,7 @@ impl Provider for LocalProvider {
         config: SandboxConfig,
     ) -> BoxFuture<'a, Result<Sandbox, ProviderError>> {
         Box::pin(async move {
-            let seed = match (snapshot.provider(), snapshot.dir()) {
-                (PROVIDER_NAME, Some(dir)) if dir.is_dir() => dir.to_owned(),
-                _ => {
-                    return Err(ProviderError::Backend {
-                        what: format!("start a sandbox from snapshot {}", snapshot.id()),
-                        reason: format!(
-                            "it is not a local snapshot this machine still has ({:?})",
-                            snapshot.store()
-                        ),
-                    })
-                }
-            };
+            let seed = snapshot.dir_kept_by(PROVIDER_NAME)?.to_owned();
             let sandbox = self.start(config, Some(seed)).await?;
             self.sandboxes.add(&sandbox);
             Ok(sandbox)

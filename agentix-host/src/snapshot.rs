@@ -145,6 +145,21 @@ impl Snapshot {
         self.inner.created_ms
     }
 
+    /// Its directory, if it is one `provider` made and this machine still
+    /// has; else the error a provider starting a sandbox from it returns.
+    pub fn dir_kept_by(&self, provider: &str) -> Result<&Path, crate::ProviderError> {
+        match self.dir() {
+            Some(dir) if self.provider() == provider && dir.is_dir() => Ok(dir),
+            _ => Err(crate::ProviderError::Backend {
+                what: format!("start a sandbox from snapshot {}", self.id()),
+                reason: format!(
+                    "it is not a {provider} snapshot this machine still has ({:?})",
+                    self.store()
+                ),
+            }),
+        }
+    }
+
     /// Removes it now, named or not; sandboxes started from it keep what
     /// they copied.
     pub fn remove(&self) {

@@ -66,9 +66,12 @@ async fn start_many(
     (began.elapsed().as_secs_f64(), sandboxes)
 }
 
-pub(crate) async fn snapshot(report: &mut Report) {
-    let provider = LocalProvider::new();
-    let config = crate::isolated_config();
+/// A sandbox of `config` holding the files, a snapshot of it, and the
+/// median milliseconds of three snapshots taken (and removed) before.
+async fn filled_and_snapshotted(
+    provider: &dyn Provider,
+    config: &SandboxConfig,
+) -> (Sandbox, agentix::Snapshot, f64) {
     let sb = provider
         .session(config.clone())
         .await
@@ -76,7 +79,6 @@ pub(crate) async fn snapshot(report: &mut Report) {
     sb.remote(fill_dir, (FILES, FILE_BYTES))
         .await
         .expect("the files are written");
-
     let mut taken = Vec::new();
     for _ in 0..3 {
         let began = Instant::now();
@@ -84,14 +86,21 @@ pub(crate) async fn snapshot(report: &mut Report) {
         taken.push(began.elapsed().as_secs_f64() * 1e3);
         drop(snapshot);
     }
+    let snapshot = sb.snapshot(SnapshotSpec::new()).await.expect("a snapshot");
+    (sb, snapshot, median(taken))
+}
+
+pub(crate) async fn snapshot(report: &mut Report) {
+    let provider = LocalProvider::new();
+    let config = crate::isolated_config();
+    let (sb, snapshot, taken_ms) = filled_and_snapshotted(&provider, &config).await;
     report.add(
         "snapshot_local_ms",
         "snapshot of an isolated local sandbox holding 100 MB in 1,000 files, median of 3",
         "ms",
-        median(taken),
+        taken_ms,
     );
 
-    let snapshot = sb.snapshot(SnapshotSpec::new()).await.expect("a snapshot");
     let (mut forks, mut fresh) = (Vec::new(), Vec::new());
     for _ in 0..3 {
         let (secs, children) = start_many(&provider, &config, Some(&snapshot), 16).await;
@@ -133,27 +142,13 @@ async fn docker_snapshots(report: &mut Report) {
         .expect("the empty image imports");
     let bundle = crate::docker::assemble_self();
     let config = SandboxConfig::new(&bundle).image(crate::docker::IMAGE);
-    let sb = provider
-        .session(config.clone())
-        .await
-        .expect("container starts");
-    sb.remote(fill_dir, (FILES, FILE_BYTES))
-        .await
-        .expect("the files are written");
-    let mut taken = Vec::new();
-    for _ in 0..3 {
-        let began = Instant::now();
-        let snapshot = sb.snapshot(SnapshotSpec::new()).await.expect("a snapshot");
-        taken.push(began.elapsed().as_secs_f64() * 1e3);
-        drop(snapshot);
-    }
+    let (sb, snapshot, taken_ms) = filled_and_snapshotted(&provider, &config).await;
     report.add(
         "snapshot_docker_ms",
         "snapshot of a container holding 100 MB in 1,000 files, median of 3",
         "ms",
-        median(taken),
+        taken_ms,
     );
-    let snapshot = sb.snapshot(SnapshotSpec::new()).await.expect("a snapshot");
     let (mut forks, mut floors) = (Vec::new(), Vec::new());
     for _ in 0..3 {
         let (secs, children) = start_many(&provider, &config, Some(&snapshot), 16).await;

@@ -384,18 +384,7 @@ impl Provider for DockerProvider {
         config: SandboxConfig,
     ) -> BoxFuture<'a, Result<Sandbox, ProviderError>> {
         Box::pin(async move {
-            let dir = match (snapshot.provider(), snapshot.dir()) {
-                (PROVIDER_NAME, Some(dir)) if dir.is_dir() => dir,
-                _ => {
-                    return Err(ProviderError::Backend {
-                        what: format!("start a container from snapshot {}", snapshot.id()),
-                        reason: format!(
-                            "it is not a Docker snapshot this machine still has ({:?})",
-                            snapshot.store()
-                        ),
-                    })
-                }
-            };
+            let dir = snapshot.dir_kept_by(PROVIDER_NAME)?;
             // Mounted only where the engine sees this machine's files.
             let seed = Seed::from_dir(dir, self.reach == ServerReach::Socket)?;
             self.start(config, Some(&seed)).await
