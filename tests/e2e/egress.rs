@@ -137,14 +137,8 @@ async fn a_sandboxs_tunnels_end_with_it() {
             });
         }
     });
-    let policy = EgressPolicy::new()
-        .allow(&format!("upstream.test:{port}"))
-        .allow_addresses("127.0.0.1");
-    let resolver = MappedResolver::new()
-        .map("upstream.test", ["127.0.0.1".parse().unwrap()])
-        .unwrap();
     let sb = support::sandbox().await;
-    sb.register_namespace(EgressGateway::new(policy).resolver(resolver).namespace())
+    sb.register_namespace(egress_checks::gateway_to_loopback(port).namespace())
         .unwrap();
     let proxy = sb.remote(agentix_egress::serve_proxy, 0u16).await.unwrap();
     let target = format!("upstream.test:{port}");
@@ -518,16 +512,7 @@ async fn a_client_that_stops_reading_holds_its_upstream_back_and_no_other_tunnel
 async fn two_hundred_tunnels_at_once_all_carry_their_bytes() {
     let body = vec![3u8; 64 << 10];
     let port = upstream(body).await;
-    let gateway = EgressGateway::new(
-        EgressPolicy::new()
-            .allow(&format!("upstream.test:{port}"))
-            .allow_addresses("127.0.0.1"),
-    )
-    .resolver(
-        MappedResolver::new()
-            .map("upstream.test", ["127.0.0.1".parse().unwrap()])
-            .unwrap(),
-    );
+    let gateway = egress_checks::gateway_to_loopback(port);
     let sb = support::sandbox().await;
     sb.register_namespace(gateway.namespace()).unwrap();
     let proxy = sb.remote(agentix_egress::serve_proxy, 0u16).await.unwrap();

@@ -877,18 +877,8 @@ async fn a_container_oom_kill_is_a_sandbox_death_retried_on_a_fresh_container() 
 #[tokio::test]
 async fn a_pools_setup_attaches_each_new_sandbox_to_an_egress_gateway_and_a_refusing_setup_is_final(
 ) {
-    use agentix_egress::{EgressGateway, EgressPolicy, MappedResolver};
     let port = egress_checks::upstream(b"through the host".to_vec()).await;
-    let gateway = EgressGateway::new(
-        EgressPolicy::new()
-            .allow(&format!("upstream.test:{port}"))
-            .allow_addresses("127.0.0.1"),
-    )
-    .resolver(
-        MappedResolver::new()
-            .map("upstream.test", ["127.0.0.1".parse().unwrap()])
-            .unwrap(),
-    );
+    let gateway = egress_checks::gateway_to_loopback(port);
     let set_up = Arc::new(AtomicU32::new(0));
     let (count, attach) = (set_up.clone(), gateway.clone());
     let pool = Pool::new(LocalProvider::new(), gateway.prepare(config()))

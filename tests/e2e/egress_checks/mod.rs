@@ -37,6 +37,21 @@ pub(crate) async fn upstream(body: Vec<u8>) -> u16 {
     port
 }
 
+/// A gateway that allows `upstream.test:port` alone, the name pinned to
+/// the host's 127.0.0.1 (and that address allowed, for the tests).
+pub(crate) fn gateway_to_loopback(port: u16) -> EgressGateway {
+    EgressGateway::new(
+        EgressPolicy::new()
+            .allow(&format!("upstream.test:{port}"))
+            .allow_addresses("127.0.0.1"),
+    )
+    .resolver(
+        MappedResolver::new()
+            .map("upstream.test", ["127.0.0.1".parse().unwrap()])
+            .unwrap(),
+    )
+}
+
 /// Creates a sandbox with `provider` from `config` prepared by a gateway
 /// that allows one name, mapped to a server on the host's loopback, and
 /// checks: no direct route to it; its proxy in the environment; eight
@@ -48,16 +63,7 @@ pub(crate) async fn reaches_the_host_only_through_egress(
     let body: Vec<u8> = (0..(1u32 << 20)).map(|i| (i % 241) as u8).collect();
     let digest = format!("{:x}", Sha256::digest(&body));
     let port = upstream(body).await;
-    let gateway = EgressGateway::new(
-        EgressPolicy::new()
-            .allow(&format!("upstream.test:{port}"))
-            .allow_addresses("127.0.0.1"),
-    )
-    .resolver(
-        MappedResolver::new()
-            .map("upstream.test", ["127.0.0.1".parse().unwrap()])
-            .unwrap(),
-    );
+    let gateway = gateway_to_loopback(port);
     let sb = provider
         .create(gateway.prepare(config))
         .await
