@@ -73,15 +73,15 @@ async fn pause_stops_the_workers_processes_calls_wait_and_resume_goes_on() {
     })
     .await;
 
+    // The shell that started the loop has exited; the warm shells kept for
+    // the next command may not have started yet: the worker and the loop
+    // at least.
     let stopped = sb.pause().await.unwrap();
-    assert!(
-        stopped >= 3,
-        "the worker, its shell and the loop: {stopped}"
-    );
+    assert!(stopped >= 2, "the worker and the loop: {stopped}");
     assert_eq!(sb.health().await.unwrap()["status"], "paused");
     let server = sb.server_pid().unwrap();
     let below = descendants(server);
-    assert!(below.len() >= 3, "{below:?}");
+    assert!(below.len() >= 2, "{below:?}");
     for pid in &below {
         assert!(
             matches!(state(*pid), Some('T') | None),
@@ -102,7 +102,7 @@ async fn pause_stops_the_workers_processes_calls_wait_and_resume_goes_on() {
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert!(!waiting.is_finished(), "a call finished on a paused worker");
 
-    assert!(sb.resume().await.unwrap() >= 3);
+    assert!(sb.resume().await.unwrap() >= 2);
     assert_eq!(waiting.await.unwrap().unwrap(), 42);
     support::wait_until("the counter counts again", Duration::from_secs(10), || {
         counter(&file) > held
