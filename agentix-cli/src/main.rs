@@ -39,7 +39,8 @@ enum Commands {
     /// Needs `ldd` (glibc's) on this machine.
     Build(build::BuildArgs),
     /// Lists the sandboxes of this machine: every one a host recorded (local
-    /// and Docker), and Docker containers of Agentix that no host recorded.
+    /// and Docker), and Docker containers of Agentix that no host recorded;
+    /// with --snapshots, the snapshots hosts took.
     Ps(ps::PsArgs),
     /// Prints a sandbox's log: what it logged and printed.
     Logs(logs::LogsArgs),
@@ -55,7 +56,8 @@ enum Commands {
     /// Thaws what `agentix pause` froze.
     Resume(pause::PauseArgs),
     /// Removes what hosts that died left: their local sandboxes (processes,
-    /// directories, cgroups) and their containers.
+    /// directories, cgroups), their containers and their unnamed
+    /// snapshots; with --snapshot NAME, that snapshot, whoever took it.
     Reap(reap::ReapArgs),
     /// Starts a local sandbox from a bundle (by default this binary, a
     /// sandbox with the bash plugin), prints its id, and keeps it until

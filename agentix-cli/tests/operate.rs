@@ -354,6 +354,119 @@ fn reap_removes_what_a_killed_host_left_and_leaves_a_live_hosts_sandbox() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Names the marker directory of [`doomed_snapshot_host`].
+const DOOMED_SNAPSHOTS: &str = "AGENTIX_CLI_DOOMED_SNAPSHOT_MARKERS";
+
+/// A host that snapshots a local sandbox twice (once named `kept`) and
+/// waits: the one the snapshot reap test kills.
+#[tokio::test]
+#[ignore = "run by reap_removes_a_killed_hosts_unnamed_snapshots_and_keeps_named_ones"]
+async fn doomed_snapshot_host() {
+    use agentix::{LocalProvider, Provider, SandboxConfig, SnapshotSpec};
+    let dir = PathBuf::from(std::env::var(DOOMED_SNAPSHOTS).expect("run by the reap test"));
+    let provider = LocalProvider::new().marker_dir(&dir);
+    let config = SandboxConfig::new(env!("CARGO_BIN_EXE_agentix"));
+    let sandbox = provider.session(config).await.unwrap();
+    let write = "mkdir -p work && echo prepared > work/state".to_owned();
+    let ran = sandbox
+        .remote(agentix_bash::run, (write, agentix_bash::BashOptions::new()))
+        .await
+        .unwrap();
+    assert_eq!(ran.exit_code, Some(0));
+    let unnamed = sandbox.snapshot(SnapshotSpec::new()).await.unwrap();
+    let named = sandbox
+        .snapshot(SnapshotSpec::new().name("kept").label("task", "7"))
+        .await
+        .unwrap();
+    println!("ready {} {}", unnamed.id(), named.id());
+    tokio::time::sleep(Duration::from_secs(600)).await;
+}
+
+#[test]
+fn reap_removes_a_killed_hosts_unnamed_snapshots_and_keeps_named_ones() {
+    let dir = markers("snapshots");
+    let mut host = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "doomed_snapshot_host",
+            "--ignored",
+            "--nocapture",
+        ])
+        .env(DOOMED_SNAPSHOTS, &dir)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let ready = BufReader::new(host.stdout.take().unwrap())
+        .lines()
+        .map_while(Result::ok)
+        .find_map(|line| line.strip_prefix("ready ").map(str::to_owned))
+        .expect("the doomed host took its snapshots");
+    let (unnamed, named) = ready.split_once(' ').unwrap();
+    let listed = |dir: &Path| -> Vec<Value> {
+        let out = run(dir, &["ps", "--snapshots", "--json"]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let rows = listed(&dir);
+    assert_eq!(rows.len(), 2, "{rows:?}");
+    let kept = rows.iter().find(|r| r["id"] == named).unwrap();
+    assert_eq!(kept["name"], "kept");
+    assert_eq!(kept["labels"]["task"], "7");
+    assert_eq!(kept["owner"], "alive");
+    assert_eq!(kept["abandoned"], false);
+    let dirs: Vec<PathBuf> = rows
+        .iter()
+        .map(|r| PathBuf::from(r["dir"].as_str().unwrap()))
+        .collect();
+    for snapshot_dir in &dirs {
+        let state = snapshot_dir.join("work/state");
+        assert_eq!(std::fs::read_to_string(&state).unwrap(), "prepared\n");
+    }
+    let table = stdout(&run(&dir, &["ps", "--snapshots"]));
+    assert!(table.contains(named) && table.contains("kept"), "{table}");
+
+    signal(host.id(), libc::SIGKILL);
+    host.wait().unwrap();
+    let rows = listed(&dir);
+    let row = |id: &str| rows.iter().find(|r| r["id"] == id).unwrap().clone();
+    assert_eq!(row(unnamed)["owner"], "dead");
+    assert_eq!(row(unnamed)["abandoned"], true);
+    assert_eq!(row(named)["abandoned"], false, "a name keeps it");
+
+    let out = run(&dir, &["reap", "--json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let done: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(done["snapshots"], 1, "{done}");
+    assert_eq!(done["local"], 1, "the host's sandbox too: {done}");
+    let left: Vec<Value> = listed(&dir);
+    assert_eq!(left.len(), 1);
+    assert_eq!(left[0]["id"], named);
+    let (named_dir, unnamed_dir): (Vec<&PathBuf>, Vec<&PathBuf>) = dirs
+        .iter()
+        .partition(|d| d.ends_with(format!("agentix-{named}")));
+    assert!(
+        !unnamed_dir[0].exists(),
+        "{} is left",
+        unnamed_dir[0].display()
+    );
+    assert!(named_dir[0].is_dir());
+
+    let out = run(&dir, &["reap", "--snapshot", "kept", "--json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let done: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(done["snapshots_removed"][0], named);
+    assert!(!named_dir[0].exists(), "{} is left", named_dir[0].display());
+    assert!(listed(&dir).is_empty());
+    let out = run(&dir, &["reap", "--snapshot", "kept"]);
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("no snapshot `kept`"),
+        "{}",
+        stderr(&out)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 mod docker {
     //! A container sandbox a host made, reached by the command through the
     //! marker the Docker provider wrote.

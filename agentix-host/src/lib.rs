@@ -29,6 +29,8 @@
 //!   [`connect`]: what calls need of a sandbox (so they sit below it).
 //! - `health`: `GET /health`, `POST /pause` and `/resume` over plain HTTP/1.
 //! - [`snapshot`]: [`Snapshot`], a sandbox's state to start others from;
+//!   [`snapshot_record`]: what is written of each, so it is listed,
+//!   opened again and reaped;
 //!   `tree_copy`: a directory tree copied (reflinked where it can be), as
 //!   local snapshots are made and restored.
 //! - `relay_listener`: joining `/log` or `/trace`, batches handled off the receive path.
@@ -82,6 +84,7 @@ pub mod sandbox_user;
 pub mod secret;
 mod sio;
 pub mod snapshot;
+pub mod snapshot_record;
 mod stream;
 mod trace_replay;
 mod tree_copy;
@@ -113,4 +116,5 @@ pub use sandbox_state::SandboxState;
 pub use sandbox_supervisor::SandboxSupervisor;
 pub use sandbox_user::RunAs;
 pub use snapshot::{Snapshot, SnapshotSpec, SnapshotStore};
+pub use snapshot_record::{SnapshotRecord, SnapshotRecords};
 pub use stream::{CallStream, StreamCall};

@@ -162,6 +162,11 @@ impl Provider for LocalProvider {
                 .filter(|m| m.provider == PROVIDER_NAME)
                 .filter(|m| m.owner_id().map(|o| o.liveness()) == Some(Liveness::Dead))
                 .collect();
+            let records = crate::snapshot_record::SnapshotRecords::of(&self.markers);
+            let reaped = tokio::task::spawn_blocking(move || records.reap(PROVIDER_NAME)).await;
+            if let Ok(Err(e)) = reaped {
+                return Err(io_error("cannot read the snapshot records".to_owned(), e));
+            }
             if dead.is_empty() {
                 return Ok(0);
             }
@@ -720,6 +725,7 @@ impl SandboxResources for LocalResources {
         let snapshot_id = format!("local-snap-{}", random_hex(8));
         let store = self.base.join(format!("agentix-{snapshot_id}"));
         let (dir, source) = (self.dir.clone(), self.id.clone());
+        let markers = self.markers.clone();
         Box::pin(async move {
             let copy_to = store.clone();
             let copied = tokio::task::spawn_blocking(move || {
@@ -746,7 +752,8 @@ impl SandboxResources for LocalResources {
                 SnapshotStore::Dir(store),
                 bytes,
                 remove_snapshot_dir,
-            ))
+            )
+            .recorded_in(&markers))
         })
     }
 }

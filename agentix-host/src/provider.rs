@@ -135,7 +135,8 @@ pub trait Provider: Send + Sync {
     }
 
     /// Removes what hosts that died left of this provider's sandboxes on
-    /// this machine (see `OwnerId`), never a live host's; returns how many
+    /// this machine (see `OwnerId`), never a live host's: their sandboxes,
+    /// and their unnamed snapshots (see `SnapshotRecord`); returns how many
     /// sandboxes. A pool calls it before its first create. The default
     /// does nothing, for providers that leave nothing behind.
     fn reap(&self) -> BoxFuture<'_, Result<usize, ProviderError>> {

@@ -143,7 +143,7 @@ impl MarkerDir {
 
     /// Makes the directory (0700) when absent, and refuses one that is not
     /// this user's alone: its markers would give others the tokens.
-    fn ensure(&self) -> std::io::Result<()> {
+    pub(crate) fn ensure(&self) -> std::io::Result<()> {
         let made = std::fs::DirBuilder::new()
             .recursive(true)
             .mode(0o700)

@@ -837,6 +837,8 @@ async fn forks_of_a_container_see_its_workdir_and_tmp_and_then_only_their_own_wr
     assert_eq!(snapshot.provider(), "docker");
     assert!(snapshot.bytes() >= 20 << 20, "{snapshot:?}");
     let archive_dir = snapshot.dir().unwrap().to_owned();
+    let records = agentix::SnapshotRecords::of(&agentix::MarkerDir::default());
+    assert_eq!(records.find(snapshot.id()).unwrap().provider, "docker");
     // On a root host the archive is the snapshot's group's alone, and
     // mounted read-only into the children, which join that group.
     let archive = std::fs::read_dir(&archive_dir)
@@ -885,7 +887,12 @@ async fn forks_of_a_container_see_its_workdir_and_tmp_and_then_only_their_own_wr
             .unwrap();
         assert_eq!(copied, digest, "child {i}");
     }
+    let snapshot_id = snapshot.id().to_owned();
     drop(snapshot);
+    assert!(
+        records.find(&snapshot_id).is_err(),
+        "its record goes with it"
+    );
     support::wait_until(
         "the snapshot's archive is removed",
         std::time::Duration::from_secs(10),

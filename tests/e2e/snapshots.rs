@@ -8,7 +8,7 @@ mod support;
 use std::time::Duration;
 
 use agentix::prelude::*;
-use agentix::{SnapshotSpec, SnapshotStore};
+use agentix::{MarkerDir, SnapshotRecords, SnapshotSpec, SnapshotStore};
 use agentix_bash::BashOptions;
 
 /// Runs `script` in `sb`: its stdout, trimmed; panics unless it exits 0.
@@ -65,9 +65,18 @@ async fn sixteen_forks_see_exactly_the_snapshot_and_then_only_their_own_writes()
     let named_dir = named.dir().unwrap().to_owned();
     assert!(named_dir.join("big").is_file());
     assert!(!named_dir.join("server.log").exists());
+    // Recorded where operators and reaps find it, and opened by name.
+    let records = SnapshotRecords::of(&MarkerDir::default());
+    let record = records.find(named.id()).unwrap();
+    assert_eq!(
+        (record.name.as_deref(), record.dir.as_path()),
+        (Some("base"), named_dir.as_path())
+    );
 
     let (forked, children) = provider.fork(&parent, 16, config.clone()).await.unwrap();
     let forked_dir = forked.dir().unwrap().to_owned();
+    let forked_id = forked.id().to_owned();
+    assert!(records.find(&forked_id).is_ok());
     assert_eq!(children.len(), 16);
     // The parent writes after the snapshot; child 0 writes its own.
     sh(&parent, "echo later > after").await;
@@ -110,6 +119,15 @@ async fn sixteen_forks_see_exactly_the_snapshot_and_then_only_their_own_writes()
     )
     .await;
     assert!(named_dir.exists(), "a named snapshot outlives its handles");
+    assert!(records.find(&forked_id).is_err(), "its record goes with it");
+    let reopened = agentix::Snapshot::open(&records.find(named.id()).unwrap(), &records);
+    let from_record = provider
+        .create_from(&reopened, config.clone())
+        .await
+        .unwrap();
+    assert!(sh(&from_record, CHECK).await.ends_with("consistent"));
+    from_record.delete().await;
+    drop(reopened);
     let kept = named.clone();
     drop(named);
     assert!(named_dir.exists());
@@ -120,6 +138,7 @@ async fn sixteen_forks_see_exactly_the_snapshot_and_then_only_their_own_writes()
         || !named_dir.exists(),
     )
     .await;
+    assert!(records.find(kept.id()).is_err(), "its record goes with it");
     let gone = provider.create_from(&kept, config).await.unwrap_err();
     assert!(gone.to_string().contains("still has"), "{gone}");
     assert!(matches!(kept.store(), SnapshotStore::Dir(_)));

@@ -1,6 +1,7 @@
 //! The subcommands of `agentix`, one per file, and what several share:
 //! finding a sandbox by its marker ([`known_sandboxes`]) and what its
-//! processes use ([`process_usage`]).
+//! processes use ([`process_usage`]); the recorded snapshots
+//! ([`snapshots`]), which `ps` lists and `reap` removes.
 
 pub(crate) mod build;
 pub(crate) mod call;
@@ -12,3 +13,4 @@ pub(crate) mod process_usage;
 pub(crate) mod ps;
 pub(crate) mod reap;
 pub(crate) mod serve;
+pub(crate) mod snapshots;

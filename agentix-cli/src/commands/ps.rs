@@ -24,6 +24,10 @@ pub(crate) struct PsArgs {
     /// One JSON array instead of a table.
     #[arg(long)]
     json: bool,
+    /// List the snapshots hosts took instead: name, owner, size, and
+    /// whether `agentix reap` would remove them.
+    #[arg(long)]
+    snapshots: bool,
     #[command(flatten)]
     markers: MarkerArgs,
 }
@@ -49,6 +53,10 @@ struct Row {
 const HEALTH_TIMEOUT: Duration = Duration::from_secs(2);
 
 pub(crate) async fn run(args: PsArgs) -> Result<ExitCode, String> {
+    if args.snapshots {
+        super::snapshots::list(&args.markers.dir(), args.json)?;
+        return Ok(ExitCode::SUCCESS);
+    }
     let markers = known_sandboxes::all(&args.markers.dir())?;
     let docker = DockerProvider::connect().ok();
     let rows = futures_util::future::join_all(markers.iter().map(|m| row_of(m, docker.as_ref())));
@@ -97,7 +105,8 @@ async fn row_of(marker: &SandboxMarker, docker: Option<&DockerProvider>) -> Row 
     }
 }
 
-fn owner_state(owner: Option<&OwnerId>) -> &'static str {
+/// How an owner reads in a listing.
+pub(crate) fn owner_state(owner: Option<&OwnerId>) -> &'static str {
     match owner.map(OwnerId::liveness) {
         Some(Liveness::Alive) => "alive",
         Some(Liveness::Dead) => "dead",
@@ -166,7 +175,7 @@ fn print_table(rows: &[Row]) {
 }
 
 /// `42s`, `7m`, `3h`, `2d`.
-fn human_age(seconds: u64) -> String {
+pub(crate) fn human_age(seconds: u64) -> String {
     match seconds {
         s if s < 120 => format!("{s}s"),
         s if s < 7200 => format!("{}m", s / 60),

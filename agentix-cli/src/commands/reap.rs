@@ -1,7 +1,9 @@
 //! `agentix reap`: removes what hosts that died left on this machine — the
 //! local sandboxes their markers name (processes, directories, cgroups) and
-//! the containers (with their volumes) their labels name — and never a
-//! live host's. Another machine's containers on a shared engine are left.
+//! the containers (with their volumes) their labels name, and the unnamed
+//! snapshots they recorded — and never a live host's. Another machine's
+//! containers on a shared engine are left. `--snapshot NAME` removes that
+//! snapshot, named or not, whoever took it.
 
 use std::process::ExitCode;
 
@@ -10,6 +12,7 @@ use agentix_provider_docker::DockerProvider;
 use serde_json::json;
 
 use super::known_sandboxes::{self, MarkerArgs};
+use super::snapshots;
 
 /// What `agentix reap` takes.
 #[derive(clap::Args)]
@@ -20,12 +23,19 @@ pub(crate) struct ReapArgs {
     /// Say what was done as JSON.
     #[arg(long)]
     json: bool,
+    /// Remove only this snapshot (a name, an id, or the start of one id),
+    /// whoever took it; repeatable.
+    #[arg(long, value_name = "NAME")]
+    snapshot: Vec<String>,
     #[command(flatten)]
     markers: MarkerArgs,
 }
 
 pub(crate) async fn run(args: ReapArgs) -> Result<ExitCode, String> {
     let markers = args.markers.dir();
+    if !args.snapshot.is_empty() {
+        return remove_snapshots(&markers, &args);
+    }
     let docker = match DockerProvider::connect() {
         Ok(docker) if docker.docker().ping().await.is_ok() => Some(docker),
         _ => None,
@@ -34,21 +44,24 @@ pub(crate) async fn run(args: ReapArgs) -> Result<ExitCode, String> {
         let doomed: Vec<_> = known_sandboxes::all(&markers)?
             .into_iter()
             .filter(|m| OwnerId::parse(&m.owner).map(|o| o.liveness()) == Some(Liveness::Dead))
+            .map(|m| (m.id, m.provider, m.owner))
+            .chain(
+                snapshots::abandoned(&markers)?
+                    .into_iter()
+                    .map(|r| (r.id, r.provider, r.owner)),
+            )
             .collect();
         match args.json {
             true => {
                 let ids: Vec<_> = doomed
                     .iter()
-                    .map(|m| json!({"id": m.id, "provider": m.provider}))
+                    .map(|(id, provider, _)| json!({"id": id, "provider": provider}))
                     .collect();
                 println!("{}", json!({ "would_remove": ids }));
             }
             false => {
-                for marker in &doomed {
-                    println!(
-                        "would remove {} ({}, owner {})",
-                        marker.id, marker.provider, marker.owner
-                    );
+                for (id, provider, owner) in &doomed {
+                    println!("would remove {id} ({provider}, owner {owner})");
                 }
                 if doomed.is_empty() {
                     println!("nothing to remove");
@@ -57,6 +70,8 @@ pub(crate) async fn run(args: ReapArgs) -> Result<ExitCode, String> {
         }
         return Ok(ExitCode::SUCCESS);
     }
+    // Counted before the providers' reaps remove them with the rest.
+    let snapshots = snapshots::abandoned(&markers)?.len();
     let local = LocalProvider::new()
         .marker_dir(markers.path())
         .reap()
@@ -70,13 +85,36 @@ pub(crate) async fn run(args: ReapArgs) -> Result<ExitCode, String> {
         None => None,
     };
     match args.json {
-        true => println!("{}", json!({ "local": local, "docker": containers })),
+        true => println!(
+            "{}",
+            json!({ "local": local, "docker": containers, "snapshots": snapshots })
+        ),
         false => match containers {
-            Some(containers) => {
-                println!("removed {local} local sandboxes and {containers} containers")
-            }
-            None => println!("removed {local} local sandboxes (no Docker engine answers)"),
+            Some(containers) => println!(
+                "removed {local} local sandboxes, {containers} containers and {snapshots} snapshots"
+            ),
+            None => println!(
+                "removed {local} local sandboxes and {snapshots} snapshots (no Docker engine answers)"
+            ),
         },
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `agentix reap --snapshot NAME..`: removes exactly those snapshots.
+fn remove_snapshots(markers: &agentix::MarkerDir, args: &ReapArgs) -> Result<ExitCode, String> {
+    if args.dry_run {
+        for name in &args.snapshot {
+            let record = agentix::SnapshotRecords::of(markers).find(name)?;
+            println!("would remove {} ({})", record.id, record.dir.display());
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    let removed = snapshots::remove(markers, &args.snapshot)?;
+    let ids: Vec<&str> = removed.iter().map(|r| r.id.as_str()).collect();
+    match args.json {
+        true => println!("{}", json!({ "snapshots_removed": ids })),
+        false => println!("removed {}", ids.join(", ")),
     }
     Ok(ExitCode::SUCCESS)
 }

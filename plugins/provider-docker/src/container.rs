@@ -385,7 +385,7 @@ impl SandboxResources for Container {
                 let _ = std::fs::remove_dir_all(&dir);
                 return Err(e);
             }
-            Ok(Snapshot::from_parts(
+            let snapshot = Snapshot::from_parts(
                 id,
                 spec,
                 crate::PROVIDER_NAME,
@@ -398,7 +398,11 @@ impl SandboxResources for Container {
                         std::thread::spawn(move || std::fs::remove_dir_all(dir));
                     }
                 },
-            ))
+            );
+            Ok(match &self.marker {
+                Some((markers, _)) => snapshot.recorded_in(markers),
+                None => snapshot,
+            })
         })
     }
 

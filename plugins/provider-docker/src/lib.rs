@@ -262,6 +262,9 @@ impl DockerProvider {
         let gone = removed.into_iter().flatten().collect();
         self.reap_volumes(&gone).await?;
         self.reap_markers(&gone);
+        let records = agentix::SnapshotRecords::of(&self.markers);
+        // A dead owner's snapshots: directories of this machine's.
+        let _ = tokio::task::spawn_blocking(move || records.reap(PROVIDER_NAME)).await;
         Ok(count)
     }
 
