@@ -7,6 +7,7 @@ pub(crate) mod build;
 pub(crate) mod call;
 pub(crate) mod exec;
 pub(crate) mod known_sandboxes;
+pub(crate) mod listing;
 pub(crate) mod logs;
 pub(crate) mod pause;
 pub(crate) mod process_usage;

@@ -10,12 +10,13 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
-use agentix::{Liveness, OwnerId, SandboxMarker};
+use agentix::{OwnerId, SandboxMarker};
 use agentix_provider_docker::{DockerProvider, LABEL_OWNER, LABEL_SANDBOX};
 use bollard::query_parameters::ListContainersOptions;
 use serde::Serialize;
 
 use super::known_sandboxes::{self, MarkerArgs};
+use super::listing::{human_age, owner_state};
 use super::process_usage::{self, Usage};
 
 /// What `agentix ps` takes.
@@ -105,16 +106,6 @@ async fn row_of(marker: &SandboxMarker, docker: Option<&DockerProvider>) -> Row 
     }
 }
 
-/// How an owner reads in a listing.
-pub(crate) fn owner_state(owner: Option<&OwnerId>) -> &'static str {
-    match owner.map(OwnerId::liveness) {
-        Some(Liveness::Alive) => "alive",
-        Some(Liveness::Dead) => "dead",
-        Some(Liveness::Elsewhere) => "elsewhere",
-        None => "unknown",
-    }
-}
-
 /// The engine's Agentix containers that no marker names.
 async fn unrecorded_containers(docker: &DockerProvider, markers: &[SandboxMarker]) -> Vec<Row> {
     let options = ListContainersOptions {
@@ -171,15 +162,5 @@ fn print_table(rows: &[Row]) {
             "{:<24} {:<8} {:>8} {:<9} {:>7} {:<14} {:>8} {:>8}",
             row.id, row.provider, owner, row.owner, age, row.state, cpu, mem
         );
-    }
-}
-
-/// `42s`, `7m`, `3h`, `2d`.
-pub(crate) fn human_age(seconds: u64) -> String {
-    match seconds {
-        s if s < 120 => format!("{s}s"),
-        s if s < 7200 => format!("{}m", s / 60),
-        s if s < 172_800 => format!("{}h", s / 3600),
-        s => format!("{}d", s / 86_400),
     }
 }

@@ -5,7 +5,7 @@
 use agentix::{MarkerDir, OwnerId, SnapshotRecord, SnapshotRecords};
 use serde::Serialize;
 
-use super::ps::{human_age, owner_state};
+use super::listing::{human_age, owner_state};
 
 /// One line of the listing.
 #[derive(Debug, Serialize)]
