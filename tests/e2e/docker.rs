@@ -1077,3 +1077,88 @@ async fn importing_an_image_again_leaves_no_dangling_image() {
         )
         .await;
 }
+
+/// A TCP endpoint for the engine on 127.0.0.1 that passes every connection
+/// on to the engine's socket and keeps what clients sent, as an engine
+/// reached over the network would see it.
+async fn engine_over_tcp() -> (String, std::sync::Arc<std::sync::Mutex<Vec<u8>>>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let sent = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let kept = sent.clone();
+    tokio::spawn(async move {
+        while let Ok((client, _)) = listener.accept().await {
+            let kept = kept.clone();
+            tokio::spawn(async move {
+                let engine = tokio::net::UnixStream::connect("/var/run/docker.sock")
+                    .await
+                    .unwrap();
+                let (mut from_client, mut to_client) = client.into_split();
+                let (mut from_engine, mut to_engine) = engine.into_split();
+                let up = async move {
+                    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+                    let mut buf = vec![0; 64 << 10];
+                    while let Ok(n) = from_client.read(&mut buf).await {
+                        if n == 0 || to_engine.write_all(&buf[..n]).await.is_err() {
+                            break;
+                        }
+                        kept.lock().unwrap().extend_from_slice(&buf[..n]);
+                    }
+                    let _ = to_engine.shutdown().await;
+                };
+                let down = tokio::io::copy(&mut from_engine, &mut to_client);
+                let _ = tokio::join!(up, down);
+            });
+        }
+    });
+    (addr, sent)
+}
+
+#[tokio::test]
+async fn an_engine_reached_over_tcp_creates_serves_and_deletes_through_that_endpoint() {
+    tools_image(&DockerProvider::connect().expect("a Docker engine")).await;
+    let (addr, sent) = engine_over_tcp().await;
+    let client = bollard::Docker::connect_with_http(
+        &format!("tcp://{addr}"),
+        120,
+        bollard::API_DEFAULT_VERSION,
+    )
+    .expect("a client for tcp://");
+    let provider = DockerProvider::new(client).with_reach(ServerReach::PublishedPort);
+    let bundle = bundle_dir("tcp-engine");
+    let config = SandboxConfig::new(&bundle).image(TOOLS_IMAGE);
+    let sb = provider.session(config).await.expect("a sandbox");
+    let name = format!("agentix-{}", sb.id());
+    let ran = sb
+        .remote(
+            agentix_bash::run,
+            ("echo over tcp".to_owned(), BashOptions::new()),
+        )
+        .await
+        .unwrap();
+    assert_eq!(ran.stdout_lossy(), "over tcp\n");
+    let requests = |what: &str| {
+        let sent = sent.lock().unwrap();
+        String::from_utf8_lossy(&sent).matches(what).count()
+    };
+    assert!(
+        requests("POST /containers/create?name=agentix-") == 1
+            && requests(&format!("POST /containers/{name}/start")) + requests("/start HTTP") >= 1,
+        "the create and the start came over TCP"
+    );
+    sb.delete().await;
+    assert!(
+        requests("DELETE /containers/") >= 1,
+        "the delete goes through the provider's own client, not DOCKER_HOST's engine"
+    );
+    let left = DockerProvider::connect()
+        .unwrap()
+        .docker()
+        .inspect_container(
+            &name,
+            None::<bollard::query_parameters::InspectContainerOptions>,
+        )
+        .await;
+    assert!(left.is_err(), "container {name} is left");
+    let _ = std::fs::remove_dir_all(bundle);
+}

@@ -407,8 +407,12 @@ impl SandboxResources for Container {
     }
 
     fn shutdown(&self) -> BoxFuture<'static, ()> {
-        // On a thread and a client of its own: a handle dropped while the
-        // caller's runtime shuts down must still remove its container.
+        // On a thread and a runtime of its own: a handle dropped while the
+        // caller's runtime shuts down must still remove its container. The
+        // provider's own client (a clone: the same engine, however it was
+        // reached, not whatever `DOCKER_HOST` says); connections whose
+        // runtime ended are closed, and the pool opens fresh ones.
+        let docker = self.docker.clone();
         let (name, volume) = (self.name.clone(), self.run_volume.clone());
         let marker = self.marker.clone();
         let (done_tx, done_rx) = tokio::sync::oneshot::channel();
@@ -418,7 +422,7 @@ impl SandboxResources for Container {
                 let runtime = tokio::runtime::Builder::new_current_thread()
                     .enable_all()
                     .build();
-                if let (Ok(runtime), Ok(docker)) = (runtime, Docker::connect_with_defaults()) {
+                if let Ok(runtime) = runtime {
                     runtime.block_on(remove(&docker, &name, volume.as_deref()));
                 }
                 Container::unmark(&marker);
