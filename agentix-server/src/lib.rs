@@ -35,6 +35,8 @@
 //! - [`upgrade_gate`]: no Socket.IO session without the token on the request.
 //! - [`isolation`]: the launcher that runs the server in namespaces of its
 //!   own (`bundle isolate`); [`loopback`] raises `lo` inside them.
+//! - [`stdio_relay`]: `bundle relay`, stdio joined to the server's socket,
+//!   for a host that reaches a container only through its engine's API.
 //! - [`server`]: [`Server`], which ties them together inside a running actix
 //!   `System` (embeddable: nothing process-wide);
 //!   [`serve`]: [`run`], the binary's entry point, which owns the process.
@@ -77,6 +79,7 @@ pub mod server_child;
 pub mod server_supervisor;
 mod stall_limit;
 mod state_archive;
+pub mod stdio_relay;
 mod supervisor;
 pub mod syscall_filter;
 mod upgrade_gate;

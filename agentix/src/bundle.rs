@@ -27,8 +27,9 @@ pub fn main_with(worker_setup: fn()) -> ! {
     std::process::exit(2)
 }
 
-/// If this process was started as `serve`, `worker` or `isolate` (the
-/// server in namespaces of its own), runs that role and
+/// If this process was started as `serve`, `worker`, `isolate` (the
+/// server in namespaces of its own) or `relay` (stdio to the server's
+/// socket), runs that role and
 /// exits; otherwise returns so the program can go on as a host.
 pub fn dispatch() {
     dispatch_with(|| {})
@@ -55,9 +56,14 @@ pub fn dispatch_with(worker_setup: fn()) {
         }
         Some("worker") => std::process::exit(agentix_worker::worker::run_with(worker_setup)),
         Some(ISOLATE_ROLE) => std::process::exit(agentix_server::isolation::run(args.collect())),
+        Some(RELAY_ROLE) => std::process::exit(agentix_server::stdio_relay::run(args.collect())),
         _ => {}
     }
 }
+
+/// The role that joins stdio to the server's socket, for a host that
+/// reaches a container only through its engine (`agentix_server::stdio_relay`).
+pub const RELAY_ROLE: &str = "relay";
 
 /// The running program's own binary, as the kernel names it.
 const SELF_EXE: &str = "/proc/self/exe";

@@ -1162,3 +1162,97 @@ async fn an_engine_reached_over_tcp_creates_serves_and_deletes_through_that_endp
     assert!(left.is_err(), "container {name} is left");
     let _ = std::fs::remove_dir_all(bundle);
 }
+
+#[tokio::test]
+async fn a_container_reached_only_through_the_engines_api_serves_on_network_none() {
+    tools_image(&DockerProvider::connect().expect("a Docker engine")).await;
+    let (addr, sent) = engine_over_tcp().await;
+    let client = bollard::Docker::connect_with_http(
+        &format!("tcp://{addr}"),
+        120,
+        bollard::API_DEFAULT_VERSION,
+    )
+    .expect("a client for tcp://");
+    let provider = DockerProvider::new(client).with_reach(ServerReach::EngineStream);
+    let bundle = bundle_dir("engine-stream");
+    let mut config = SandboxConfig::new(&bundle).image(TOOLS_IMAGE);
+    config.container.network = agentix::ContainerNetwork::None;
+    let sb = provider.session(config).await.expect("a sandbox");
+    let name = format!("agentix-{}", sb.id());
+    // The host dials a socket of its own, private to its user.
+    let socket = std::path::PathBuf::from(sb.addr().strip_prefix("unix:").unwrap());
+    let dir = socket.parent().unwrap().to_owned();
+    assert!(
+        dir.file_name()
+            .unwrap()
+            .to_string_lossy()
+            .starts_with("agentix-engine-"),
+        "{}",
+        sb.addr()
+    );
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(
+        std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777,
+        0o700
+    );
+
+    assert_eq!(sb.remote(agentix_e2e::add, (40, 2)).await.unwrap(), 42);
+    let payload = agentix::Blob::from((0..(3 << 20)).map(|i| (i % 251) as u8).collect::<Vec<u8>>());
+    let back = sb
+        .remote(agentix_e2e::echo_blob, payload.clone())
+        .await
+        .unwrap();
+    assert!(back == payload, "3 MiB through the engine, byte for byte");
+    let ran = sb
+        .remote(
+            agentix_bash::run,
+            ("echo inside".to_owned(), BashOptions::new()),
+        )
+        .await
+        .unwrap();
+    assert_eq!(ran.stdout_lossy(), "inside\n");
+    assert_eq!(sb.health().await.unwrap()["status"], "ok");
+    let execs = {
+        let sent = sent.lock().unwrap();
+        String::from_utf8_lossy(&sent)
+            .matches("/exec HTTP/1.1")
+            .count()
+    };
+    assert!(
+        execs >= 2,
+        "the connection and /health each an exec: {execs}"
+    );
+
+    let inspected = DockerProvider::connect()
+        .unwrap()
+        .docker()
+        .inspect_container(
+            &name,
+            None::<bollard::query_parameters::InspectContainerOptions>,
+        )
+        .await
+        .unwrap();
+    let ports = inspected
+        .network_settings
+        .and_then(|n| n.ports)
+        .unwrap_or_default();
+    assert!(
+        ports.values().all(|p| p.as_ref().is_none_or(Vec::is_empty)),
+        "nothing published: {ports:?}"
+    );
+    sb.delete().await;
+    assert!(
+        !dir.exists(),
+        "the forward's directory goes with the sandbox"
+    );
+    let left = DockerProvider::connect()
+        .unwrap()
+        .docker()
+        .inspect_container(
+            &name,
+            None::<bollard::query_parameters::InspectContainerOptions>,
+        )
+        .await;
+    assert!(left.is_err(), "container {name} is left");
+    let _ = std::fs::remove_dir_all(bundle);
+}

@@ -18,9 +18,12 @@ use tokio::io::AsyncWriteExt;
 use tokio::sync::watch;
 
 use crate::bundle_volume::bundle_volume;
-use crate::container_spec::{bundle_entry, create_body, BundleSource, SERVER_PORT, SOCKET_NAME};
+use crate::container_spec::{
+    bundle_entry, create_body, BundleSource, SERVER_PORT, SOCKET_MOUNT, SOCKET_NAME,
+};
 use crate::container_user::ContainerUser;
 use crate::engine_error;
+use crate::engine_forward::EngineForward;
 use crate::platform::{check_platform, missing_image};
 use crate::run_volume::{remove_volume, RunVolume};
 use crate::runtime_check::check_runtime;
@@ -38,6 +41,9 @@ pub struct Container {
     run_volume: Option<String>,
     /// Its marker (see `agentix::sandbox_marker`), removed with it.
     marker: Option<(MarkerDir, String)>,
+    /// The host's socket into it through the engine, for
+    /// [`ServerReach::EngineStream`]; closed with it.
+    forward: Option<EngineForward>,
 }
 
 impl Container {
@@ -73,7 +79,9 @@ impl Container {
                         .into(),
                 })
             }
-            (ServerReach::Socket, _) => Some(RunVolume::create(docker, id, user.owner).await?),
+            (ServerReach::Socket | ServerReach::EngineStream, _) => {
+                Some(RunVolume::create(docker, id, user.owner).await?)
+            }
             (ServerReach::PublishedPort, ContainerNetwork::None) => {
                 return Err(ProviderError::Backend {
                     what: "a sandbox on network none is reached only through its socket".into(),
@@ -107,11 +115,32 @@ impl Container {
         };
         match container.boot(token, seed, config.ready_timeout, tx).await {
             Ok(port) => {
-                let addr = match &run_volume {
-                    Some(volume) => {
+                let addr = match (&run_volume, reach) {
+                    (Some(_), ServerReach::EngineStream) => {
+                        let relay = vec![
+                            format!("{}/{}", agentix_bundle_format::MOUNT, entry.entry),
+                            agentix::bundle::RELAY_ROLE.to_owned(),
+                            format!("{SOCKET_MOUNT}/{SOCKET_NAME}"),
+                        ];
+                        let started =
+                            EngineForward::start(docker.clone(), container.name.clone(), relay);
+                        let mut container = container;
+                        match started {
+                            Ok(forward) => {
+                                let addr = forward.addr().to_owned();
+                                container.forward = Some(forward);
+                                return Ok((container, addr));
+                            }
+                            Err(e) => {
+                                container.remove().await;
+                                return Err(e);
+                            }
+                        }
+                    }
+                    (Some(volume), _) => {
                         format!("unix:{}", volume.mountpoint.join(SOCKET_NAME).display())
                     }
-                    None => format!("127.0.0.1:{port}"),
+                    (None, _) => format!("127.0.0.1:{port}"),
                 };
                 Ok((container, addr))
             }
@@ -158,6 +187,7 @@ impl Container {
             ended,
             run_volume: volume,
             marker: None,
+            forward: None,
         };
         Ok((container, tx))
     }

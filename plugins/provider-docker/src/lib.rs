@@ -5,7 +5,9 @@
 //! bundle's server runs inside and listens on a Unix socket on a small
 //! tmpfs volume of its own ([`ServerReach::Socket`], for a root host of an
 //! engine on this machine), or on the container's interface with its port
-//! published on the host's 127.0.0.1 only ([`ServerReach::PublishedPort`]).
+//! published on the host's 127.0.0.1 only ([`ServerReach::PublishedPort`]),
+//! or, for an engine on another machine, on that volume reached through
+//! the engine's API ([`ServerReach::EngineStream`], [`engine_forward`]).
 //! Each container runs as an unprivileged uid of its own
 //! ([`container_user`]), hardened (no capability, no new privileges, a
 //! read-only root, limits: [`container_spec`]), under the engine's default
@@ -35,6 +37,7 @@ pub mod bundle_volume;
 pub mod container;
 pub mod container_spec;
 pub mod container_user;
+pub mod engine_forward;
 pub mod platform;
 pub mod run_volume;
 pub mod runtime_check;
@@ -94,6 +97,12 @@ pub enum ServerReach {
     Socket,
     /// Through the server's port, published on 127.0.0.1 only.
     PublishedPort,
+    /// Through the engine's API: each connection is an exec in the container
+    /// relaying to the server's socket on its volume, carried inside the
+    /// engine's own connection (see `engine_forward`). Nothing is published
+    /// and no host path is used, so it works on network `none` and for an
+    /// engine on another machine, whose TLS or SSH protects the bytes.
+    EngineStream,
 }
 
 impl ServerReach {
