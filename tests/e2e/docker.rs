@@ -1182,13 +1182,12 @@ async fn a_container_reached_only_through_the_engines_api_serves_on_network_none
     // The host dials a socket of its own, private to its user.
     let socket = std::path::PathBuf::from(sb.addr().strip_prefix("unix:").unwrap());
     let dir = socket.parent().unwrap().to_owned();
-    assert!(
-        dir.file_name()
-            .unwrap()
-            .to_string_lossy()
-            .starts_with("agentix-engine-"),
-        "{}",
-        sb.addr()
+    assert_eq!(
+        dir,
+        agentix::MarkerDir::default()
+            .path()
+            .join(format!("{}.engine", sb.id())),
+        "beside the sandbox's marker"
     );
     use std::os::unix::fs::PermissionsExt;
     assert_eq!(
@@ -1232,6 +1231,24 @@ async fn a_container_reached_only_through_the_engines_api_serves_on_network_none
         )
         .await
         .unwrap();
+    // The bundle came as an image, into a volume: no path of this machine
+    // is mounted.
+    let mounts = inspected.mounts.clone().unwrap_or_default();
+    assert!(
+        mounts
+            .iter()
+            .all(|m| m.typ != Some(bollard::models::MountPointTypeEnum::BIND)),
+        "{mounts:?}"
+    );
+    assert!(
+        inspected
+            .host_config
+            .as_ref()
+            .and_then(|h| h.binds.as_ref())
+            .is_none_or(|binds| binds.iter().all(|b| !b.starts_with('/'))),
+        "{:?}",
+        inspected.host_config.as_ref().map(|h| &h.binds)
+    );
     let ports = inspected
         .network_settings
         .and_then(|n| n.ports)

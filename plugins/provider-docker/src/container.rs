@@ -50,6 +50,7 @@ impl Container {
     /// Creates and starts sandbox `id`'s container, hands its server the
     /// token, and waits for the ready line; returns it and the published
     /// `host:port`.
+    #[allow(clippy::too_many_arguments)]
     pub async fn start(
         docker: &Docker,
         id: &str,
@@ -57,6 +58,7 @@ impl Container {
         config: &SandboxConfig,
         reach: ServerReach,
         seed: Option<&Seed>,
+        markers: &MarkerDir,
     ) -> Result<(Container, String), ProviderError> {
         let (entry, source) = match &config.container.bundle_image {
             Some(image) => bundle_volume(docker, image).await?,
@@ -85,9 +87,10 @@ impl Container {
             (ServerReach::PublishedPort, ContainerNetwork::None) => {
                 return Err(ProviderError::Backend {
                     what: "a sandbox on network none is reached only through its socket".into(),
-                    reason: "that needs the engine on this machine and a root host; this \
-                             provider publishes ports (DOCKER_HOST is remote, or the host is \
-                             not root)"
+                    reason: "this provider publishes ports instead; use \
+                             ServerReach::EngineStream (through the engine's API: any host, any \
+                             engine) or, for a root host of an engine on this machine, \
+                             ServerReach::Socket"
                         .into(),
                 })
             }
@@ -122,8 +125,12 @@ impl Container {
                             agentix::bundle::RELAY_ROLE.to_owned(),
                             format!("{SOCKET_MOUNT}/{SOCKET_NAME}"),
                         ];
-                        let started =
-                            EngineForward::start(docker.clone(), container.name.clone(), relay);
+                        let started = EngineForward::start(
+                            docker.clone(),
+                            container.name.clone(),
+                            relay,
+                            crate::engine_forward::forward_dir(markers, id),
+                        );
                         let mut container = container;
                         match started {
                             Ok(forward) => {

@@ -3,7 +3,8 @@
 //! [`ServerReach::EngineStream`](crate::ServerReach::EngineStream)).
 //!
 //! The host listens on a Unix socket of its own, in a directory only its
-//! user may enter; every connection there becomes an exec of the bundle's
+//! user may enter (beside the sandbox's marker, [`forward_dir`], so a reap
+//! of a dead host's sandbox removes it too); every connection there becomes an exec of the bundle's
 //! `relay` role in the container (`agentix_server::stdio_relay`), whose
 //! attached stdin and stdout carry the connection's bytes to and from the
 //! server's socket inside. So the server publishes nothing, the bytes
@@ -29,6 +30,12 @@ use tokio::net::{UnixListener, UnixStream};
 /// once.
 const OUTPUT_PIECE: usize = 256 << 10;
 
+/// Where the forward of sandbox `id` listens: beside the markers in
+/// `markers`.
+pub fn forward_dir(markers: &agentix::MarkerDir, id: &str) -> PathBuf {
+    markers.path().join(format!("{id}.engine"))
+}
+
 /// A host-side socket whose connections reach a container's server through
 /// its engine; closed, and its directory removed, when dropped.
 pub struct EngineForward {
@@ -38,19 +45,26 @@ pub struct EngineForward {
 }
 
 impl EngineForward {
-    /// Listens for connections to pass to `container`'s server, each by an
-    /// exec of `relay` (the bundle's program, `relay`, the server's socket
-    /// inside the container).
+    /// Listens, in the new directory `dir` (mode 0700), for connections to
+    /// pass to `container`'s server, each by an exec of `relay` (the
+    /// bundle's program, `relay`, the server's socket inside the container).
     pub fn start(
         docker: Docker,
         container: String,
         relay: Vec<String>,
+        dir: PathBuf,
     ) -> Result<EngineForward, ProviderError> {
-        let dir = std::env::temp_dir().join(format!("agentix-engine-{}", agentix::random_hex(8)));
         let io = |what: &str, e: std::io::Error| ProviderError::Io {
             what: format!("{what} {}", dir.display()),
             source: e,
         };
+        if let Some(parent) = dir.parent() {
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(parent)
+                .map_err(|e| io("cannot make the directory of", e))?;
+        }
         std::fs::DirBuilder::new()
             .mode(0o700)
             .create(&dir)

@@ -21,7 +21,8 @@
 //!
 //! Layout: [`container_spec`] turns a `SandboxConfig` into the engine's
 //! create request as [`container_user`] runs it, with its socket on a
-//! [`run_volume`]; [`bundle_volume`] fills a volume from a bundle image;
+//! [`run_volume`]; [`bundle_volume`] fills a volume from a bundle image,
+//! which [`bundle_upload`] makes of a bundle directory;
 //! [`container`] is one sandbox's container as the `Sandbox` handle sees
 //! it; [`platform`] refuses a bundle of another architecture and
 //! [`runtime_check`] a runtime the engine lacks; [`snapshot_seed`] is how a
@@ -33,6 +34,7 @@
 //! container started from one has its server unpack them before its
 //! first worker.
 
+pub mod bundle_upload;
 pub mod bundle_volume;
 pub mod container;
 pub mod container_spec;
@@ -106,16 +108,18 @@ pub enum ServerReach {
 }
 
 impl ServerReach {
-    /// The socket for a root host of an engine on this machine
-    /// (`DOCKER_HOST` unset or `unix://`), the published port otherwise.
+    /// The engine's API for an engine elsewhere (`DOCKER_HOST` set to
+    /// anything but `unix://`), the socket for a root host of an engine on
+    /// this machine, the published port otherwise.
     pub fn for_engine() -> ServerReach {
         let remote = match std::env::var("DOCKER_HOST") {
             Ok(host) => !host.is_empty() && !host.starts_with("unix://"),
             Err(_) => false,
         };
-        match remote || !agentix::host_is_root() {
-            true => ServerReach::PublishedPort,
-            false => ServerReach::Socket,
+        match (remote, agentix::host_is_root()) {
+            (true, _) => ServerReach::EngineStream,
+            (false, true) => ServerReach::Socket,
+            (false, false) => ServerReach::PublishedPort,
         }
     }
 }
@@ -127,6 +131,8 @@ pub struct DockerProvider {
     sandboxes: SandboxRegistry,
     reach: ServerReach,
     markers: MarkerDir,
+    /// Held while a bundle is loaded into the engine as an image.
+    bundle_uploads: Arc<tokio::sync::Mutex<()>>,
 }
 
 /// The provider's name in markers and the provider registry.
@@ -149,6 +155,7 @@ impl DockerProvider {
             sandboxes: SandboxRegistry::new(),
             reach: ServerReach::for_engine(),
             markers: MarkerDir::default(),
+            bundle_uploads: Arc::default(),
         }
     }
 
@@ -320,6 +327,8 @@ impl DockerProvider {
             let dead = owner_liveness(&marker.owner) == Liveness::Dead;
             if dead || gone.contains(&marker.id) {
                 let _ = self.markers.remove(&marker.id);
+                let forward = engine_forward::forward_dir(&self.markers, &marker.id);
+                let _ = std::fs::remove_dir_all(forward);
             }
         }
     }
@@ -398,6 +407,7 @@ impl Provider for DockerProvider {
         Box::pin(async move {
             let dir = snapshot.dir_kept_by(PROVIDER_NAME)?;
             // Mounted only where the engine sees this machine's files.
+            // Mounted only where the engine sees this machine's paths.
             let seed = Seed::from_dir(dir, self.reach == ServerReach::Socket)?;
             self.start(config, Some(&seed)).await
         })
@@ -450,6 +460,13 @@ impl Provider for DockerProvider {
 }
 
 impl DockerProvider {
+    /// The engine's image of the bundle directory `dir`, loaded once per
+    /// bundle: concurrent starts of one bundle load it once.
+    async fn bundle_image_of(&self, dir: &std::path::Path) -> Result<String, ProviderError> {
+        let _one_at_a_time = self.bundle_uploads.lock().await;
+        bundle_upload::bundle_image_of(&self.docker, dir).await
+    }
+
     /// Starts a sandbox for `config`, its state from the archive `seed` if
     /// given.
     async fn start(
@@ -458,10 +475,25 @@ impl DockerProvider {
         seed: Option<&Seed>,
     ) -> Result<Sandbox, ProviderError> {
         {
+            let mut config = config;
+            if self.reach == ServerReach::EngineStream && config.container.bundle_image.is_none() {
+                // The engine may not see this machine's files: the bundle
+                // goes to it as an image, once per bundle.
+                let image = self.bundle_image_of(&config.bundle).await?;
+                config.container.bundle_image = Some(image);
+            }
             let id = format!("docker-{}", agentix::random_hex(8));
             let token = agentix::random_hex(32);
-            let (container, addr) =
-                Container::start(&self.docker, &id, &token, &config, self.reach, seed).await?;
+            let (container, addr) = Container::start(
+                &self.docker,
+                &id,
+                &token,
+                &config,
+                self.reach,
+                seed,
+                &self.markers,
+            )
+            .await?;
             let marker = SandboxMarker {
                 id: id.clone(),
                 provider: PROVIDER_NAME.to_owned(),
