@@ -78,6 +78,37 @@ pub(crate) async fn docker(local: &Sandbox, report: &mut Report) {
         us(echo_p50(&ported).await),
     );
     ported.delete().await;
+    let through_engine = provider.clone().with_reach(ServerReach::EngineStream);
+    // The first one loads the bundle into the engine as an image: not timed.
+    through_engine
+        .create(config())
+        .await
+        .expect("container sandbox")
+        .delete()
+        .await;
+    let began = Instant::now();
+    let streamed = through_engine
+        .session(config())
+        .await
+        .expect("container sandbox");
+    streamed
+        .remote(bench_fns::add_one, 1u64)
+        .await
+        .expect("first call");
+    let streamed_boot = began.elapsed();
+    report.add(
+        "docker_engine_stream_echo_p50_us",
+        "the same through the engine's API (an exec relaying to the server's socket), p50",
+        "µs",
+        us(echo_p50(&streamed).await),
+    );
+    report.add(
+        "docker_engine_stream_boot_ms",
+        "create to first call answered through the engine's API (its bundle image made already)",
+        "ms",
+        ms(streamed_boot),
+    );
+    streamed.delete().await;
     let pids = provider.host_pids(sb.id()).await;
     report.add(
         "docker_rss_kib",

@@ -112,11 +112,16 @@ impl ServerReach {
     /// anything but `unix://`), the socket for a root host of an engine on
     /// this machine, the published port otherwise.
     pub fn for_engine() -> ServerReach {
-        let remote = match std::env::var("DOCKER_HOST") {
-            Ok(host) => !host.is_empty() && !host.starts_with("unix://"),
-            Err(_) => false,
-        };
-        match (remote, agentix::host_is_root()) {
+        let host = std::env::var("DOCKER_HOST").ok();
+        ServerReach::for_docker_host(host.as_deref(), agentix::host_is_root())
+    }
+
+    /// What [`ServerReach::for_engine`] picks for `DOCKER_HOST` set to
+    /// `docker_host` (or not at all) and a host that is root or not.
+    pub fn for_docker_host(docker_host: Option<&str>, root: bool) -> ServerReach {
+        let remote =
+            docker_host.is_some_and(|host| !host.is_empty() && !host.starts_with("unix://"));
+        match (remote, root) {
             (true, _) => ServerReach::EngineStream,
             (false, true) => ServerReach::Socket,
             (false, false) => ServerReach::PublishedPort,
@@ -560,5 +565,29 @@ pub(crate) fn engine_error(e: &bollard::errors::Error) -> ProviderError {
             what: "the Docker engine cannot be reached (is it running? DOCKER_HOST?)".into(),
             reason: e.to_string(),
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_engine_elsewhere_is_reached_through_its_api() {
+        let pick = ServerReach::for_docker_host;
+        assert_eq!(
+            pick(Some("tcp://10.0.0.2:2376"), true),
+            ServerReach::EngineStream
+        );
+        assert_eq!(
+            pick(Some("ssh://builder"), false),
+            ServerReach::EngineStream
+        );
+        assert_eq!(
+            pick(Some("unix:///var/run/docker.sock"), true),
+            ServerReach::Socket
+        );
+        assert_eq!(pick(None, true), ServerReach::Socket);
+        assert_eq!(pick(Some(""), false), ServerReach::PublishedPort);
     }
 }

@@ -1,0 +1,264 @@
+//! A Docker engine on another host, as a host reaches it: the engine's API
+//! served at an address of a network namespace this test makes (a veth
+//! pair, `10.251.<n>.2`), by a process inside that namespace that passes
+//! connections on to this machine's engine. The provider gets only that
+//! address; the sandbox must work end to end with no path of this machine
+//! mounted, nothing published, and every byte through that endpoint.
+
+#[allow(dead_code)]
+mod docker_support;
+mod support;
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+
+use agentix::{Provider, SandboxConfig};
+use agentix_bash::BashOptions;
+use agentix_provider_docker::{DockerProvider, ServerReach};
+use docker_support::{bundle_dir, tools_image, TOOLS_IMAGE};
+
+/// Names the address and the log file of [`engine_endpoint_in_namespace`].
+const LISTEN: &str = "AGENTIX_TEST_ENGINE_LISTEN";
+const LOG: &str = "AGENTIX_TEST_ENGINE_LOG";
+
+/// The engine's API at `$LISTEN`, passed on to this machine's engine; what
+/// clients send is appended to `$LOG`. Run inside the namespace by the
+/// test below.
+#[tokio::test]
+#[ignore = "run inside its network namespace by an_engine_at_another_address_serves_a_sandbox_through_its_api_alone"]
+async fn engine_endpoint_in_namespace() {
+    let listen = std::env::var(LISTEN).expect("run by the test");
+    let log = PathBuf::from(std::env::var(LOG).expect("run by the test"));
+    let listener = tokio::net::TcpListener::bind(&listen).await.unwrap();
+    println!("listening");
+    loop {
+        let (client, _) = listener.accept().await.unwrap();
+        let log = log.clone();
+        tokio::spawn(async move {
+            use tokio::io::{AsyncReadExt, AsyncWriteExt};
+            let engine = tokio::net::UnixStream::connect("/var/run/docker.sock")
+                .await
+                .unwrap();
+            let (mut from_client, mut to_client) = client.into_split();
+            let (mut from_engine, mut to_engine) = engine.into_split();
+            let up = async move {
+                let mut buf = vec![0; 64 << 10];
+                while let Ok(n) = from_client.read(&mut buf).await {
+                    if n == 0 || to_engine.write_all(&buf[..n]).await.is_err() {
+                        break;
+                    }
+                    let mut file = std::fs::OpenOptions::new()
+                        .create(true)
+                        .append(true)
+                        .open(&log)
+                        .unwrap();
+                    file.write_all(&buf[..n]).unwrap();
+                }
+                let _ = to_engine.shutdown().await;
+            };
+            let down = tokio::io::copy(&mut from_engine, &mut to_client);
+            let _ = tokio::join!(up, down);
+        });
+    }
+}
+
+/// A network namespace with a veth pair to this one, and the endpoint
+/// process inside it; all removed when dropped.
+struct EngineHost {
+    namespace: String,
+    endpoint: Child,
+    addr: String,
+    log: PathBuf,
+}
+
+fn ip(args: &[&str]) {
+    let out = Command::new("ip")
+        .args(args)
+        .output()
+        .expect("the `ip` command");
+    assert!(
+        out.status.success(),
+        "ip {}: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+impl EngineHost {
+    fn start() -> EngineHost {
+        let tag = std::process::id() % 250 + 1;
+        let namespace = format!("agentix-engine-{}", std::process::id());
+        let (outside, inside) = (format!("agxh{tag}"), format!("agxn{tag}"));
+        let (host_ip, engine_ip) = (format!("10.251.{tag}.1"), format!("10.251.{tag}.2"));
+        let _ = Command::new("ip")
+            .args(["netns", "del", &namespace])
+            .output();
+        let _ = Command::new("ip").args(["link", "del", &outside]).output();
+        ip(&["netns", "add", &namespace]);
+        ip(&[
+            "link", "add", &outside, "type", "veth", "peer", "name", &inside,
+        ]);
+        ip(&["link", "set", &inside, "netns", &namespace]);
+        ip(&["addr", "add", &format!("{host_ip}/30"), "dev", &outside]);
+        ip(&["link", "set", &outside, "up"]);
+        let in_ns = |args: &[&str]| {
+            let mut all = vec!["netns", "exec", &namespace, "ip"];
+            all.extend_from_slice(args);
+            ip(&all);
+        };
+        in_ns(&["addr", "add", &format!("{engine_ip}/30"), "dev", &inside]);
+        in_ns(&["link", "set", &inside, "up"]);
+        in_ns(&["link", "set", "lo", "up"]);
+        let addr = format!("{engine_ip}:2375");
+        let log = std::env::temp_dir().join(format!("agentix-engine-log-{}", std::process::id()));
+        let _ = std::fs::remove_file(&log);
+        let mut endpoint = Command::new("ip")
+            .args(["netns", "exec", &namespace])
+            .arg(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "engine_endpoint_in_namespace",
+                "--ignored",
+                "--nocapture",
+            ])
+            .env(LISTEN, &addr)
+            .env(LOG, &log)
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let listening = BufReader::new(endpoint.stdout.take().unwrap())
+            .lines()
+            .map_while(Result::ok)
+            .any(|line| line.contains("listening"));
+        assert!(listening, "the endpoint in the namespace did not start");
+        EngineHost {
+            namespace,
+            endpoint,
+            addr,
+            log,
+        }
+    }
+
+    /// What clients sent the endpoint, as text.
+    fn sent(&self) -> String {
+        String::from_utf8_lossy(&std::fs::read(&self.log).unwrap_or_default()).into_owned()
+    }
+}
+
+impl Drop for EngineHost {
+    fn drop(&mut self) {
+        let _ = self.endpoint.kill();
+        let _ = self.endpoint.wait();
+        let _ = Command::new("ip")
+            .args(["netns", "del", &self.namespace])
+            .output();
+        let _ = std::fs::remove_file(&self.log);
+    }
+}
+
+/// Whether the host has a TCP connection open to `addr`, by
+/// `/proc/net/tcp` (remote address and port, in the kernel's hex).
+fn connected_to(addr: &str) -> bool {
+    let (ip, port) = addr.rsplit_once(':').unwrap();
+    let octets: Vec<u8> = ip.split('.').map(|o| o.parse().unwrap()).collect();
+    let hex = format!(
+        "{:02X}{:02X}{:02X}{:02X}:{:04X}",
+        octets[3],
+        octets[2],
+        octets[1],
+        octets[0],
+        port.parse::<u16>().unwrap()
+    );
+    std::fs::read_to_string("/proc/net/tcp")
+        .unwrap()
+        .lines()
+        .skip(1)
+        .any(|line| line.split_whitespace().nth(2) == Some(hex.as_str()))
+}
+
+fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+#[tokio::test]
+async fn an_engine_at_another_address_serves_a_sandbox_through_its_api_alone() {
+    assert!(
+        is_root(),
+        "this test makes a network namespace: run it as root"
+    );
+    let local = DockerProvider::connect().expect("a Docker engine");
+    tools_image(&local).await;
+    let engine = EngineHost::start();
+    let client = bollard::Docker::connect_with_http(
+        &format!("tcp://{}", engine.addr),
+        120,
+        bollard::API_DEFAULT_VERSION,
+    )
+    .unwrap();
+    // What `DOCKER_HOST=tcp://..` chooses.
+    assert_eq!(
+        ServerReach::for_docker_host(Some(&format!("tcp://{}", engine.addr)), true),
+        ServerReach::EngineStream
+    );
+    let provider = DockerProvider::new(client).with_reach(ServerReach::EngineStream);
+    let bundle = bundle_dir("remote-engine");
+    let mut config = SandboxConfig::new(&bundle).image(TOOLS_IMAGE);
+    config.container.network = agentix::ContainerNetwork::None;
+    let sb = provider.session(config).await.expect("a sandbox");
+
+    assert_eq!(sb.remote(agentix_e2e::add, (2, 3)).await.unwrap(), 5);
+    let ran = sb
+        .remote(
+            agentix_bash::run,
+            ("echo from afar".to_owned(), BashOptions::new()),
+        )
+        .await
+        .unwrap();
+    assert_eq!(ran.stdout_lossy(), "from afar\n");
+    // Its connection is an exec stream through the endpoint's address.
+    assert!(sb.addr().starts_with("unix:"), "{}", sb.addr());
+    assert!(
+        connected_to(&engine.addr),
+        "no connection to {} is open",
+        engine.addr
+    );
+    let sent = engine.sent();
+    for request in [
+        "POST /containers/create",
+        "/start HTTP/1.1",
+        "/exec HTTP/1.1",
+        "GET /images/agentix-bundle:",
+    ] {
+        assert!(sent.contains(request), "`{request}` did not come through");
+    }
+    let name = format!("agentix-{}", sb.id());
+    let inspected = local
+        .docker()
+        .inspect_container(
+            &name,
+            None::<bollard::query_parameters::InspectContainerOptions>,
+        )
+        .await
+        .unwrap();
+    let mounts = inspected.mounts.unwrap_or_default();
+    assert!(
+        mounts
+            .iter()
+            .all(|m| m.typ != Some(bollard::models::MountPointTypeEnum::BIND)),
+        "a path of this machine is mounted: {mounts:?}"
+    );
+    let deleted = sent.matches("DELETE /containers/").count();
+    sb.delete().await;
+    assert!(engine.sent().matches("DELETE /containers/").count() > deleted);
+    let left = local
+        .docker()
+        .inspect_container(
+            &name,
+            None::<bollard::query_parameters::InspectContainerOptions>,
+        )
+        .await;
+    assert!(left.is_err(), "container {name} is left");
+    let _ = std::fs::remove_dir_all(bundle);
+}
