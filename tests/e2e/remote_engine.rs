@@ -10,7 +10,7 @@ mod docker_support;
 mod support;
 
 use std::io::{BufRead, BufReader, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
 use agentix::{Provider, SandboxConfig};
@@ -18,29 +18,42 @@ use agentix_bash::BashOptions;
 use agentix_provider_docker::{DockerProvider, ServerReach};
 use docker_support::{bundle_dir, tools_image, TOOLS_IMAGE};
 
-/// Names the address and the log file of [`engine_endpoint_in_namespace`].
+/// Names the address and the log file of [`engine_endpoint_in_namespace`],
+/// and the directory of its TLS certificates when it speaks TLS.
 const LISTEN: &str = "AGENTIX_TEST_ENGINE_LISTEN";
 const LOG: &str = "AGENTIX_TEST_ENGINE_LOG";
+const TLS_DIR: &str = "AGENTIX_TEST_ENGINE_TLS";
 
 /// The engine's API at `$LISTEN`, passed on to this machine's engine; what
-/// clients send is appended to `$LOG`. Run inside the namespace by the
-/// test below.
+/// clients send is appended to `$LOG`. With `$TLS_DIR`, it speaks TLS and
+/// takes only clients with a certificate of that directory's CA, as an
+/// engine started with `--tlsverify` does. Run inside the namespace by the
+/// tests below.
 #[tokio::test]
 #[ignore = "run inside its network namespace by an_engine_at_another_address_serves_a_sandbox_through_its_api_alone"]
 async fn engine_endpoint_in_namespace() {
     let listen = std::env::var(LISTEN).expect("run by the test");
     let log = PathBuf::from(std::env::var(LOG).expect("run by the test"));
+    let tls = std::env::var_os(TLS_DIR).map(|dir| tls_acceptor(Path::new(&dir)));
     let listener = tokio::net::TcpListener::bind(&listen).await.unwrap();
     println!("listening");
     loop {
         let (client, _) = listener.accept().await.unwrap();
-        let log = log.clone();
+        let (log, tls) = (log.clone(), tls.clone());
         tokio::spawn(async move {
             use tokio::io::{AsyncReadExt, AsyncWriteExt};
+            let client: Box<dyn Duplex> = match tls {
+                Some(tls) => match tls.accept(client).await {
+                    Ok(tls) => Box::new(tls),
+                    // A client without the CA's certificate: refused.
+                    Err(_) => return,
+                },
+                None => Box::new(client),
+            };
             let engine = tokio::net::UnixStream::connect("/var/run/docker.sock")
                 .await
                 .unwrap();
-            let (mut from_client, mut to_client) = client.into_split();
+            let (mut from_client, mut to_client) = tokio::io::split(client);
             let (mut from_engine, mut to_engine) = engine.into_split();
             let up = async move {
                 let mut buf = vec![0; 64 << 10];
@@ -63,10 +76,75 @@ async fn engine_endpoint_in_namespace() {
     }
 }
 
+/// A byte stream either way: TCP, or TLS over it.
+trait Duplex: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send {}
+impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send> Duplex for T {}
+
+/// A TLS acceptor with the server certificate in `dir` that requires a
+/// client certificate of `dir`'s CA.
+fn tls_acceptor(dir: &Path) -> tokio_rustls::TlsAcceptor {
+    use tokio_rustls::rustls;
+    use tokio_rustls::rustls::pki_types::pem::PemObject;
+    use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let mut roots = rustls::RootCertStore::empty();
+    roots
+        .add(CertificateDer::from_pem_file(dir.join("ca.pem")).unwrap())
+        .unwrap();
+    let clients =
+        rustls::server::WebPkiClientVerifier::builder_with_provider(roots.into(), provider.clone())
+            .build()
+            .unwrap();
+    let config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_client_cert_verifier(clients)
+        .with_single_cert(
+            vec![CertificateDer::from_pem_file(dir.join("server-cert.pem")).unwrap()],
+            PrivateKeyDer::from_pem_file(dir.join("server-key.pem")).unwrap(),
+        )
+        .unwrap();
+    tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(config))
+}
+
+/// A CA, a server certificate for `ip` and a client certificate, written
+/// into `dir` as Docker's client expects them (`ca.pem`, `cert.pem`,
+/// `key.pem`) beside the server's (`server-cert.pem`, `server-key.pem`).
+fn make_certificates(dir: &Path, ip: &str) {
+    use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
+    std::fs::create_dir_all(dir).unwrap();
+    let ca_key = KeyPair::generate().unwrap();
+    let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca_cert = ca.self_signed(&ca_key).unwrap();
+    let issuer = Issuer::new(ca, ca_key);
+    let server_key = KeyPair::generate().unwrap();
+    let server = CertificateParams::new(vec![ip.to_owned()])
+        .unwrap()
+        .signed_by(&server_key, &issuer)
+        .unwrap();
+    let client_key = KeyPair::generate().unwrap();
+    let client = CertificateParams::new(vec!["agentix-test-client".to_owned()])
+        .unwrap()
+        .signed_by(&client_key, &issuer)
+        .unwrap();
+    for (file, pem) in [
+        ("ca.pem", ca_cert.pem()),
+        ("server-cert.pem", server.pem()),
+        ("server-key.pem", server_key.serialize_pem()),
+        ("cert.pem", client.pem()),
+        ("key.pem", client_key.serialize_pem()),
+    ] {
+        std::fs::write(dir.join(file), pem).unwrap();
+    }
+}
+
 /// A network namespace with a veth pair to this one, and the endpoint
 /// process inside it; all removed when dropped.
 struct EngineHost {
     namespace: String,
+    /// The host's end of the veth pair.
+    outside: String,
     endpoint: Child,
     addr: String,
     log: PathBuf,
@@ -86,9 +164,11 @@ fn ip(args: &[&str]) {
 }
 
 impl EngineHost {
-    fn start() -> EngineHost {
-        let tag = std::process::id() % 250 + 1;
-        let namespace = format!("agentix-engine-{}", std::process::id());
+    /// Engine host `n` of this test process (each test its own), speaking
+    /// TLS with the certificates in `tls` if given.
+    fn start(n: u32, tls: Option<&Path>) -> EngineHost {
+        let tag = (std::process::id() * 2 + n) % 250 + 1;
+        let namespace = format!("agentix-engine-{}-{n}", std::process::id());
         let (outside, inside) = (format!("agxh{tag}"), format!("agxn{tag}"));
         let (host_ip, engine_ip) = (format!("10.251.{tag}.1"), format!("10.251.{tag}.2"));
         let _ = Command::new("ip")
@@ -111,8 +191,12 @@ impl EngineHost {
         in_ns(&["link", "set", &inside, "up"]);
         in_ns(&["link", "set", "lo", "up"]);
         let addr = format!("{engine_ip}:2375");
-        let log = std::env::temp_dir().join(format!("agentix-engine-log-{}", std::process::id()));
+        let log =
+            std::env::temp_dir().join(format!("agentix-engine-log-{}-{n}", std::process::id()));
         let _ = std::fs::remove_file(&log);
+        if let Some(dir) = tls {
+            make_certificates(dir, &engine_ip);
+        }
         let mut endpoint = Command::new("ip")
             .args(["netns", "exec", &namespace])
             .arg(std::env::current_exe().unwrap())
@@ -124,6 +208,7 @@ impl EngineHost {
             ])
             .env(LISTEN, &addr)
             .env(LOG, &log)
+            .envs(tls.map(|dir| (TLS_DIR, dir)))
             .stdout(Stdio::piped())
             .spawn()
             .unwrap();
@@ -134,6 +219,7 @@ impl EngineHost {
         assert!(listening, "the endpoint in the namespace did not start");
         EngineHost {
             namespace,
+            outside,
             endpoint,
             addr,
             log,
@@ -150,6 +236,11 @@ impl Drop for EngineHost {
     fn drop(&mut self) {
         let _ = self.endpoint.kill();
         let _ = self.endpoint.wait();
+        // The pair goes with either end: now, not when the kernel gets
+        // round to freeing the namespace.
+        let _ = Command::new("ip")
+            .args(["link", "del", &self.outside])
+            .output();
         let _ = Command::new("ip")
             .args(["netns", "del", &self.namespace])
             .output();
@@ -190,7 +281,7 @@ async fn an_engine_at_another_address_serves_a_sandbox_through_its_api_alone() {
     );
     let local = DockerProvider::connect().expect("a Docker engine");
     tools_image(&local).await;
-    let engine = EngineHost::start();
+    let engine = EngineHost::start(0, None);
     let client = bollard::Docker::connect_with_http(
         &format!("tcp://{}", engine.addr),
         120,
@@ -261,4 +352,64 @@ async fn an_engine_at_another_address_serves_a_sandbox_through_its_api_alone() {
         .await;
     assert!(left.is_err(), "container {name} is left");
     let _ = std::fs::remove_dir_all(bundle);
+}
+
+#[tokio::test]
+async fn an_engine_over_tls_at_another_address_serves_a_sandbox_and_refuses_strangers() {
+    assert!(
+        is_root(),
+        "this test makes a network namespace: run it as root"
+    );
+    let local = DockerProvider::connect().expect("a Docker engine");
+    tools_image(&local).await;
+    let certs = std::env::temp_dir().join(format!("agentix-engine-tls-{}", std::process::id()));
+    let engine = EngineHost::start(1, Some(&certs));
+    // A client without a certificate of the engine's CA gets nothing.
+    let stranger = bollard::Docker::connect_with_http(
+        &format!("tcp://{}", engine.addr),
+        5,
+        bollard::API_DEFAULT_VERSION,
+    )
+    .unwrap();
+    assert!(stranger.ping().await.is_err(), "a plain client was served");
+    assert!(engine.sent().is_empty(), "{}", engine.sent());
+
+    let client = bollard::Docker::connect_with_ssl(
+        &format!("tcp://{}", engine.addr),
+        &certs.join("key.pem"),
+        &certs.join("cert.pem"),
+        &certs.join("ca.pem"),
+        120,
+        bollard::API_DEFAULT_VERSION,
+    )
+    .expect("a TLS client");
+    let provider = DockerProvider::new(client).with_reach(ServerReach::EngineStream);
+    let bundle = bundle_dir("remote-engine-tls");
+    let mut config = SandboxConfig::new(&bundle).image(TOOLS_IMAGE);
+    config.container.network = agentix::ContainerNetwork::None;
+    let sb = provider.session(config).await.expect("a sandbox over TLS");
+    assert_eq!(sb.remote(agentix_e2e::add, (20, 22)).await.unwrap(), 42);
+    let payload = agentix::Blob::from(vec![7u8; 1 << 20]);
+    let back = sb
+        .remote(agentix_e2e::echo_blob, payload.clone())
+        .await
+        .unwrap();
+    assert!(
+        back == payload,
+        "1 MiB through the engine's TLS, byte for byte"
+    );
+    assert!(connected_to(&engine.addr));
+    assert!(engine.sent().contains("/exec HTTP/1.1"));
+    let name = format!("agentix-{}", sb.id());
+    sb.delete().await;
+    let left = local
+        .docker()
+        .inspect_container(
+            &name,
+            None::<bollard::query_parameters::InspectContainerOptions>,
+        )
+        .await;
+    assert!(left.is_err(), "container {name} is left");
+    let _ = std::fs::remove_dir_all(bundle);
+    let _ = std::fs::remove_dir_all(certs);
 }
