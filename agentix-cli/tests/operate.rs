@@ -367,7 +367,8 @@ async fn doomed_snapshot_host() {
     let provider = LocalProvider::new().marker_dir(&dir);
     let config = SandboxConfig::new(env!("CARGO_BIN_EXE_agentix"));
     let sandbox = provider.session(config).await.unwrap();
-    let write = "mkdir -p work && echo prepared > work/state".to_owned();
+    // Builtins only: the tests also run with a PATH the sandbox cannot see.
+    let write = "echo prepared > state".to_owned();
     let ran = sandbox
         .remote(agentix_bash::run, (write, agentix_bash::BashOptions::new()))
         .await
@@ -419,7 +420,7 @@ fn reap_removes_a_killed_hosts_unnamed_snapshots_and_keeps_named_ones() {
         .map(|r| PathBuf::from(r["dir"].as_str().unwrap()))
         .collect();
     for snapshot_dir in &dirs {
-        let state = snapshot_dir.join("work/state");
+        let state = snapshot_dir.join("state");
         assert_eq!(std::fs::read_to_string(&state).unwrap(), "prepared\n");
     }
     let table = stdout(&run(&dir, &["ps", "--snapshots"]));
