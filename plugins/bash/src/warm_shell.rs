@@ -48,12 +48,22 @@ const ZYGOTE: &str = "IFS= read -r -d '' __agentix_pre || exit 0; \
 /// [`WorkerContext`](agentix::WorkerContext), so they end with it.
 #[derive(Default)]
 struct WarmShells {
-    shells: Mutex<Vec<(Child, String)>>,
+    shells: Mutex<Vec<WarmShell>>,
     starter: OnceLock<Option<std::sync::mpsc::SyncSender<()>>>,
 }
 
+/// A shell waiting for its command.
+struct WarmShell {
+    child: Child,
+    /// Its process tag.
+    tag: String,
+    /// The directory it started in (the worker's then): a command for that
+    /// directory needs no `cd`.
+    started_in: Option<String>,
+}
+
 impl WarmShells {
-    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<(Child, String)>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<WarmShell>> {
         self.shells.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
@@ -74,8 +84,17 @@ pub(crate) async fn hand_over(
     if !serves(shell, opts) {
         return None;
     }
-    let script = instructions(command, opts)?;
-    let (mut warm, tag) = warm_shells()?.lock().pop()?;
+    let pool = warm_shells()?;
+    let warm = pool.lock().pop()?;
+    let Some(script) = instructions(command, opts, warm.started_in.as_deref()) else {
+        pool.lock().push(warm);
+        return None;
+    };
+    let WarmShell {
+        child: mut warm,
+        tag,
+        ..
+    } = warm;
     let handed = match warm.stdin.as_mut() {
         Some(stdin) => stdin.write_all(&script).await.is_ok(),
         None => false,
@@ -94,21 +113,32 @@ pub(crate) fn serves(shell: &str, opts: &BashOptions) -> bool {
     opts.shell.is_none() && Some(shell) == crate::shell_program::bash_program()
 }
 
-/// The bytes that make a warm shell run `command` as `opts` ask.
-fn instructions(command: &str, opts: &BashOptions) -> Option<Vec<u8>> {
+/// The bytes that make a warm shell, started in `started_in`, run
+/// `command` as `opts` ask. Bash reads them one byte per system call, so
+/// what is not needed is left out: a `cd` to where the shell already is.
+fn instructions(command: &str, opts: &BashOptions, started_in: Option<&str>) -> Option<Vec<u8>> {
     // The worker's own directory is re-read each time: it may have changed
     // since the shell started.
     let cwd = match &opts.cwd {
         Some(cwd) => cwd.clone(),
         None => std::env::current_dir().ok()?.to_str()?.to_owned(),
     };
-    let mut pre = format!("cd -- {}", quote(&cwd));
+    let mut steps = Vec::new();
+    if started_in != Some(cwd.as_str()) {
+        steps.push(format!("cd -- {}", quote(&cwd)));
+    }
     for (key, value) in &opts.env {
         if !is_shell_name(key) {
             return None;
         }
-        pre.push_str(&format!("; export {key}={}", quote(value)));
+        steps.push(format!("export {key}={}", quote(value)));
     }
+    // Never empty: `:` does nothing.
+    let pre = if steps.is_empty() {
+        ":".to_owned()
+    } else {
+        steps.join("; ")
+    };
     let mut script = Vec::with_capacity(pre.len() + command.len() + 2);
     script.extend_from_slice(pre.as_bytes());
     script.push(0);
@@ -159,7 +189,10 @@ fn fill(pool: &WarmShells) {
     }
 }
 
-fn start() -> std::io::Result<(Child, String)> {
+fn start() -> std::io::Result<WarmShell> {
+    let started_in = std::env::current_dir()
+        .ok()
+        .and_then(|dir| dir.to_str().map(str::to_owned));
     let mut cmd = Command::new(crate::shell_program::bash_program().unwrap_or("bash"));
     cmd.arg("-c").arg(ZYGOTE);
     let tag = crate::command_env::prepare(&mut cmd);
@@ -171,7 +204,11 @@ fn start() -> std::io::Result<(Child, String)> {
     unsafe {
         cmd.pre_exec(move || agentix::process::child_setup(parent, libc::SIGKILL));
     }
-    Ok((cmd.spawn()?, tag))
+    Ok(WarmShell {
+        child: cmd.spawn()?,
+        tag,
+        started_in,
+    })
 }
 
 /// `s` in single quotes, safe to paste into a shell script.
@@ -202,9 +239,14 @@ mod tests {
     #[test]
     fn instructions_carry_the_directory_the_variables_and_the_command() {
         let opts = BashOptions::new().cwd("/tmp/a b").env("K", "v'1");
-        let script = instructions("echo hi", &opts).unwrap();
+        let script = instructions("echo hi", &opts, Some("/elsewhere")).unwrap();
         assert_eq!(script, b"cd -- '/tmp/a b'; export K='v'\\''1'\0echo hi\0");
-        assert!(instructions("true", &BashOptions::new().env("A-B", "x")).is_none());
-        assert!(instructions(&"x".repeat(MAX_SCRIPT), &BashOptions::new()).is_none());
+        let here = instructions("echo hi", &opts, Some("/tmp/a b")).unwrap();
+        assert_eq!(here, b"export K='v'\\''1'\0echo hi\0", "no cd where it is");
+        let bare = BashOptions::new().cwd("/w");
+        assert_eq!(instructions("ls", &bare, Some("/w")).unwrap(), b":\0ls\0");
+        let env_only = BashOptions::new().env("A-B", "x");
+        assert!(instructions("true", &env_only, None).is_none());
+        assert!(instructions(&"x".repeat(MAX_SCRIPT), &BashOptions::new(), None).is_none());
     }
 }
