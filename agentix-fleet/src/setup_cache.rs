@@ -7,7 +7,10 @@
 //! bundle's digest, and a container's image ID, not its tag), the setup's
 //! name and its arguments (as JSON). Requests for one key that arrive
 //! together run the setup once; a setup that fails is not kept, so the
-//! next request tries again.
+//! next request tries again. By default the snapshots go with the cache;
+//! [`SetupCache::kept_across_runs`] names them by their key instead, so a
+//! later run (another process) finds them through the provider's
+//! snapshot records and runs no setup at all.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -27,6 +30,7 @@ pub struct SetupCache {
     environment: OnceCell<String>,
     snapshots: Mutex<HashMap<String, Arc<OnceCell<Snapshot>>>>,
     setups_run: AtomicU64,
+    kept: bool,
 }
 
 impl SetupCache {
@@ -38,7 +42,23 @@ impl SetupCache {
             environment: OnceCell::new(),
             snapshots: Mutex::default(),
             setups_run: AtomicU64::new(0),
+            kept: false,
         }
+    }
+
+    /// The same cache, whose snapshots outlive it: each is named
+    /// [`SetupCache::snapshot_name`] of its key, and a request first looks
+    /// for a snapshot of that name the provider recorded (in an earlier
+    /// run too). They stay until removed (`Snapshot::remove`, or
+    /// `agentix reap --snapshot NAME`).
+    pub fn kept_across_runs(mut self) -> Self {
+        self.kept = true;
+        self
+    }
+
+    /// The name a kept snapshot of the setup keyed `key` has.
+    pub fn snapshot_name(key: &str) -> String {
+        format!("agentix-setup-{}", &key[..key.len().min(32)])
     }
 
     /// The key of the setup `name` with `args`: a hex SHA-256 of the
@@ -103,14 +123,22 @@ impl SetupCache {
             .clone();
         let snapshot = cell
             .get_or_try_init(|| async {
+                if self.kept {
+                    if let Some(found) = self.provider.find_snapshot(&Self::snapshot_name(&key)) {
+                        return Ok(found);
+                    }
+                }
                 self.setups_run.fetch_add(1, Ordering::Relaxed);
                 let sandbox = Arc::new(self.provider.session(self.config.clone()).await?);
                 let ran = setup(sandbox.clone(), args).await;
                 let taken = match ran {
                     Ok(()) => {
-                        let spec = SnapshotSpec::new()
+                        let mut spec = SnapshotSpec::new()
                             .label("agentix.setup", name)
                             .label("agentix.setup-key", &key);
+                        if self.kept {
+                            spec = spec.name(Self::snapshot_name(&key));
+                        }
                         sandbox.snapshot(spec).await
                     }
                     Err(e) => Err(ProviderError::Backend {

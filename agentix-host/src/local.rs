@@ -148,6 +148,11 @@ impl Provider for LocalProvider {
         })
     }
 
+    fn find_snapshot(&self, name_or_id: &str) -> Option<Snapshot> {
+        let records = crate::snapshot_record::SnapshotRecords::of(&self.markers);
+        Snapshot::find(&records, name_or_id, PROVIDER_NAME)
+    }
+
     /// Removes what dead hosts left, by their markers: a server still
     /// running (its process group and cgroup are killed), its directory,
     /// its cgroup, the marker. A live host's sandboxes are never touched;

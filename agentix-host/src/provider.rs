@@ -134,6 +134,16 @@ pub trait Provider: Send + Sync {
         })
     }
 
+    /// A snapshot of this provider's that this or an earlier process
+    /// recorded ([`crate::SnapshotRecord`]), by name, id or the start of
+    /// one id, opened ([`Snapshot::open`]: dropping it removes nothing);
+    /// `None` if there is none whose files this machine still has. The
+    /// default: this provider keeps no records.
+    fn find_snapshot(&self, name_or_id: &str) -> Option<Snapshot> {
+        let _ = name_or_id;
+        None
+    }
+
     /// Removes what hosts that died left of this provider's sandboxes on
     /// this machine (see `OwnerId`), never a live host's: their sandboxes,
     /// and their unnamed snapshots (see `SnapshotRecord`); returns how many

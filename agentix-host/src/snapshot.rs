@@ -162,6 +162,15 @@ impl Snapshot {
         snapshot
     }
 
+    /// The snapshot of `provider` that `records` name `name_or_id` (a
+    /// name, an id or the start of one id), opened as [`Snapshot::open`]
+    /// does; `None` unless there is one whose directory is still here.
+    pub fn find(records: &SnapshotRecords, name_or_id: &str, provider: &str) -> Option<Snapshot> {
+        let record = records.find(name_or_id).ok()?;
+        (record.provider == provider && record.dir.is_dir())
+            .then(|| Snapshot::open(&record, records))
+    }
+
     /// What a record of it says, with this process as its owner; `None`
     /// for a snapshot kept outside this machine's filesystem.
     pub fn record(&self) -> Option<SnapshotRecord> {

@@ -193,3 +193,60 @@ async fn a_setup_cache_runs_a_setup_once_per_key_and_starts_every_sandbox_from_i
     futures_util::future::join_all(sandboxes.into_iter().map(Sandbox::delete)).await;
     other.delete().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kept_setup_is_found_by_the_next_run_and_runs_no_setup() {
+    use agentix::fleet::SetupCache;
+    let provider: std::sync::Arc<dyn Provider> = std::sync::Arc::new(LocalProvider::new());
+    let config = SandboxConfig::new(support::bundle_path());
+    // A version of this test's own: no other run's snapshot has its key.
+    let version = agentix::random_hex(6);
+    let setup = |sb: std::sync::Arc<Sandbox>, version: String| async move {
+        let script = format!("echo prepared {version} > prepared.txt");
+        sb.remote(agentix_bash::run, (script, BashOptions::new()))
+            .await
+            .map(drop)
+    };
+    let first = SetupCache::new(provider.clone(), config.clone()).kept_across_runs();
+    let sb = first
+        .sandbox("prepare", version.clone(), setup)
+        .await
+        .unwrap();
+    assert_eq!(first.setups_run(), 1);
+    assert_eq!(
+        sh(&sb, "cat prepared.txt").await,
+        format!("prepared {version}")
+    );
+    sb.delete().await;
+    let key = first.key("prepare", &version).await.unwrap();
+    drop(first);
+
+    // The next run: a new cache, as in another process.
+    let next = SetupCache::new(provider.clone(), config).kept_across_runs();
+    let sb = next
+        .sandbox("prepare", version.clone(), setup)
+        .await
+        .unwrap();
+    assert_eq!(next.setups_run(), 0, "the recorded snapshot was used");
+    assert_eq!(
+        sh(&sb, "cat prepared.txt").await,
+        format!("prepared {version}")
+    );
+    sb.delete().await;
+
+    let kept = provider
+        .find_snapshot(&SetupCache::snapshot_name(&key))
+        .expect("kept until removed");
+    assert_eq!(kept.labels()["agentix.setup-key"], key);
+    let dir = kept.dir().unwrap().to_owned();
+    kept.remove();
+    support::wait_until(
+        "the kept snapshot is removed",
+        Duration::from_secs(10),
+        || !dir.exists(),
+    )
+    .await;
+    assert!(provider
+        .find_snapshot(&SetupCache::snapshot_name(&key))
+        .is_none());
+}

@@ -459,6 +459,11 @@ impl Provider for DockerProvider {
         })
     }
 
+    fn find_snapshot(&self, name_or_id: &str) -> Option<Snapshot> {
+        let records = agentix::SnapshotRecords::of(&self.markers);
+        Snapshot::find(&records, name_or_id, PROVIDER_NAME)
+    }
+
     fn reap(&self) -> BoxFuture<'_, Result<usize, ProviderError>> {
         Box::pin(DockerProvider::reap(self))
     }
