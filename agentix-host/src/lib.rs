@@ -17,7 +17,9 @@
 //!   `cgroup_limits`: a root host's cgroup per sandbox; `port_forward`: an
 //!   isolated sandbox's TCP address on the host.
 //! - [`fd_limit`]: the process's open-file limit, which many sandboxes reach.
-//! - [`owner`]: [`OwnerId`], the host process a sandbox belongs to, for reaping.
+//! - [`owner`]: [`OwnerId`], the host process a sandbox belongs to, for reaping;
+//!   [`sandbox_marker`] and [`snapshot_record`] record what each host
+//!   started, as files of a `json_files` directory.
 //! - [`keeper`]: the threads that start, watch and reap local server processes.
 //! - [`sandbox`]: [`Sandbox`], the handle user code calls through;
 //!   [`sandbox_actor`]: [`SandboxActor`], the same sandbox behind a mailbox;
@@ -56,6 +58,7 @@ pub mod fd_limit;
 mod health;
 mod host_half;
 mod isolation;
+mod json_files;
 mod keeper;
 mod local;
 mod log_replay;

@@ -14,12 +14,12 @@
 //! host's system directories, their own directory and a private `/tmp`).
 //! A directory that another user owns, or that others may enter, is refused.
 
-use std::io::Write;
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::json_files;
 use crate::owner::{process_running, OwnerId};
 
 /// One sandbox, as its owner recorded it.
@@ -92,53 +92,25 @@ impl MarkerDir {
     /// renamed, so that a reader never sees half of one.
     pub fn write(&self, marker: &SandboxMarker) -> std::io::Result<()> {
         self.ensure()?;
-        let file = self.file_of(&marker.id);
-        let partial = self.path.join(format!(".{}.partial", marker.id));
-        let mut out = std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&partial)?;
-        out.write_all(&serde_json::to_vec(marker)?)?;
-        drop(out);
-        std::fs::rename(&partial, &file)
+        json_files::write(&self.path, &marker.id, marker)
     }
 
     /// Removes sandbox `id`'s marker (nothing when there is none).
     pub fn remove(&self, id: &str) -> std::io::Result<()> {
-        match std::fs::remove_file(self.file_of(id)) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
-            _ => Ok(()),
-        }
+        json_files::remove(&self.path, id)
     }
 
     /// Sandbox `id`'s marker, if there is one.
     pub fn read(&self, id: &str) -> Option<SandboxMarker> {
-        let bytes = std::fs::read(self.file_of(id)).ok()?;
-        serde_json::from_slice(&bytes).ok()
+        json_files::read(&self.path, id)
     }
 
     /// Every marker, oldest first; files that are not markers are skipped.
     /// An absent directory holds none.
     pub fn list(&self) -> std::io::Result<Vec<SandboxMarker>> {
-        let entries = match std::fs::read_dir(&self.path) {
-            Ok(entries) => entries,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-            Err(e) => return Err(e),
-        };
-        let mut markers: Vec<SandboxMarker> = entries
-            .filter_map(Result::ok)
-            .filter(|entry| entry.file_name().to_string_lossy().ends_with(".json"))
-            .filter_map(|entry| std::fs::read(entry.path()).ok())
-            .filter_map(|bytes| serde_json::from_slice(&bytes).ok())
-            .collect();
+        let mut markers: Vec<SandboxMarker> = json_files::list(&self.path)?;
         markers.sort_by_key(|m| m.created_ms);
         Ok(markers)
-    }
-
-    fn file_of(&self, id: &str) -> PathBuf {
-        self.path.join(format!("{id}.json"))
     }
 
     /// Makes the directory (0700) when absent, and refuses one that is not

@@ -11,12 +11,12 @@
 //! has its own permissions.
 
 use std::collections::BTreeMap;
-use std::io::Write;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::os::unix::fs::DirBuilderExt;
 use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
+use crate::json_files;
 use crate::owner::{Liveness, OwnerId};
 use crate::sandbox_marker::MarkerDir;
 
@@ -73,39 +73,17 @@ impl SnapshotRecords {
             Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => return Err(e),
             _ => {}
         }
-        let partial = self.dir.join(format!(".{}.partial", record.id));
-        let mut out = std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&partial)?;
-        out.write_all(&serde_json::to_vec(record)?)?;
-        drop(out);
-        std::fs::rename(&partial, self.file_of(&record.id))
+        json_files::write(&self.dir, &record.id, record)
     }
 
     /// Removes snapshot `id`'s record (nothing when there is none).
     pub fn remove(&self, id: &str) -> std::io::Result<()> {
-        match std::fs::remove_file(self.file_of(id)) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
-            _ => Ok(()),
-        }
+        json_files::remove(&self.dir, id)
     }
 
     /// Every record, oldest first; an absent directory holds none.
     pub fn list(&self) -> std::io::Result<Vec<SnapshotRecord>> {
-        let entries = match std::fs::read_dir(&self.dir) {
-            Ok(entries) => entries,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-            Err(e) => return Err(e),
-        };
-        let mut records: Vec<SnapshotRecord> = entries
-            .filter_map(Result::ok)
-            .filter(|entry| entry.file_name().to_string_lossy().ends_with(".json"))
-            .filter_map(|entry| std::fs::read(entry.path()).ok())
-            .filter_map(|bytes| serde_json::from_slice(&bytes).ok())
-            .collect();
+        let mut records: Vec<SnapshotRecord> = json_files::list(&self.dir)?;
         records.sort_by_key(|r| r.created_ms);
         Ok(records)
     }
@@ -167,10 +145,6 @@ impl SnapshotRecords {
             _ => {}
         }
         self.remove(&record.id)
-    }
-
-    fn file_of(&self, id: &str) -> PathBuf {
-        self.dir.join(format!("{id}.json"))
     }
 }
 
