@@ -1086,31 +1086,11 @@ async fn engine_over_tcp() -> (String, std::sync::Arc<std::sync::Mutex<Vec<u8>>>
     let addr = listener.local_addr().unwrap().to_string();
     let sent = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
     let kept = sent.clone();
-    tokio::spawn(async move {
-        while let Ok((client, _)) = listener.accept().await {
-            let kept = kept.clone();
-            tokio::spawn(async move {
-                let engine = tokio::net::UnixStream::connect("/var/run/docker.sock")
-                    .await
-                    .unwrap();
-                let (mut from_client, mut to_client) = client.into_split();
-                let (mut from_engine, mut to_engine) = engine.into_split();
-                let up = async move {
-                    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-                    let mut buf = vec![0; 64 << 10];
-                    while let Ok(n) = from_client.read(&mut buf).await {
-                        if n == 0 || to_engine.write_all(&buf[..n]).await.is_err() {
-                            break;
-                        }
-                        kept.lock().unwrap().extend_from_slice(&buf[..n]);
-                    }
-                    let _ = to_engine.shutdown().await;
-                };
-                let down = tokio::io::copy(&mut from_engine, &mut to_client);
-                let _ = tokio::join!(up, down);
-            });
-        }
-    });
+    tokio::spawn(docker_support::relay_engine_api(
+        listener,
+        None,
+        move |chunk| kept.lock().unwrap().extend_from_slice(chunk),
+    ));
     (addr, sent)
 }
 
@@ -1118,12 +1098,7 @@ async fn engine_over_tcp() -> (String, std::sync::Arc<std::sync::Mutex<Vec<u8>>>
 async fn an_engine_reached_over_tcp_creates_serves_and_deletes_through_that_endpoint() {
     tools_image(&DockerProvider::connect().expect("a Docker engine")).await;
     let (addr, sent) = engine_over_tcp().await;
-    let client = bollard::Docker::connect_with_http(
-        &format!("tcp://{addr}"),
-        120,
-        bollard::API_DEFAULT_VERSION,
-    )
-    .expect("a client for tcp://");
+    let client = docker_support::tcp_client(&addr, 120);
     let provider = DockerProvider::new(client).with_reach(ServerReach::PublishedPort);
     let bundle = bundle_dir("tcp-engine");
     let config = SandboxConfig::new(&bundle).image(TOOLS_IMAGE);
@@ -1151,15 +1126,11 @@ async fn an_engine_reached_over_tcp_creates_serves_and_deletes_through_that_endp
         requests("DELETE /containers/") >= 1,
         "the delete goes through the provider's own client, not DOCKER_HOST's engine"
     );
-    let left = DockerProvider::connect()
-        .unwrap()
-        .docker()
-        .inspect_container(
-            &name,
-            None::<bollard::query_parameters::InspectContainerOptions>,
-        )
-        .await;
-    assert!(left.is_err(), "container {name} is left");
+    let local = DockerProvider::connect().unwrap();
+    assert!(
+        docker_support::container_gone(local.docker(), &name).await,
+        "container {name} is left"
+    );
     let _ = std::fs::remove_dir_all(bundle);
 }
 
@@ -1167,12 +1138,7 @@ async fn an_engine_reached_over_tcp_creates_serves_and_deletes_through_that_endp
 async fn a_container_reached_only_through_the_engines_api_serves_on_network_none() {
     tools_image(&DockerProvider::connect().expect("a Docker engine")).await;
     let (addr, sent) = engine_over_tcp().await;
-    let client = bollard::Docker::connect_with_http(
-        &format!("tcp://{addr}"),
-        120,
-        bollard::API_DEFAULT_VERSION,
-    )
-    .expect("a client for tcp://");
+    let client = docker_support::tcp_client(&addr, 120);
     let provider = DockerProvider::new(client).with_reach(ServerReach::EngineStream);
     let bundle = bundle_dir("engine-stream");
     let mut config = SandboxConfig::new(&bundle).image(TOOLS_IMAGE);
@@ -1262,14 +1228,10 @@ async fn a_container_reached_only_through_the_engines_api_serves_on_network_none
         !dir.exists(),
         "the forward's directory goes with the sandbox"
     );
-    let left = DockerProvider::connect()
-        .unwrap()
-        .docker()
-        .inspect_container(
-            &name,
-            None::<bollard::query_parameters::InspectContainerOptions>,
-        )
-        .await;
-    assert!(left.is_err(), "container {name} is left");
+    let local = DockerProvider::connect().unwrap();
+    assert!(
+        docker_support::container_gone(local.docker(), &name).await,
+        "container {name} is left"
+    );
     let _ = std::fs::remove_dir_all(bundle);
 }

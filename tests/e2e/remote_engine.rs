@@ -16,7 +16,9 @@ use std::process::{Child, Command, Stdio};
 use agentix::{Provider, SandboxConfig};
 use agentix_bash::BashOptions;
 use agentix_provider_docker::{DockerProvider, ServerReach};
-use docker_support::{bundle_dir, tools_image, TOOLS_IMAGE};
+use docker_support::{
+    bundle_dir, container_gone, relay_engine_api, tcp_client, tools_image, TOOLS_IMAGE,
+};
 
 /// Names the address and the log file of [`engine_endpoint_in_namespace`],
 /// and the directory of its TLS certificates when it speaks TLS.
@@ -37,48 +39,16 @@ async fn engine_endpoint_in_namespace() {
     let tls = std::env::var_os(TLS_DIR).map(|dir| tls_acceptor(Path::new(&dir)));
     let listener = tokio::net::TcpListener::bind(&listen).await.unwrap();
     println!("listening");
-    loop {
-        let (client, _) = listener.accept().await.unwrap();
-        let (log, tls) = (log.clone(), tls.clone());
-        tokio::spawn(async move {
-            use tokio::io::{AsyncReadExt, AsyncWriteExt};
-            let client: Box<dyn Duplex> = match tls {
-                Some(tls) => match tls.accept(client).await {
-                    Ok(tls) => Box::new(tls),
-                    // A client without the CA's certificate: refused.
-                    Err(_) => return,
-                },
-                None => Box::new(client),
-            };
-            let engine = tokio::net::UnixStream::connect("/var/run/docker.sock")
-                .await
-                .unwrap();
-            let (mut from_client, mut to_client) = tokio::io::split(client);
-            let (mut from_engine, mut to_engine) = engine.into_split();
-            let up = async move {
-                let mut buf = vec![0; 64 << 10];
-                while let Ok(n) = from_client.read(&mut buf).await {
-                    if n == 0 || to_engine.write_all(&buf[..n]).await.is_err() {
-                        break;
-                    }
-                    let mut file = std::fs::OpenOptions::new()
-                        .create(true)
-                        .append(true)
-                        .open(&log)
-                        .unwrap();
-                    file.write_all(&buf[..n]).unwrap();
-                }
-                let _ = to_engine.shutdown().await;
-            };
-            let down = tokio::io::copy(&mut from_engine, &mut to_client);
-            let _ = tokio::join!(up, down);
-        });
-    }
+    relay_engine_api(listener, tls, move |chunk| {
+        let mut file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log)
+            .unwrap();
+        file.write_all(chunk).unwrap();
+    })
+    .await;
 }
-
-/// A byte stream either way: TCP, or TLS over it.
-trait Duplex: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send {}
-impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send> Duplex for T {}
 
 /// A TLS acceptor with the server certificate in `dir` that requires a
 /// client certificate of `dir`'s CA.
@@ -282,12 +252,7 @@ async fn an_engine_at_another_address_serves_a_sandbox_through_its_api_alone() {
     let local = DockerProvider::connect().expect("a Docker engine");
     tools_image(&local).await;
     let engine = EngineHost::start(0, None);
-    let client = bollard::Docker::connect_with_http(
-        &format!("tcp://{}", engine.addr),
-        120,
-        bollard::API_DEFAULT_VERSION,
-    )
-    .unwrap();
+    let client = tcp_client(&engine.addr, 120);
     // What `DOCKER_HOST=tcp://..` chooses.
     assert_eq!(
         ServerReach::for_docker_host(Some(&format!("tcp://{}", engine.addr)), true),
@@ -343,14 +308,10 @@ async fn an_engine_at_another_address_serves_a_sandbox_through_its_api_alone() {
     let deleted = sent.matches("DELETE /containers/").count();
     sb.delete().await;
     assert!(engine.sent().matches("DELETE /containers/").count() > deleted);
-    let left = local
-        .docker()
-        .inspect_container(
-            &name,
-            None::<bollard::query_parameters::InspectContainerOptions>,
-        )
-        .await;
-    assert!(left.is_err(), "container {name} is left");
+    assert!(
+        container_gone(local.docker(), &name).await,
+        "container {name} is left"
+    );
     let _ = std::fs::remove_dir_all(bundle);
 }
 
@@ -365,12 +326,7 @@ async fn an_engine_over_tls_at_another_address_serves_a_sandbox_and_refuses_stra
     let certs = std::env::temp_dir().join(format!("agentix-engine-tls-{}", std::process::id()));
     let engine = EngineHost::start(1, Some(&certs));
     // A client without a certificate of the engine's CA gets nothing.
-    let stranger = bollard::Docker::connect_with_http(
-        &format!("tcp://{}", engine.addr),
-        5,
-        bollard::API_DEFAULT_VERSION,
-    )
-    .unwrap();
+    let stranger = tcp_client(&engine.addr, 5);
     assert!(stranger.ping().await.is_err(), "a plain client was served");
     assert!(engine.sent().is_empty(), "{}", engine.sent());
 
@@ -402,14 +358,10 @@ async fn an_engine_over_tls_at_another_address_serves_a_sandbox_and_refuses_stra
     assert!(engine.sent().contains("/exec HTTP/1.1"));
     let name = format!("agentix-{}", sb.id());
     sb.delete().await;
-    let left = local
-        .docker()
-        .inspect_container(
-            &name,
-            None::<bollard::query_parameters::InspectContainerOptions>,
-        )
-        .await;
-    assert!(left.is_err(), "container {name} is left");
+    assert!(
+        container_gone(local.docker(), &name).await,
+        "container {name} is left"
+    );
     let _ = std::fs::remove_dir_all(bundle);
     let _ = std::fs::remove_dir_all(certs);
 }

@@ -99,3 +99,72 @@ pub(crate) async fn containers_labelled(
     };
     docker.list_containers(Some(options)).await.unwrap()
 }
+
+/// A byte stream either way: TCP, or TLS over it.
+pub(crate) trait Duplex:
+    tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send
+{
+}
+impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send> Duplex for T {}
+
+/// Serves this machine's engine API on `listener`, as an engine reached
+/// over the network: each connection is passed on to the engine's socket,
+/// and `sent` hears every chunk a client sends. With `tls`, a connection
+/// speaks TLS first (one the acceptor refuses is dropped).
+pub(crate) async fn relay_engine_api(
+    listener: tokio::net::TcpListener,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+    sent: impl Fn(&[u8]) + Clone + Send + 'static,
+) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    while let Ok((client, _)) = listener.accept().await {
+        let (tls, sent) = (tls.clone(), sent.clone());
+        tokio::spawn(async move {
+            let client: Box<dyn Duplex> = match tls {
+                Some(tls) => match tls.accept(client).await {
+                    Ok(tls) => Box::new(tls),
+                    Err(_) => return,
+                },
+                None => Box::new(client),
+            };
+            let engine = tokio::net::UnixStream::connect("/var/run/docker.sock")
+                .await
+                .unwrap();
+            let (mut from_client, mut to_client) = tokio::io::split(client);
+            let (mut from_engine, mut to_engine) = engine.into_split();
+            let up = async move {
+                let mut buf = vec![0; 64 << 10];
+                while let Ok(n) = from_client.read(&mut buf).await {
+                    if n == 0 || to_engine.write_all(&buf[..n]).await.is_err() {
+                        break;
+                    }
+                    sent(&buf[..n]);
+                }
+                let _ = to_engine.shutdown().await;
+            };
+            let down = tokio::io::copy(&mut from_engine, &mut to_client);
+            let _ = tokio::join!(up, down);
+        });
+    }
+}
+
+/// A client of the engine at `tcp://addr`, without TLS.
+pub(crate) fn tcp_client(addr: &str, timeout_s: u64) -> bollard::Docker {
+    bollard::Docker::connect_with_http(
+        &format!("tcp://{addr}"),
+        timeout_s,
+        bollard::API_DEFAULT_VERSION,
+    )
+    .expect("a client for tcp://")
+}
+
+/// Whether this machine's engine has no container `name`.
+pub(crate) async fn container_gone(docker: &bollard::Docker, name: &str) -> bool {
+    docker
+        .inspect_container(
+            name,
+            None::<bollard::query_parameters::InspectContainerOptions>,
+        )
+        .await
+        .is_err()
+}
