@@ -58,3 +58,45 @@ pub(crate) fn list<T: DeserializeOwned>(dir: &Path) -> std::io::Result<Vec<T>> {
         .filter_map(|bytes| serde_json::from_slice(&bytes).ok())
         .collect())
 }
+
+/// What [`pick`] is told about the kind of record it picks from.
+pub(crate) struct Kind<'a> {
+    /// One record, in an error (`sandbox`, `snapshot`).
+    pub noun: &'a str,
+    /// Where the records are, in an error.
+    pub dir: &'a Path,
+    /// The command that lists them (`agentix ps`).
+    pub listed_by: &'a str,
+}
+
+/// The one of `records` that `name` names: one `exact` says it is, else
+/// the only one whose id (`id_of`) starts with `name`; otherwise why not,
+/// as a sentence.
+pub(crate) fn pick<T>(
+    records: Vec<T>,
+    name: &str,
+    exact: impl Fn(&T) -> bool,
+    id_of: impl Fn(&T) -> &str,
+    kind: Kind<'_>,
+) -> Result<T, String> {
+    let mut records = records;
+    if let Some(at) = records.iter().position(&exact) {
+        return Ok(records.swap_remove(at));
+    }
+    let mut matching = records.into_iter().filter(|r| id_of(r).starts_with(name));
+    match (matching.next(), matching.next()) {
+        (Some(only), None) => Ok(only),
+        (Some(a), Some(b)) => Err(format!(
+            "`{name}` names more than one {} ({}, {}, ...): give more of the id",
+            kind.noun,
+            id_of(&a),
+            id_of(&b)
+        )),
+        (None, _) => Err(format!(
+            "no {} `{name}` is recorded in {} (`{}` lists them)",
+            kind.noun,
+            kind.dir.display(),
+            kind.listed_by
+        )),
+    }
+}

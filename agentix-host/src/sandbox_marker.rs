@@ -105,6 +105,25 @@ impl MarkerDir {
         json_files::read(&self.path, id)
     }
 
+    /// The marker `id` names: its id, or the start of exactly one id;
+    /// otherwise why not, as a sentence.
+    pub fn find(&self, id: &str) -> Result<SandboxMarker, String> {
+        let all = self
+            .list()
+            .map_err(|e| format!("cannot read {}: {e}", self.path.display()))?;
+        json_files::pick(
+            all,
+            id,
+            |m| m.id == id,
+            |m| &m.id,
+            json_files::Kind {
+                noun: "sandbox",
+                dir: &self.path,
+                listed_by: "agentix ps",
+            },
+        )
+    }
+
     /// Every marker, oldest first; files that are not markers are skipped.
     /// An absent directory holds none.
     pub fn list(&self) -> std::io::Result<Vec<SandboxMarker>> {
@@ -199,6 +218,12 @@ mod tests {
         let ids: Vec<String> = markers.list().unwrap().into_iter().map(|m| m.id).collect();
         assert_eq!(ids, ["local-a", "local-b"]);
         assert_eq!(markers.read("local-b"), Some(marker("local-b", 2)));
+        assert_eq!(markers.find("local-b").unwrap().id, "local-b");
+        assert!(markers
+            .find("local-")
+            .unwrap_err()
+            .contains("more than one"));
+        assert!(markers.find("docker-").unwrap_err().contains("agentix ps"));
         markers.remove("local-a").unwrap();
         markers.remove("local-a").unwrap();
         assert_eq!(markers.list().unwrap().len(), 1);

@@ -94,24 +94,17 @@ impl SnapshotRecords {
         let all = self
             .list()
             .map_err(|e| format!("cannot read {}: {e}", self.dir.display()))?;
-        let exact = all
-            .iter()
-            .find(|r| r.id == name_or_id || r.name.as_deref() == Some(name_or_id));
-        if let Some(exact) = exact {
-            return Ok(exact.clone());
-        }
-        let mut matching = all.into_iter().filter(|r| r.id.starts_with(name_or_id));
-        match (matching.next(), matching.next()) {
-            (Some(only), None) => Ok(only),
-            (Some(a), Some(b)) => Err(format!(
-                "`{name_or_id}` names more than one snapshot ({}, {}, ...): give more of the id",
-                a.id, b.id
-            )),
-            (None, _) => Err(format!(
-                "no snapshot `{name_or_id}` is recorded in {} (`agentix ps --snapshots` lists them)",
-                self.dir.display()
-            )),
-        }
+        json_files::pick(
+            all,
+            name_or_id,
+            |r| r.id == name_or_id || r.name.as_deref() == Some(name_or_id),
+            |r| &r.id,
+            json_files::Kind {
+                noun: "snapshot",
+                dir: &self.dir,
+                listed_by: "agentix ps --snapshots",
+            },
+        )
     }
 
     /// Removes the files and the record of every snapshot of `provider`

@@ -23,7 +23,7 @@ pub(crate) struct CallArgs {
 pub(crate) async fn run(args: CallArgs) -> Result<ExitCode, String> {
     let json: serde_json::Value = serde_json::from_str(&args.args)
         .map_err(|e| format!("the arguments are not JSON ({e}): {}", args.args))?;
-    let marker = known_sandboxes::find(&args.markers.dir(), &args.id)?;
+    let marker = args.markers.dir().find(&args.id)?;
     let sandbox = known_sandboxes::attach(&marker);
     match sandbox.call_json(&args.function, json).await {
         Ok(result) => {

@@ -30,7 +30,7 @@ pub(crate) struct ExecArgs {
 }
 
 pub(crate) async fn run(args: ExecArgs) -> Result<ExitCode, String> {
-    let marker = known_sandboxes::find(&args.markers.dir(), &args.id)?;
+    let marker = args.markers.dir().find(&args.id)?;
     let sandbox = known_sandboxes::attach(&marker);
     let script = match args.command.as_slice() {
         [one] => one.clone(),

@@ -33,26 +33,6 @@ pub(crate) fn all(markers: &MarkerDir) -> Result<Vec<SandboxMarker>, String> {
         .map_err(|e| format!("cannot read {}: {e}", markers.path().display()))
 }
 
-/// The sandbox `id` names: its id, or the start of exactly one id.
-pub(crate) fn find(markers: &MarkerDir, id: &str) -> Result<SandboxMarker, String> {
-    let all = all(markers)?;
-    if let Some(exact) = all.iter().find(|m| m.id == id) {
-        return Ok(exact.clone());
-    }
-    let mut matching = all.into_iter().filter(|m| m.id.starts_with(id));
-    match (matching.next(), matching.next()) {
-        (Some(only), None) => Ok(only),
-        (Some(a), Some(b)) => Err(format!(
-            "`{id}` names more than one sandbox ({}, {}, ...): give more of the id",
-            a.id, b.id
-        )),
-        (None, _) => Err(format!(
-            "no sandbox `{id}` is recorded in {} (`agentix ps` lists them)",
-            markers.path().display()
-        )),
-    }
-}
-
 /// A handle on the sandbox `marker` records, by its Unix socket when it
 /// has one (the TCP port of an isolated sandbox is its host's forward,
 /// which ends with the host); dropping it leaves the sandbox running.

@@ -34,7 +34,7 @@ pub(crate) struct LogsArgs {
 const FOLLOW_EVERY: Duration = Duration::from_millis(200);
 
 pub(crate) async fn run(args: LogsArgs) -> Result<ExitCode, String> {
-    let marker = known_sandboxes::find(&args.markers.dir(), &args.id)?;
+    let marker = args.markers.dir().find(&args.id)?;
     if marker.dir.as_os_str().is_empty() {
         return follow_channel(&marker, args.follow).await;
     }

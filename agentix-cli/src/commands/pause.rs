@@ -18,7 +18,7 @@ pub(crate) struct PauseArgs {
 /// Pauses (`pause`) or resumes the sandbox `args` names, saying how many
 /// processes it stopped or continued.
 pub(crate) async fn run(args: PauseArgs, pause: bool) -> Result<ExitCode, String> {
-    let marker = known_sandboxes::find(&args.markers.dir(), &args.id)?;
+    let marker = args.markers.dir().find(&args.id)?;
     let sandbox = known_sandboxes::attach(&marker);
     let signalled = if pause {
         sandbox.pause().await
