@@ -33,8 +33,9 @@
 //! - [`snapshot`]: [`Snapshot`], a sandbox's state to start others from;
 //!   [`snapshot_record`]: what is written of each, so it is listed,
 //!   opened again and reaped;
-//!   `tree_copy`: a directory tree copied (reflinked where it can be), as
-//!   local snapshots are made and restored.
+//!   [`tree_copy`]: a directory tree copied (reflinked where it can be), as
+//!   local snapshots are made and restored and a bundle is installed into
+//!   a pod's volume.
 //! - `relay_listener`: joining `/log` or `/trace`, batches handled off the receive path.
 //! - [`log_replay`]: `/log`, sandbox records replayed into the host's logging;
 //!   [`log_sink`]: the same records to a sink actor.
@@ -90,7 +91,7 @@ pub mod snapshot;
 pub mod snapshot_record;
 mod stream;
 mod trace_replay;
-mod tree_copy;
+pub mod tree_copy;
 
 pub use call::Call;
 pub use config::{SandboxConfig, BASE_ENV};

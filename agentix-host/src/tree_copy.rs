@@ -1,7 +1,8 @@
 //! [`copy_tree`]: a directory tree copied as it is (files, directories
 //! with their modes, symlinks as links), each file a copy-on-write clone
 //! where the filesystem has them and a copy elsewhere, optionally given to
-//! another owner. Snapshots of local sandboxes are made and restored so.
+//! another owner. Snapshots of local sandboxes are made and restored so,
+//! and the bundle's `install` role copies a bundle with it.
 
 use std::io;
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
@@ -11,12 +12,7 @@ use std::path::Path;
 /// top-level entries named in `skip`; each copy is owned by `owner` if
 /// given (`lchown`, so a link's own owner). Returns the bytes of the
 /// files copied.
-pub(crate) fn copy_tree(
-    from: &Path,
-    to: &Path,
-    skip: &[&str],
-    owner: Option<u32>,
-) -> io::Result<u64> {
+pub fn copy_tree(from: &Path, to: &Path, skip: &[&str], owner: Option<u32>) -> io::Result<u64> {
     let mut bytes = 0;
     for entry in std::fs::read_dir(from)? {
         let entry = entry?;

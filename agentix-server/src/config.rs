@@ -104,9 +104,11 @@ impl ServerConfig {
     /// --max-message-bytes N --cleanup-dir D --state-dir D.. --seed-stdin --seed-file F
     /// --shutdown-grace-ms N --ping-interval-ms N --ping-timeout-ms N
     /// --max-restarts N --restart-window-ms N --idle-exit-ms N
-    /// --token-stdin --insecure-no-auth --worker CMD [ARGS..]`; the token
-    /// comes from `AGENTIX_TOKEN`, or from the first line of standard input
-    /// with `--token-stdin` (which keeps it out of `/proc/<pid>/environ`).
+    /// --token-stdin --token-file F --insecure-no-auth --worker CMD [ARGS..]`;
+    /// the token comes from `AGENTIX_TOKEN`, from the first line of standard
+    /// input with `--token-stdin` (which keeps it out of
+    /// `/proc/<pid>/environ`), or from the file `--token-file` names (a
+    /// mounted Kubernetes Secret: in no command line, environment or spec).
     pub fn from_args(args: impl IntoIterator<Item = OsString>) -> Result<Self, String> {
         let mut config = ServerConfig {
             token: std::env::var(ENV_TOKEN).ok().filter(|t| !t.is_empty()),
@@ -154,6 +156,10 @@ impl ServerConfig {
                 "--seed-stdin" => config.seed_stdin = true,
                 "--seed-file" => config.seed_file = Some(value("--seed-file")?.into()),
                 "--token-stdin" => config.token = Some(token_from_stdin()?),
+                "--token-file" => {
+                    let path = value("--token-file")?;
+                    config.token = Some(token_from_file(&path)?);
+                }
                 "--insecure-no-auth" => config.insecure_no_auth = true,
                 "--max-restarts" => {
                     config.max_restarts = value("--max-restarts")?
@@ -203,6 +209,17 @@ fn token_from_stdin() -> Result<String, String> {
     Ok(token.to_owned())
 }
 
+/// The first line of the file `path`, which must hold a token.
+fn token_from_file(path: &str) -> Result<String, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("--token-file {path}: cannot read it: {e}"))?;
+    let token = text.lines().next().unwrap_or("").trim();
+    if token.is_empty() {
+        return Err(format!("--token-file {path}: the file holds no token"));
+    }
+    Ok(token.to_owned())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -231,5 +248,20 @@ mod tests {
         assert_eq!(parse(&["--nope"]).unwrap_err(), "unknown flag `--nope`");
         assert_eq!(parse(&["--port"]).unwrap_err(), "--port needs a value");
         assert!(parse(&["--port", "x"]).unwrap_err().starts_with("--port:"));
+    }
+
+    #[test]
+    fn a_token_file_gives_its_first_line_and_an_empty_one_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("token");
+        std::fs::write(&file, "s3cret\n").unwrap();
+        let c = parse(&["--token-file", file.to_str().unwrap()]).unwrap();
+        assert_eq!(c.token.as_deref(), Some("s3cret"));
+        std::fs::write(&file, "\n").unwrap();
+        let e = parse(&["--token-file", file.to_str().unwrap()]).unwrap_err();
+        assert!(e.contains("holds no token"), "{e}");
+        let missing = dir.path().join("absent");
+        let e = parse(&["--token-file", missing.to_str().unwrap()]).unwrap_err();
+        assert!(e.contains("cannot read it"), "{e}");
     }
 }

@@ -28,8 +28,9 @@ pub fn main_with(worker_setup: fn()) -> ! {
 }
 
 /// If this process was started as `serve`, `worker`, `isolate` (the
-/// server in namespaces of its own) or `relay` (stdio to the server's
-/// socket), runs that role and
+/// server in namespaces of its own), `relay` (stdio to the server's
+/// socket) or `install` (the bundle copied into a directory), runs that
+/// role and
 /// exits; otherwise returns so the program can go on as a host.
 pub fn dispatch() {
     dispatch_with(|| {})
@@ -57,6 +58,7 @@ pub fn dispatch_with(worker_setup: fn()) {
         Some("worker") => std::process::exit(agentix_worker::worker::run_with(worker_setup)),
         Some(ISOLATE_ROLE) => std::process::exit(agentix_server::isolation::run(args.collect())),
         Some(RELAY_ROLE) => std::process::exit(agentix_server::stdio_relay::run(args.collect())),
+        Some(INSTALL_ROLE) => std::process::exit(install(args.collect())),
         _ => {}
     }
 }
@@ -64,6 +66,42 @@ pub fn dispatch_with(worker_setup: fn()) {
 /// The role that joins stdio to the server's socket, for a host that
 /// reaches a container only through its engine (`agentix_server::stdio_relay`).
 pub const RELAY_ROLE: &str = "relay";
+
+/// The role that copies a bundle into a directory (`BUNDLE install FROM
+/// TO`): how a Kubernetes pod's init container, running the bundle's image
+/// (which holds nothing else, not even `cp`), fills the volume the
+/// sandbox's server then runs from.
+pub const INSTALL_ROLE: &str = "install";
+
+/// Copies the bundle directory `FROM` into the directory `TO` (made if
+/// missing): files with their modes, directories, links.
+fn install(args: Vec<OsString>) -> i32 {
+    let [from, to] = args.as_slice() else {
+        eprintln!("usage: BUNDLE install FROM TO");
+        return 2;
+    };
+    let (from, to) = (std::path::Path::new(from), std::path::Path::new(to));
+    let copied = std::fs::create_dir_all(to)
+        .and_then(|()| agentix_host::tree_copy::copy_tree(from, to, &[], None));
+    match copied {
+        Ok(bytes) => {
+            println!(
+                "agentix install: {bytes} bytes from {} to {}",
+                from.display(),
+                to.display()
+            );
+            0
+        }
+        Err(e) => {
+            eprintln!(
+                "agentix install: cannot copy {} to {}: {e}",
+                from.display(),
+                to.display()
+            );
+            1
+        }
+    }
+}
 
 /// The running program's own binary, as the kernel names it.
 const SELF_EXE: &str = "/proc/self/exe";

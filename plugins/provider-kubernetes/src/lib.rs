@@ -1,0 +1,433 @@
+//! [`KubernetesProvider`]: sandboxes as pods of a Kubernetes cluster.
+//!
+//! A sandbox is one pod made from the user's template ([`pod_spec`]): an
+//! init container runs the bundle's image (`agentix build --image`,
+//! pushed to a registry the cluster pulls from) and copies the bundle into
+//! a volume; the sandbox container runs the config's image with that
+//! volume at `/agentix`, as a non-root uid, hardened to the restricted Pod
+//! Security profile, with no service account token. The token is a Secret
+//! the pod mounts. A sandbox with no network (the default) gets a network
+//! policy that denies its pod everything but host pods. Everything made is
+//! labelled `app.kubernetes.io/managed-by=agentix` and annotated with its
+//! owner process, so [`KubernetesProvider::reap`] removes what a host that
+//! died left behind; a host running in the cluster can also make its own
+//! pod their owner ([`KubernetesProvider::owned_by`]), so the cluster's
+//! garbage collector removes them with it.
+//!
+//! The host reaches a server through the API server's port-forward
+//! ([`PodReach::PortForward`], [`pod_forward`]) from outside the cluster,
+//! or at the pod's address ([`PodReach::PodAddress`]) from inside.
+//!
+//! Layout: [`pod_spec`] makes the objects; [`cluster_objects`] makes them
+//! in the cluster, waits for the pod ([`pod_status`] reads its status) and
+//! deletes them; [`sandbox_pod`] is one sandbox's pod as the `Sandbox`
+//! handle sees it; [`api_error`] says what a refused request means; this
+//! file is the provider.
+
+pub mod api_error;
+pub mod cluster_objects;
+pub mod pod_forward;
+pub mod pod_spec;
+pub mod pod_status;
+pub mod sandbox_pod;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use agentix::{
+    Liveness, MarkerDir, OwnerId, Provider, ProviderError, Sandbox, SandboxConfig, SandboxMarker,
+    SandboxRegistry,
+};
+use futures_util::future::BoxFuture;
+use futures_util::FutureExt;
+use k8s_openapi::api::core::v1::{Pod, Secret};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kube::api::{DeleteParams, ListParams};
+use kube::{Api, Client};
+
+use crate::api_error::api_error;
+use crate::cluster_objects::ClusterObjects;
+use crate::pod_forward::PodForward;
+use crate::pod_spec::{
+    object_name, sandbox_objects, PodRequest, ANNOTATION_OWNER, LABEL_MANAGED, LABEL_SANDBOX,
+    MANAGED_BY, SERVER_PORT,
+};
+use crate::sandbox_pod::SandboxPod;
+
+agentix::plugin_crate!();
+
+/// The provider's name in markers.
+pub const PROVIDER_NAME: &str = "kubernetes";
+
+/// How the host reaches a pod's server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PodReach {
+    /// Through the API server's port-forward to the pod's loopback, where
+    /// the server listens: for a host outside the cluster. Nothing else in
+    /// the cluster can reach the server.
+    PortForward,
+    /// At the pod's address, where the server listens on all interfaces:
+    /// for a host inside the cluster (its pod labelled
+    /// `agentix.dev/host=true`, which a sandbox's network policy lets in).
+    PodAddress,
+}
+
+impl PodReach {
+    /// The pod's address when this process runs in a cluster (the
+    /// `KUBERNETES_SERVICE_HOST` every pod has), the port-forward otherwise.
+    pub fn for_environment() -> PodReach {
+        match std::env::var_os("KUBERNETES_SERVICE_HOST") {
+            Some(_) => PodReach::PodAddress,
+            None => PodReach::PortForward,
+        }
+    }
+}
+
+/// Runs sandboxes as pods of one namespace of a Kubernetes cluster.
+#[derive(Clone)]
+pub struct KubernetesProvider {
+    config: kube::Config,
+    client: Client,
+    namespace: String,
+    sandboxes: SandboxRegistry,
+    reach: PodReach,
+    markers: MarkerDir,
+    template: Option<Arc<Pod>>,
+    owner: Option<OwnerReference>,
+}
+
+impl KubernetesProvider {
+    /// A provider for the cluster the environment names, as `kubectl` finds
+    /// it (`KUBECONFIG`, `~/.kube/config`, or the pod's own service account
+    /// in a cluster), in its context's namespace; reaching servers as
+    /// [`PodReach::for_environment`] says.
+    pub async fn connect() -> Result<Self, ProviderError> {
+        let config = kube::Config::infer()
+            .await
+            .map_err(|e| ProviderError::Backend {
+                what:
+                    "no Kubernetes cluster is configured (KUBECONFIG, ~/.kube/config, or a pod's \
+                       service account)"
+                        .into(),
+                reason: e.to_string(),
+            })?;
+        KubernetesProvider::new(config)
+    }
+
+    /// A provider for the cluster `config` describes (its
+    /// `default_namespace` is the sandboxes'); call it inside a Tokio
+    /// runtime.
+    pub fn new(config: kube::Config) -> Result<Self, ProviderError> {
+        let client = Client::try_from(config.clone()).map_err(|e| ProviderError::Backend {
+            what: "cannot make a client for the Kubernetes API server".into(),
+            reason: e.to_string(),
+        })?;
+        Ok(KubernetesProvider {
+            namespace: config.default_namespace.clone(),
+            config,
+            client,
+            sandboxes: SandboxRegistry::new(),
+            reach: PodReach::for_environment(),
+            markers: MarkerDir::default(),
+            template: None,
+            owner: None,
+        })
+    }
+
+    /// The same provider, making its sandboxes in `namespace`.
+    pub fn namespace(mut self, namespace: impl Into<String>) -> Self {
+        self.namespace = namespace.into();
+        self
+    }
+
+    /// The same provider, reaching the servers of the sandboxes it creates
+    /// from now on as `reach` says.
+    pub fn with_reach(mut self, reach: PodReach) -> Self {
+        self.reach = reach;
+        self
+    }
+
+    /// The same provider, making each pod from `template`: its labels,
+    /// annotations and spec (node selector, tolerations, affinity,
+    /// `runtimeClassName`, service account, image pull secrets, volumes,
+    /// sidecars) are kept, and a container named `sandbox` in it is the one
+    /// the provider fills in (its resources, env and mounts kept).
+    pub fn with_pod_template(mut self, template: Pod) -> Self {
+        self.template = Some(Arc::new(template));
+        self
+    }
+
+    /// The same provider, making every object it creates owned by `owner`
+    /// (the host's own pod, in the same namespace): the cluster deletes
+    /// them when the host's pod goes, however it went.
+    pub fn owned_by(mut self, owner: OwnerReference) -> Self {
+        self.owner = Some(owner);
+        self
+    }
+
+    /// Keeps the sandboxes' markers (`agentix::sandbox_marker`, by which
+    /// the `agentix` command reaches them) in `dir` instead of the default.
+    pub fn marker_dir(mut self, dir: impl Into<std::path::PathBuf>) -> Self {
+        self.markers = MarkerDir::new(dir);
+        self
+    }
+
+    /// The namespace the sandboxes are made in.
+    pub fn namespace_name(&self) -> &str {
+        &self.namespace
+    }
+
+    /// The API client, for what this provider does not cover.
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// Starts a sandbox for `config`.
+    async fn start(&self, config: SandboxConfig) -> Result<Sandbox, ProviderError> {
+        let started = Instant::now();
+        let entry = agentix_bundle_format::Manifest::read(&config.bundle)
+            .map_err(|reason| ProviderError::BadBundle {
+                path: config.bundle.display().to_string(),
+                reason: format!(
+                    "{reason} (the provider reads the entry program from the bundle directory \
+                     the bundle image was built from)"
+                ),
+            })?
+            .entry;
+        let id = format!("kube-{}", agentix::random_hex(8));
+        let token = agentix::random_hex(32);
+        let owner = OwnerId::current().to_string();
+        let objects = sandbox_objects(
+            &config,
+            &PodRequest {
+                id: &id,
+                token: &token,
+                entry: &entry,
+                owner: &owner,
+                reach: self.reach,
+                template: self.template.as_deref(),
+                owned_by: self.owner.as_ref(),
+            },
+        )?;
+        let name = object_name(&id);
+        let cluster = ClusterObjects::new(
+            self.config.clone(),
+            self.client.clone(),
+            &self.namespace,
+            &name,
+        );
+        cluster.create(&objects).await?;
+        let pod = match cluster.wait_running(config.ready_timeout).await {
+            Ok(pod) => pod,
+            Err(e) => {
+                cluster.delete().await;
+                return Err(e);
+            }
+        };
+        let (addr, forward) = match self.reach {
+            PodReach::PortForward => {
+                let dir = pod_forward::forward_dir(&self.markers, &id);
+                match PodForward::start(cluster.pods(), name.clone(), dir) {
+                    Ok(forward) => (forward.addr().to_owned(), Some(forward)),
+                    Err(e) => {
+                        cluster.delete().await;
+                        return Err(e);
+                    }
+                }
+            }
+            PodReach::PodAddress => {
+                let ip = pod.status.as_ref().and_then(|s| s.pod_ip.clone());
+                let Some(ip) = ip else {
+                    cluster.delete().await;
+                    return Err(ProviderError::ServerStartFailed {
+                        reason: "the running pod has no address".into(),
+                        output: String::new(),
+                    });
+                };
+                (format!("{ip}:{SERVER_PORT}"), None)
+            }
+        };
+        let marker = SandboxMarker {
+            id: id.clone(),
+            provider: PROVIDER_NAME.to_owned(),
+            owner,
+            dir: Default::default(),
+            addr: addr.clone(),
+            local_addr: None,
+            token: token.clone(),
+            pid: 0,
+            pid_start: 0,
+            cgroup: Vec::new(),
+            created_ms: agentix::sandbox_marker::now_ms(),
+        };
+        let handle = SandboxPod::new(cluster, forward);
+        let handle = match self.markers.write(&marker) {
+            Ok(()) => handle.marked(self.markers.clone(), id.clone()),
+            Err(error) => {
+                tracing::warn!(sandbox = %id, %error, "cannot write the sandbox's marker");
+                handle
+            }
+        };
+        if let Some(lifetime) = config.container.lifetime {
+            handle.delete_after(lifetime);
+        }
+        let ready_timeout = config.ready_timeout;
+        let sandbox = Sandbox::from_parts(id, addr, token, config, Arc::new(handle));
+        // The container runs; its server listens a moment later.
+        let left = ready_timeout.saturating_sub(started.elapsed());
+        if let Err(e) = wait_listening(&sandbox, left).await {
+            sandbox.delete().await;
+            return Err(e);
+        }
+        self.sandboxes.add(&sandbox);
+        Ok(sandbox)
+    }
+
+    /// Removes what hosts that died left of this provider's sandboxes in
+    /// the namespace (pods, Secrets, policies whose owner process has
+    /// ended; another machine's are never touched), with their markers;
+    /// returns how many pods.
+    pub async fn reap(&self) -> Result<usize, ProviderError> {
+        let selector = ListParams::default().labels(&format!("{LABEL_MANAGED}={MANAGED_BY}"));
+        let dead = |meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta| {
+            let owner = meta
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(ANNOTATION_OWNER));
+            owner
+                .and_then(|o| OwnerId::parse(o))
+                .is_some_and(|o| o.liveness() == Liveness::Dead)
+        };
+        let now = DeleteParams {
+            grace_period_seconds: Some(0),
+            ..Default::default()
+        };
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), &self.namespace);
+        let secrets: Api<Secret> = Api::namespaced(self.client.clone(), &self.namespace);
+        let policies: Api<NetworkPolicy> = Api::namespaced(self.client.clone(), &self.namespace);
+        let listed = pods
+            .list(&selector)
+            .await
+            .map_err(|e| api_error("list the sandboxes' pods", &e))?;
+        let mut removed = 0;
+        let mut gone = std::collections::HashSet::new();
+        for pod in listed.items.iter().filter(|p| dead(&p.metadata)) {
+            let name = pod.metadata.name.clone().unwrap_or_default();
+            match pods.delete(&name, &now).await {
+                Ok(_) => removed += 1,
+                Err(kube::Error::Api(s)) if s.code == 404 => {}
+                Err(e) => return Err(api_error("delete a dead host's pod", &e)),
+            }
+            if let Some(id) = pod
+                .metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(LABEL_SANDBOX))
+            {
+                gone.insert(id.clone());
+            }
+        }
+        // A host that died between its requests leaves a Secret or a
+        // policy with no pod.
+        let secrets_listed = secrets
+            .list(&selector)
+            .await
+            .map_err(|e| api_error("list the sandboxes' Secrets", &e))?;
+        for secret in secrets_listed.items.iter().filter(|s| dead(&s.metadata)) {
+            let name = secret.metadata.name.clone().unwrap_or_default();
+            let _ = secrets.delete(&name, &now).await;
+        }
+        let policies_listed = policies
+            .list(&selector)
+            .await
+            .map_err(|e| api_error("list the sandboxes' network policies", &e))?;
+        for policy in policies_listed.items.iter().filter(|p| dead(&p.metadata)) {
+            let name = policy.metadata.name.clone().unwrap_or_default();
+            let _ = policies.delete(&name, &now).await;
+        }
+        if let Ok(markers) = self.markers.list() {
+            for marker in markers.iter().filter(|m| m.provider == PROVIDER_NAME) {
+                let owner_dead =
+                    OwnerId::parse(&marker.owner).is_some_and(|o| o.liveness() == Liveness::Dead);
+                if owner_dead || gone.contains(&marker.id) {
+                    let _ = self.markers.remove(&marker.id);
+                    let _ = std::fs::remove_dir_all(pod_forward::forward_dir(
+                        &self.markers,
+                        &marker.id,
+                    ));
+                }
+            }
+        }
+        Ok(removed)
+    }
+}
+
+/// Waits until `sandbox`'s server answers `/health`, within `timeout`.
+async fn wait_listening(sandbox: &Sandbox, timeout: Duration) -> Result<(), ProviderError> {
+    let deadline = Instant::now() + timeout;
+    let mut pause = Duration::from_millis(10);
+    loop {
+        let last = match sandbox.health().await {
+            Ok(_) => return Ok(()),
+            Err(e) => e,
+        };
+        let ended = sandbox.ended().and_then(FutureExt::now_or_never);
+        if let Some(ended) = ended {
+            return Err(ProviderError::ServerStartFailed {
+                reason: format!(
+                    "the pod ended before its server listened: {}",
+                    ended.message
+                ),
+                output: String::new(),
+            });
+        }
+        if Instant::now() + pause > deadline {
+            return Err(ProviderError::ServerStartFailed {
+                reason: format!(
+                    "the pod runs but its server did not answer within {timeout:?}: {}",
+                    last.message
+                ),
+                output: String::new(),
+            });
+        }
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(Duration::from_millis(200));
+    }
+}
+
+impl Provider for KubernetesProvider {
+    fn create(&self, config: SandboxConfig) -> BoxFuture<'_, Result<Sandbox, ProviderError>> {
+        Box::pin(self.start(config))
+    }
+
+    fn sandboxes(&self) -> &SandboxRegistry {
+        &self.sandboxes
+    }
+
+    /// The images' references, base and bundle: pin them by digest
+    /// (`name@sha256:..`) for a key that follows their content, since
+    /// the provider cannot ask a registry what a tag points at.
+    fn environment_id<'a>(
+        &'a self,
+        config: &'a SandboxConfig,
+    ) -> BoxFuture<'a, Result<String, ProviderError>> {
+        let ids = (
+            config.container.image.clone(),
+            config.container.bundle_image.clone(),
+        );
+        Box::pin(async move {
+            match ids {
+                (Some(image), Some(bundle)) => Ok(format!("{image}+{bundle}")),
+                _ => Err(ProviderError::BadBundle {
+                    path: config.bundle.display().to_string(),
+                    reason: "a pod needs an image and a bundle image".into(),
+                }),
+            }
+        })
+    }
+
+    fn reap(&self) -> BoxFuture<'_, Result<usize, ProviderError>> {
+        Box::pin(KubernetesProvider::reap(self))
+    }
+}

@@ -1,0 +1,127 @@
+//! [`SandboxPod`]: one sandbox's pod as the `Sandbox` handle sees it
+//! ([`agentix::SandboxResources`]): how it ended, and its deletion with
+//! its Secret, its network policy, its marker and its host-side forward.
+
+use std::time::Duration;
+
+use agentix::{ErrorKind, MarkerDir, RemoteError, SandboxResources};
+use futures_util::future::BoxFuture;
+use tokio::sync::watch;
+
+use crate::cluster_objects::ClusterObjects;
+use crate::pod_forward::PodForward;
+
+/// A sandbox's running pod.
+pub struct SandboxPod {
+    objects: ClusterObjects,
+    /// How the pod ended, once it has.
+    ended: watch::Receiver<Option<String>>,
+    /// Its marker (see `agentix::sandbox_marker`), removed with it.
+    marker: Option<(MarkerDir, String)>,
+    /// The host's socket into it through the API server; closed with it.
+    _forward: Option<PodForward>,
+    /// The task that watches the pod end; stopped with it.
+    watching: tokio::task::JoinHandle<()>,
+}
+
+impl SandboxPod {
+    /// The pod `objects` names, watched until it ends, reached through
+    /// `forward` if given.
+    pub fn new(objects: ClusterObjects, forward: Option<PodForward>) -> SandboxPod {
+        let (tx, ended) = watch::channel(None);
+        let watching = tokio::spawn(objects.clone().watch_end(tx));
+        SandboxPod {
+            objects,
+            ended,
+            marker: None,
+            _forward: forward,
+            watching,
+        }
+    }
+
+    /// The same pod, whose marker `id` in `markers` goes when it does.
+    pub fn marked(mut self, markers: MarkerDir, id: String) -> Self {
+        self.marker = Some((markers, id));
+        self
+    }
+
+    /// Deletes the pod's objects after `lifetime`, unless they are gone by
+    /// then (the pod's own deadline has stopped it already).
+    pub fn delete_after(&self, lifetime: Duration) {
+        let objects = self.objects.clone();
+        let marker = self.marker.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(lifetime).await;
+            objects.delete().await;
+            unmark(&marker);
+        });
+    }
+
+    fn ended_error(status: &str) -> RemoteError {
+        RemoteError::new(
+            ErrorKind::ServerExited,
+            format!("the sandbox's pod ended ({status})"),
+        )
+        .with_details("`kubectl logs` and `kubectl describe pod` tell more, until it is deleted")
+    }
+}
+
+fn unmark(marker: &Option<(MarkerDir, String)>) {
+    if let Some((markers, id)) = marker {
+        let _ = markers.remove(id);
+    }
+}
+
+impl SandboxResources for SandboxPod {
+    fn shutdown(&self) -> BoxFuture<'static, ()> {
+        self.watching.abort();
+        // On a thread and a runtime of its own, with a client of its own: a
+        // handle dropped while the caller's runtime shuts down must still
+        // delete its pod, and a kube client serves only on the runtime that
+        // made it.
+        let objects = self.objects.clone();
+        let marker = self.marker.clone();
+        let (done_tx, done_rx) = tokio::sync::oneshot::channel();
+        let spawned = std::thread::Builder::new()
+            .name("agentix-kube-rm".into())
+            .spawn(move || {
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build();
+                if let Ok(runtime) = runtime {
+                    runtime.block_on(async move {
+                        match objects.on_fresh_client() {
+                            Ok(objects) => objects.delete().await,
+                            Err(error) => tracing::warn!(
+                                %error,
+                                "cannot reach the API server to delete a sandbox's pod"
+                            ),
+                        }
+                    });
+                }
+                unmark(&marker);
+                let _ = done_tx.send(());
+            });
+        Box::pin(async move {
+            if spawned.is_ok() {
+                let _ = done_rx.await;
+            }
+        })
+    }
+
+    fn ended(&self) -> BoxFuture<'static, RemoteError> {
+        let mut ended = self.ended.clone();
+        Box::pin(async move {
+            let status = match ended.wait_for(Option::is_some).await {
+                Ok(s) => s.clone().unwrap_or_default(),
+                Err(_) => "unknown".into(),
+            };
+            SandboxPod::ended_error(&status)
+        })
+    }
+
+    fn ended_now(&self) -> Option<RemoteError> {
+        let status = self.ended.borrow().clone()?;
+        Some(SandboxPod::ended_error(&status))
+    }
+}
