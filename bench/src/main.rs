@@ -3,7 +3,8 @@
 //! local provider.
 //! Sections: boot, echo, inflight, blob, blob64, loaded, stream, cancel, bash, files,
 //! abridge, rss, kill, side, ns, faults, docker; and, only when named,
-//! fleet (thousands of sandboxes: minutes), egress and snapshot.
+//! fleet (thousands of sandboxes: minutes), egress, snapshot and kube (the
+//! Kubernetes provider against the tests' API-server double).
 //!
 //! The binary is its own bundle (it calls `agentix::bundle::dispatch` first),
 //! so the sandbox runs exactly the code measured here. It prints a table; with
@@ -24,6 +25,7 @@ mod egress;
 mod egress_fns;
 mod faults;
 mod fleet;
+mod kube;
 mod plugins;
 mod report;
 mod snapshot;
@@ -115,6 +117,9 @@ async fn run(sections: Sections) -> Report {
     }
     if sections.named("snapshot") {
         snapshot::snapshot(&mut report).await;
+    }
+    if sections.named("kube") {
+        kube::kube(&mut report).await;
     }
     if sections.wants("boot") {
         boot(&provider, &mut report).await;

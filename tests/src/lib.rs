@@ -803,6 +803,8 @@ mod book {
     struct Containers;
     #[doc = include_str!("../../docs/src/egress.md")]
     struct Egress;
+    #[doc = include_str!("../../docs/src/kubernetes.md")]
+    struct Kubernetes;
     #[doc = include_str!("../../docs/src/fleets.md")]
     struct Fleets;
     #[doc = include_str!("../../docs/src/logs-and-traces.md")]

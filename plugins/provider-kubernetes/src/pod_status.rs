@@ -208,8 +208,7 @@ pub fn has_ended(pod: &Pod) -> bool {
 fn last_event(events: &[Event], reason: &str) -> Option<String> {
     events
         .iter()
-        .filter(|e| e.reason.as_deref() == Some(reason))
-        .next_back()
+        .rfind(|e| e.reason.as_deref() == Some(reason))
         .and_then(|e| e.message.clone())
 }
 

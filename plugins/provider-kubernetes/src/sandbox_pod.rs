@@ -18,8 +18,9 @@ pub struct SandboxPod {
     ended: watch::Receiver<Option<String>>,
     /// Its marker (see `agentix::sandbox_marker`), removed with it.
     marker: Option<(MarkerDir, String)>,
-    /// The host's socket into it through the API server; closed with it.
-    _forward: Option<PodForward>,
+    /// The host's socket into it through the API server; closed when the
+    /// pod is deleted, whatever handles remain.
+    forward: std::sync::Mutex<Option<PodForward>>,
     /// The task that watches the pod end; stopped with it.
     watching: tokio::task::JoinHandle<()>,
 }
@@ -34,7 +35,7 @@ impl SandboxPod {
             objects,
             ended,
             marker: None,
-            _forward: forward,
+            forward: std::sync::Mutex::new(forward),
             watching,
         }
     }
@@ -75,6 +76,7 @@ fn unmark(marker: &Option<(MarkerDir, String)>) {
 impl SandboxResources for SandboxPod {
     fn shutdown(&self) -> BoxFuture<'static, ()> {
         self.watching.abort();
+        drop(self.forward.lock().map(|mut f| f.take()));
         // On a thread and a runtime of its own, with a client of its own: a
         // handle dropped while the caller's runtime shuts down must still
         // delete its pod, and a kube client serves only on the runtime that
