@@ -24,7 +24,7 @@ use agentix_kube_double::store::Kind;
 use agentix_kube_double::ApiServerDouble;
 use agentix_provider_docker::DockerProvider;
 use agentix_provider_kubernetes::pod_spec::{ANNOTATION_OWNER, LABEL_MANAGED, MANAGED_BY};
-use agentix_provider_kubernetes::{KubernetesProvider, PodReach};
+use agentix_provider_kubernetes::{KubernetesProvider, PodReach, Workload};
 use docker_support::{bundle_dir, empty_image, EMPTY_IMAGE};
 
 const NAMESPACE: &str = "agentix-test";
@@ -384,6 +384,64 @@ async fn the_fleet_pool_runs_over_pods_unchanged() {
             .store()
             .list(Kind::Pods, NAMESPACE, "", "")
             .is_empty());
+    }
+    cluster.stop().await;
+}
+
+#[tokio::test]
+async fn through_agent_sandbox_its_controller_makes_the_pod_and_a_cluster_without_it_is_named() {
+    let cluster = Cluster::start("agent-sandbox").await;
+    let Some(double) = &cluster.double else {
+        return cluster.stop().await;
+    };
+    let provider = cluster
+        .provider
+        .clone()
+        .with_workload(Workload::AgentSandbox);
+    let sb = provider.create(cluster.config.clone()).await.unwrap();
+    assert_eq!(sb.remote(agentix_e2e::add, (20, 22)).await.unwrap(), 42);
+    let name = format!("agentix-{}", sb.id());
+    let store = double.store();
+    let sandbox = store
+        .get(Kind::AgentSandboxes, NAMESPACE, &name)
+        .expect("the Sandbox resource");
+    assert_eq!(sandbox["metadata"]["labels"][LABEL_MANAGED], MANAGED_BY);
+    let template = &sandbox["spec"]["podTemplate"]["spec"];
+    assert_eq!(template["automountServiceAccountToken"], false);
+    assert_eq!(template["initContainers"][0]["name"], "bundle");
+    let pod = store.get(Kind::Pods, NAMESPACE, &name).expect("its pod");
+    assert_eq!(pod["metadata"]["ownerReferences"][0]["kind"], "Sandbox");
+    let requests = double.requests();
+    let made = |path: &str| requests.iter().any(|r| r == &format!("POST {path}"));
+    assert!(made(&format!(
+        "/apis/agents.x-k8s.io/v1beta1/namespaces/{NAMESPACE}/sandboxes"
+    )));
+    assert!(
+        !made(&format!("/api/v1/namespaces/{NAMESPACE}/pods")),
+        "the controller made the pod, not the provider: {requests:?}"
+    );
+    let uid = pod["metadata"]["uid"].as_str().unwrap().to_owned();
+    provider.delete(sb.id()).await.unwrap();
+    assert!(store.get(Kind::AgentSandboxes, NAMESPACE, &name).is_none());
+    assert!(store.get(Kind::Pods, NAMESPACE, &name).is_none());
+    assert_eq!(cluster.containers_of_pod(&uid).await, 0);
+
+    double.serve_agent_sandbox(false);
+    match provider.create(cluster.config.clone()).await {
+        Err(ProviderError::Backend { what, reason }) => {
+            assert!(what.contains("agent-sandbox"), "{what}");
+            assert!(
+                reason.contains("kubectl get crd sandboxes.agents.x-k8s.io"),
+                "{reason}"
+            );
+        }
+        other => panic!("{:?}", other.map(|s| s.id().to_owned())),
+    }
+    for kind in [Kind::Pods, Kind::Secrets, Kind::NetworkPolicies] {
+        assert!(
+            store.list(kind, NAMESPACE, "", "").is_empty(),
+            "{kind:?} left"
+        );
     }
     cluster.stop().await;
 }

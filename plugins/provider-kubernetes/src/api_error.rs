@@ -8,7 +8,9 @@ use agentix::ProviderError;
 /// namespace, as a Role's rules; the book prints the whole manifest.
 pub const RBAC_RULES: &str = "pods: create get list watch delete; pods/portforward: create get; \
                               secrets: create get list delete; events: list; \
-                              networkpolicies (networking.k8s.io): create list delete";
+                              networkpolicies (networking.k8s.io): create list delete; \
+                              with Workload::AgentSandbox, sandboxes (agents.x-k8s.io): \
+                              create list delete";
 
 /// The error for `what` (`"create the sandbox's pod"`) failing with `e`.
 pub fn api_error(what: &str, e: &kube::Error) -> ProviderError {

@@ -1,5 +1,6 @@
-//! [`ClusterObjects`]: one sandbox's objects in the cluster (its pod, its
-//! Secret and maybe its network policy) and the API requests on them:
+//! [`ClusterObjects`]: one sandbox's objects in the cluster (its pod or the
+//! agent-sandbox `Sandbox` that makes it, its Secret and maybe its network
+//! policy) and the API requests on them:
 //! made in order, waited for until the pod runs (reading its status and
 //! events, [`crate::pod_status`]), watched until it ends, and deleted.
 
@@ -9,10 +10,11 @@ use agentix::ProviderError;
 use futures_util::StreamExt;
 use k8s_openapi::api::core::v1::{Event, Pod, Secret};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
-use kube::api::{DeleteParams, ListParams, PostParams, WatchEvent, WatchParams};
+use kube::api::{DeleteParams, DynamicObject, ListParams, PostParams, WatchEvent, WatchParams};
 use kube::{Api, Client};
 use tokio::sync::watch;
 
+use crate::agent_sandbox::{sandbox_api_resource, sandbox_resource, Workload};
 use crate::api_error::api_error;
 use crate::pod_spec::SandboxObjects;
 use crate::pod_status::{ended_reason, has_ended, pod_progress, PodProgress};
@@ -25,17 +27,25 @@ pub struct ClusterObjects {
     client: Client,
     namespace: String,
     name: String,
+    workload: Workload,
 }
 
 impl ClusterObjects {
-    /// The objects named `name` in `namespace`, reached with `client`
-    /// (made from `config`).
-    pub fn new(config: kube::Config, client: Client, namespace: &str, name: &str) -> Self {
+    /// The objects named `name` in `namespace`, the pod made as
+    /// `workload` says, reached with `client` (made from `config`).
+    pub fn new(
+        config: kube::Config,
+        client: Client,
+        namespace: &str,
+        name: &str,
+        workload: Workload,
+    ) -> Self {
         ClusterObjects {
             config,
             client,
             namespace: namespace.to_owned(),
             name: name.to_owned(),
+            workload,
         }
     }
 
@@ -50,6 +60,14 @@ impl ClusterObjects {
 
     fn policies(&self) -> Api<NetworkPolicy> {
         Api::namespaced(self.client.clone(), &self.namespace)
+    }
+
+    fn agent_sandboxes(&self) -> Api<DynamicObject> {
+        Api::namespaced_with(
+            self.client.clone(),
+            &self.namespace,
+            &sandbox_api_resource(),
+        )
     }
 
     /// The same objects through a client made now, on the runtime that
@@ -78,10 +96,36 @@ impl ClusterObjects {
                 .create(&post, &objects.secret)
                 .await
                 .map_err(|e| api_error("create the Secret of the sandbox's token", &e))?;
-            self.pods()
-                .create(&post, &objects.pod)
-                .await
-                .map_err(|e| api_error("create the sandbox's pod", &e))?;
+            match self.workload {
+                Workload::Pod => {
+                    self.pods()
+                        .create(&post, &objects.pod)
+                        .await
+                        .map_err(|e| api_error("create the sandbox's pod", &e))?;
+                }
+                Workload::AgentSandbox => {
+                    let lifetime = objects
+                        .pod
+                        .spec
+                        .as_ref()
+                        .and_then(|s| s.active_deadline_seconds);
+                    let resource = sandbox_resource(&objects.pod, lifetime);
+                    self.agent_sandboxes()
+                        .create(&post, &resource)
+                        .await
+                        .map_err(|e| match &e {
+                            kube::Error::Api(status) if status.code == 404 => {
+                                ProviderError::Backend {
+                                    what: "the cluster has no agent-sandbox `Sandbox` resource"
+                                        .into(),
+                                    reason: "install the agent-sandbox CRDs and controller                                              (kubectl get crd sandboxes.agents.x-k8s.io), or                                              use Workload::Pod"
+                                        .into(),
+                                }
+                            }
+                            _ => api_error("create the sandbox's agent-sandbox Sandbox", &e),
+                        })?;
+                }
+            }
             Ok(())
         }
         .await;
@@ -210,6 +254,16 @@ impl ClusterObjects {
             ..Default::default()
         };
         let name = &self.name;
+        // The Sandbox first: its controller would make the pod again.
+        if self.workload == Workload::AgentSandbox {
+            match self.agent_sandboxes().delete(name, &now).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(status)) if status.code == 404 => {}
+                Err(error) => tracing::warn!(
+                    object = %name, %error, "a sandbox's agent-sandbox Sandbox was not deleted"
+                ),
+            }
+        }
         let pod = self.pods().delete(name, &now).await.map(|_| ());
         let secret = self.secrets().delete(name, &now).await.map(|_| ());
         let policy = self.policies().delete(name, &now).await.map(|_| ());

@@ -24,6 +24,7 @@
 //! handle sees it; [`api_error`] says what a refused request means; this
 //! file is the provider.
 
+pub mod agent_sandbox;
 pub mod api_error;
 pub mod cluster_objects;
 pub mod pod_forward;
@@ -46,6 +47,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{DeleteParams, ListParams};
 use kube::{Api, Client};
 
+pub use crate::agent_sandbox::Workload;
 use crate::api_error::api_error;
 use crate::cluster_objects::ClusterObjects;
 use crate::pod_forward::PodForward;
@@ -95,6 +97,7 @@ pub struct KubernetesProvider {
     markers: MarkerDir,
     template: Option<Arc<Pod>>,
     owner: Option<OwnerReference>,
+    workload: Workload,
 }
 
 impl KubernetesProvider {
@@ -132,6 +135,7 @@ impl KubernetesProvider {
             markers: MarkerDir::default(),
             template: None,
             owner: None,
+            workload: Workload::Pod,
         })
     }
 
@@ -155,6 +159,13 @@ impl KubernetesProvider {
     /// the provider fills in (its resources, env and mounts kept).
     pub fn with_pod_template(mut self, template: Pod) -> Self {
         self.template = Some(Arc::new(template));
+        self
+    }
+
+    /// The same provider, making each sandbox's pod as `workload` says: a
+    /// plain pod (the default), or through an agent-sandbox `Sandbox`.
+    pub fn with_workload(mut self, workload: Workload) -> Self {
+        self.workload = workload;
         self
     }
 
@@ -216,6 +227,7 @@ impl KubernetesProvider {
             self.client.clone(),
             &self.namespace,
             &name,
+            self.workload,
         );
         cluster.create(&objects).await?;
         let pod = match cluster.wait_running(config.ready_timeout).await {
@@ -306,6 +318,23 @@ impl KubernetesProvider {
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), &self.namespace);
         let secrets: Api<Secret> = Api::namespaced(self.client.clone(), &self.namespace);
         let policies: Api<NetworkPolicy> = Api::namespaced(self.client.clone(), &self.namespace);
+        let agent_sandboxes: Api<kube::api::DynamicObject> = Api::namespaced_with(
+            self.client.clone(),
+            &self.namespace,
+            &agent_sandbox::sandbox_api_resource(),
+        );
+        // First: a Sandbox's controller would make its pod again. A cluster
+        // without the CRDs has none.
+        match agent_sandboxes.list(&selector).await {
+            Ok(listed) => {
+                for sandbox in listed.items.iter().filter(|s| dead(&s.metadata)) {
+                    let name = sandbox.metadata.name.clone().unwrap_or_default();
+                    let _ = agent_sandboxes.delete(&name, &now).await;
+                }
+            }
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(e) => return Err(api_error("list the sandboxes' agent-sandbox Sandboxes", &e)),
+        }
         let listed = pods
             .list(&selector)
             .await

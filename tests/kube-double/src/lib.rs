@@ -1,7 +1,9 @@
 //! [`ApiServerDouble`]: a Kubernetes API server for tests and benchmarks,
 //! on 127.0.0.1, serving over real HTTP the REST paths the Kubernetes
 //! provider uses (pods, Secrets, events, network policies: create, get,
-//! list, watch, delete; a pod's port-forward over websocket), with one
+//! list, watch, delete; a pod's port-forward over websocket; the
+//! agent-sandbox `Sandbox`, with its controller's part: a pod made from
+//! its template, owned by it, deleted with it), with one
 //! node whose kubelet ([`kubelet`]) runs each pod's containers as Docker
 //! containers of this machine. So `kube`'s real client, the bundle's
 //! delivery by an init container, the token's Secret, the control channel
@@ -37,6 +39,8 @@ pub struct Double {
     pub kubelet: Arc<Kubelet>,
     runs: Mutex<HashMap<String, tokio::task::JoinHandle<()>>>,
     requests: Mutex<Vec<String>>,
+    /// Whether the agent-sandbox CRDs are "installed".
+    agent_sandbox: std::sync::atomic::AtomicBool,
 }
 
 impl Double {
@@ -53,6 +57,66 @@ impl Double {
             run.abort();
         }
         self.kubelet.remove(&uid).await;
+    }
+
+    fn serves_agent_sandbox(&self) -> bool {
+        self.agent_sandbox
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// The agent-sandbox controller's part: the pod of `sandbox` (a
+    /// `Sandbox` just stored), named after it, from its template, owned
+    /// by it.
+    fn make_sandbox_pod(&self, namespace: &str, sandbox: &serde_json::Value) {
+        let name = sandbox["metadata"]["name"]
+            .as_str()
+            .unwrap_or("")
+            .to_owned();
+        let template = &sandbox["spec"]["podTemplate"];
+        let pod = serde_json::json!({
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": name,
+                "labels": template["metadata"]["labels"],
+                "annotations": template["metadata"]["annotations"],
+                "ownerReferences": [{
+                    "apiVersion": "agents.x-k8s.io/v1beta1", "kind": "Sandbox",
+                    "name": name, "uid": sandbox["metadata"]["uid"],
+                    "controller": true, "blockOwnerDeletion": true,
+                }],
+            },
+            "spec": template["spec"],
+        });
+        match self.store.create(store::Kind::Pods, namespace, pod) {
+            Ok(stored) => {
+                let uid = stored["metadata"]["uid"].as_str().unwrap_or("").to_owned();
+                self.run_pod(namespace.to_owned(), name, uid);
+            }
+            Err((_, error)) => tracing::warn!(%error, "the double's Sandbox made no pod"),
+        }
+    }
+
+    /// The garbage collector's part: the pods `sandbox` owns go with it.
+    async fn delete_sandbox_pod(&self, namespace: &str, sandbox: &serde_json::Value) {
+        let owner = &sandbox["metadata"]["uid"];
+        let owned: Vec<serde_json::Value> = self
+            .store
+            .list(store::Kind::Pods, namespace, "", "")
+            .into_iter()
+            .filter(|pod| {
+                pod["metadata"]["ownerReferences"]
+                    .as_array()
+                    .is_some_and(|refs| refs.iter().any(|r| &r["uid"] == owner))
+            })
+            .collect();
+        for pod in owned {
+            let name = pod["metadata"]["name"].as_str().unwrap_or("");
+            if let Some(pod) = self.store.delete(store::Kind::Pods, namespace, name) {
+                let uid = pod["metadata"]["uid"].as_str().unwrap_or("").to_owned();
+                self.stop_pod(uid).await;
+            }
+        }
     }
 
     fn log_request(&self, method: &hyper::Method, path: &str) {
@@ -93,6 +157,7 @@ impl ApiServerDouble {
             store,
             runs: Mutex::default(),
             requests: Mutex::default(),
+            agent_sandbox: std::sync::atomic::AtomicBool::new(true),
         });
         let serving_double = double.clone();
         let serving = tokio::spawn(async move {
@@ -138,6 +203,14 @@ impl ApiServerDouble {
     /// The objects, to look at what a client made.
     pub fn store(&self) -> &Store {
         &self.double.store
+    }
+
+    /// Makes the double answer as a cluster without the agent-sandbox
+    /// CRDs (404 on their paths), or with them again.
+    pub fn serve_agent_sandbox(&self, served: bool) {
+        self.double
+            .agent_sandbox
+            .store(served, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Every request so far, as `METHOD /path`.

@@ -44,6 +44,9 @@ fn target(path: &str) -> Option<Target<'_>> {
         ["apis", "networking.k8s.io", "v1", "namespaces", rest @ ..] => {
             (rest, &[("networkpolicies", Kind::NetworkPolicies)])
         }
+        ["apis", "agents.x-k8s.io", "v1beta1", "namespaces", rest @ ..] => {
+            (rest, &[("sandboxes", Kind::AgentSandboxes)])
+        }
         _ => return None,
     };
     let (namespace, resource, name, subresource) = match rest {
@@ -75,6 +78,12 @@ pub async fn handle(double: Arc<Double>, request: Request<Incoming>) -> Response
     let labels = params.get("labelSelector").cloned().unwrap_or_default();
     let fields = params.get("fieldSelector").cloned().unwrap_or_default();
     let (kind, namespace) = (target.kind, target.namespace.to_owned());
+    if kind == Kind::AgentSandboxes && !double.serves_agent_sandbox() {
+        return status(
+            StatusCode::NOT_FOUND,
+            "the server could not find the requested resource",
+        );
+    }
     match (request.method().clone(), target.name, target.subresource) {
         (Method::GET, None, None)
             if params.get("watch").is_some_and(|w| w == "true" || w == "1") =>
@@ -119,6 +128,8 @@ pub async fn handle(double: Arc<Double>, request: Request<Incoming>) -> Response
                         let name = stored["metadata"]["name"].as_str().unwrap_or("").to_owned();
                         let uid = stored["metadata"]["uid"].as_str().unwrap_or("").to_owned();
                         double.run_pod(namespace, name, uid);
+                    } else if kind == Kind::AgentSandboxes {
+                        double.make_sandbox_pod(&namespace, &stored);
                     }
                     json_response(StatusCode::CREATED, &stored)
                 }
@@ -134,6 +145,8 @@ pub async fn handle(double: Arc<Double>, request: Request<Incoming>) -> Response
                 if kind == Kind::Pods {
                     let uid = object["metadata"]["uid"].as_str().unwrap_or("").to_owned();
                     double.stop_pod(uid).await;
+                } else if kind == Kind::AgentSandboxes {
+                    double.delete_sandbox_pod(&namespace, &object).await;
                 }
                 json_response(
                     StatusCode::OK,

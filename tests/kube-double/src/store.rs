@@ -23,6 +23,8 @@ pub enum Kind {
     Events,
     /// `networkpolicies` of `networking.k8s.io`.
     NetworkPolicies,
+    /// `sandboxes` of `agents.x-k8s.io` (agent-sandbox).
+    AgentSandboxes,
 }
 
 impl Kind {
@@ -33,6 +35,7 @@ impl Kind {
             Kind::Secrets => "SecretList",
             Kind::Events => "EventList",
             Kind::NetworkPolicies => "NetworkPolicyList",
+            Kind::AgentSandboxes => "SandboxList",
         }
     }
 
@@ -40,6 +43,7 @@ impl Kind {
     pub fn api_version(self) -> &'static str {
         match self {
             Kind::NetworkPolicies => "networking.k8s.io/v1",
+            Kind::AgentSandboxes => "agents.x-k8s.io/v1beta1",
             _ => "v1",
         }
     }
