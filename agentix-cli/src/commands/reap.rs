@@ -2,13 +2,17 @@
 //! local sandboxes their markers name (processes, directories, cgroups) and
 //! the containers (with their volumes) their labels name, and the unnamed
 //! snapshots they recorded — and never a live host's. Another machine's
-//! containers on a shared engine are left. `--snapshot NAME` removes that
-//! snapshot, named or not, whoever took it.
+//! containers on a shared engine are left. With `--kube-namespace NS` it
+//! also removes the pods (with their Secrets and policies) that such hosts
+//! left in that namespace of the cluster `kubectl` would use; no cluster is
+//! contacted without it. `--snapshot NAME` removes that snapshot, named or
+//! not, whoever took it.
 
 use std::process::ExitCode;
 
 use agentix::{Liveness, LocalProvider, OwnerId, Provider};
 use agentix_provider_docker::DockerProvider;
+use agentix_provider_kubernetes::KubernetesProvider;
 use serde_json::json;
 
 use super::known_sandboxes::{self, MarkerArgs};
@@ -27,6 +31,10 @@ pub(crate) struct ReapArgs {
     /// whoever took it; repeatable.
     #[arg(long, value_name = "NAME")]
     snapshot: Vec<String>,
+    /// Also remove dead hosts' pods in this namespace of the cluster the
+    /// kubeconfig names (KUBECONFIG, ~/.kube/config).
+    #[arg(long, value_name = "NS")]
+    kube_namespace: Option<String>,
     #[command(flatten)]
     markers: MarkerArgs,
 }
@@ -40,6 +48,16 @@ pub(crate) async fn run(args: ReapArgs) -> Result<ExitCode, String> {
         Ok(docker) if docker.docker().ping().await.is_ok() => Some(docker),
         _ => None,
     };
+    let kube = match &args.kube_namespace {
+        Some(namespace) => Some(
+            KubernetesProvider::connect()
+                .await
+                .map_err(|e| e.to_string())?
+                .namespace(namespace.clone())
+                .marker_dir(markers.path()),
+        ),
+        None => None,
+    };
     if args.dry_run {
         let doomed: Vec<_> = known_sandboxes::all(&markers)?
             .into_iter()
@@ -51,6 +69,26 @@ pub(crate) async fn run(args: ReapArgs) -> Result<ExitCode, String> {
                     .map(|r| (r.id, r.provider, r.owner)),
             )
             .collect();
+        let mut doomed = doomed;
+        if let Some(kube) = &kube {
+            for pod in kube.abandoned_pods().await.map_err(|e| e.to_string())? {
+                let name = pod.metadata.name.clone().unwrap_or_default();
+                let owner = pod
+                    .metadata
+                    .annotations
+                    .and_then(|a| {
+                        a.get(agentix_provider_kubernetes::pod_spec::ANNOTATION_OWNER)
+                            .cloned()
+                    })
+                    .unwrap_or_default();
+                if !doomed
+                    .iter()
+                    .any(|(id, _, _)| name == format!("agentix-{id}"))
+                {
+                    doomed.push((name, "kubernetes".to_owned(), owner));
+                }
+            }
+        }
         match args.json {
             true => {
                 let ids: Vec<_> = doomed
@@ -84,10 +122,14 @@ pub(crate) async fn run(args: ReapArgs) -> Result<ExitCode, String> {
         }
         None => None,
     };
+    let pods = match &kube {
+        Some(kube) => Some(kube.reap().await.map_err(|e| e.to_string())?),
+        None => None,
+    };
     match args.json {
         true => println!(
             "{}",
-            json!({ "local": local, "docker": containers, "snapshots": snapshots })
+            json!({ "local": local, "docker": containers, "kubernetes": pods, "snapshots": snapshots })
         ),
         false => match containers {
             Some(containers) => println!(
@@ -97,6 +139,9 @@ pub(crate) async fn run(args: ReapArgs) -> Result<ExitCode, String> {
                 "removed {local} local sandboxes and {snapshots} snapshots (no Docker engine answers)"
             ),
         },
+    }
+    if let (Some(pods), false) = (pods, args.json) {
+        println!("removed {pods} pods of dead hosts in the cluster");
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -96,15 +96,27 @@ pub struct KubernetesProvider {
     reach: PodReach,
     markers: MarkerDir,
     template: Option<Arc<Pod>>,
-    owner: Option<OwnerReference>,
+    /// The object that owns everything made, and its namespace: an owner
+    /// reference resolves in its dependent's namespace only.
+    owner: Option<(OwnerReference, String)>,
     workload: Workload,
 }
+
+/// The environment a host pod sets from the downward API (`fieldRef`:
+/// `metadata.name`, `metadata.uid`, `metadata.namespace`) so that
+/// [`KubernetesProvider::connect`] makes it the owner of its sandboxes.
+pub const HOST_POD_ENV: [&str; 3] = [
+    "AGENTIX_HOST_POD_NAME",
+    "AGENTIX_HOST_POD_UID",
+    "AGENTIX_HOST_POD_NAMESPACE",
+];
 
 impl KubernetesProvider {
     /// A provider for the cluster the environment names, as `kubectl` finds
     /// it (`KUBECONFIG`, `~/.kube/config`, or the pod's own service account
     /// in a cluster), in its context's namespace; reaching servers as
-    /// [`PodReach::for_environment`] says.
+    /// [`PodReach::for_environment`] says. A host pod that names itself in
+    /// [`HOST_POD_ENV`] owns the sandboxes it makes in its own namespace.
     pub async fn connect() -> Result<Self, ProviderError> {
         let config = kube::Config::infer()
             .await
@@ -115,7 +127,14 @@ impl KubernetesProvider {
                         .into(),
                 reason: e.to_string(),
             })?;
-        KubernetesProvider::new(config)
+        let provider = KubernetesProvider::new(config)?;
+        let [name, uid, namespace] = HOST_POD_ENV.map(|key| std::env::var(key).ok());
+        Ok(match (name, uid, namespace) {
+            (Some(name), Some(uid), Some(namespace)) => {
+                provider.owned_by_pod_in(&name, &uid, &namespace)
+            }
+            _ => provider,
+        })
     }
 
     /// A provider for the cluster `config` describes (its
@@ -170,11 +189,44 @@ impl KubernetesProvider {
     }
 
     /// The same provider, making every object it creates owned by `owner`
-    /// (the host's own pod, in the same namespace): the cluster deletes
-    /// them when the host's pod goes, however it went.
+    /// (the host's own pod, in the sandboxes' namespace): the cluster
+    /// deletes them when the host's pod goes, however it went.
     pub fn owned_by(mut self, owner: OwnerReference) -> Self {
-        self.owner = Some(owner);
+        self.owner = Some((owner, self.namespace.clone()));
         self
+    }
+
+    /// The same provider, its objects owned by pod `name` (uid `uid`) of
+    /// `namespace`; only sandboxes made in that namespace carry the
+    /// reference (elsewhere the cluster's collector would find no owner
+    /// and delete them at once).
+    pub fn owned_by_pod_in(mut self, name: &str, uid: &str, namespace: &str) -> Self {
+        let owner = OwnerReference {
+            api_version: "v1".into(),
+            kind: "Pod".into(),
+            name: name.into(),
+            uid: uid.into(),
+            controller: None,
+            block_owner_deletion: None,
+        };
+        self.owner = Some((owner, namespace.to_owned()));
+        self
+    }
+
+    /// The owner reference for objects made now, if it resolves in the
+    /// sandboxes' namespace.
+    fn owner_here(&self) -> Option<&OwnerReference> {
+        match &self.owner {
+            Some((owner, namespace)) if *namespace == self.namespace => Some(owner),
+            Some((owner, namespace)) => {
+                tracing::warn!(
+                    owner = %owner.name, %namespace, sandboxes = %self.namespace,
+                    "the host's pod is in another namespace: its sandboxes are not owned by it"
+                );
+                None
+            }
+            None => None,
+        }
     }
 
     /// Keeps the sandboxes' markers (`agentix::sandbox_marker`, by which
@@ -218,7 +270,7 @@ impl KubernetesProvider {
                 owner: &owner,
                 reach: self.reach,
                 template: self.template.as_deref(),
-                owned_by: self.owner.as_ref(),
+                owned_by: self.owner_here(),
             },
         )?;
         let name = object_name(&id);
@@ -296,21 +348,30 @@ impl KubernetesProvider {
         Ok(sandbox)
     }
 
+    /// The pods [`KubernetesProvider::reap`] would delete: this provider's
+    /// pods in the namespace whose owner process (on this machine) has
+    /// ended.
+    pub async fn abandoned_pods(&self) -> Result<Vec<Pod>, ProviderError> {
+        let selector = ListParams::default().labels(&format!("{LABEL_MANAGED}={MANAGED_BY}"));
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), &self.namespace);
+        let listed = pods
+            .list(&selector)
+            .await
+            .map_err(|e| api_error("list the sandboxes' pods", &e))?;
+        Ok(listed
+            .items
+            .into_iter()
+            .filter(|p| owner_is_dead(&p.metadata))
+            .collect())
+    }
+
     /// Removes what hosts that died left of this provider's sandboxes in
     /// the namespace (pods, Secrets, policies whose owner process has
     /// ended; another machine's are never touched), with their markers;
     /// returns how many pods.
     pub async fn reap(&self) -> Result<usize, ProviderError> {
         let selector = ListParams::default().labels(&format!("{LABEL_MANAGED}={MANAGED_BY}"));
-        let dead = |meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta| {
-            let owner = meta
-                .annotations
-                .as_ref()
-                .and_then(|a| a.get(ANNOTATION_OWNER));
-            owner
-                .and_then(|o| OwnerId::parse(o))
-                .is_some_and(|o| o.liveness() == Liveness::Dead)
-        };
+        let dead = owner_is_dead;
         let now = DeleteParams {
             grace_period_seconds: Some(0),
             ..Default::default()
@@ -335,13 +396,9 @@ impl KubernetesProvider {
             Err(kube::Error::Api(s)) if s.code == 404 => {}
             Err(e) => return Err(api_error("list the sandboxes' agent-sandbox Sandboxes", &e)),
         }
-        let listed = pods
-            .list(&selector)
-            .await
-            .map_err(|e| api_error("list the sandboxes' pods", &e))?;
         let mut removed = 0;
         let mut gone = std::collections::HashSet::new();
-        for pod in listed.items.iter().filter(|p| dead(&p.metadata)) {
+        for pod in self.abandoned_pods().await? {
             let name = pod.metadata.name.clone().unwrap_or_default();
             match pods.delete(&name, &now).await {
                 Ok(_) => removed += 1,
@@ -390,6 +447,16 @@ impl KubernetesProvider {
         }
         Ok(removed)
     }
+}
+
+/// Whether the owner annotation of `meta` names a process (of this
+/// machine) that has ended.
+fn owner_is_dead(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> bool {
+    meta.annotations
+        .as_ref()
+        .and_then(|a| a.get(ANNOTATION_OWNER))
+        .and_then(|o| OwnerId::parse(o))
+        .is_some_and(|o| o.liveness() == Liveness::Dead)
 }
 
 /// Waits until `sandbox`'s server answers `/health`, within `timeout`.
@@ -458,5 +525,26 @@ impl Provider for KubernetesProvider {
 
     fn reap(&self) -> BoxFuture<'_, Result<usize, ProviderError>> {
         Box::pin(KubernetesProvider::reap(self))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_host_pod_owns_only_the_sandboxes_of_its_own_namespace() {
+        let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
+        let provider = KubernetesProvider::new(config)
+            .unwrap()
+            .namespace("rollouts")
+            .owned_by_pod_in("host-7", "uid-host-7", "rollouts");
+        let owner = provider.owner_here().expect("the same namespace");
+        assert_eq!(
+            (owner.kind.as_str(), owner.uid.as_str()),
+            ("Pod", "uid-host-7")
+        );
+        let elsewhere = provider.namespace("other");
+        assert!(elsewhere.owner_here().is_none());
     }
 }

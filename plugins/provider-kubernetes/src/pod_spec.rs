@@ -744,6 +744,24 @@ mod tests {
     }
 
     #[test]
+    fn an_owner_reference_reaches_every_object() {
+        let owner = OwnerReference {
+            api_version: "v1".into(),
+            kind: "Pod".into(),
+            name: "host-7".into(),
+            uid: "uid-host-7".into(),
+            ..Default::default()
+        };
+        let mut request = request(None);
+        request.owned_by = Some(&owner);
+        let objects = sandbox_objects(&config(), &request).unwrap();
+        let (secret, pod, policy) = round_trip(&objects);
+        for meta in [secret.metadata, pod.metadata, policy.unwrap().metadata] {
+            assert_eq!(meta.owner_references, Some(vec![owner.clone()]));
+        }
+    }
+
+    #[test]
     fn what_a_pod_cannot_do_is_refused_with_the_way_out() {
         let mut no_bundle_image = config();
         no_bundle_image.container.bundle_image = None;
