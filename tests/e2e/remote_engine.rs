@@ -112,10 +112,9 @@ fn make_certificates(dir: &Path, ip: &str) {
 /// A network namespace with a veth pair to this one, and the endpoint
 /// process inside it; all removed when dropped.
 struct EngineHost {
-    namespace: String,
-    /// The host's end of the veth pair.
-    outside: String,
+    // Dropped after the endpoint (fields drop in order).
     endpoint: Child,
+    _namespace: Namespace,
     addr: String,
     log: PathBuf,
 }
@@ -133,43 +132,82 @@ fn ip(args: &[&str]) {
     );
 }
 
-impl EngineHost {
-    /// Engine host `n` of this test process (each test its own), speaking
-    /// TLS with the certificates in `tls` if given.
-    fn start(n: u32, tls: Option<&Path>) -> EngineHost {
+/// A network namespace with a veth pair to this one: the engine host's
+/// address, `10.251.<tag>.2`, and this machine's, `.1`.
+struct Namespace {
+    name: String,
+    /// The host's end of the veth pair.
+    outside: String,
+    host_ip: String,
+    engine_ip: String,
+}
+
+impl Namespace {
+    fn make(n: u32) -> Namespace {
         let tag = (std::process::id() * 2 + n) % 250 + 1;
-        let namespace = format!("agentix-engine-{}-{n}", std::process::id());
+        let name = format!("agentix-engine-{}-{n}", std::process::id());
         let (outside, inside) = (format!("agxh{tag}"), format!("agxn{tag}"));
         let (host_ip, engine_ip) = (format!("10.251.{tag}.1"), format!("10.251.{tag}.2"));
-        let _ = Command::new("ip")
-            .args(["netns", "del", &namespace])
-            .output();
+        let _ = Command::new("ip").args(["netns", "del", &name]).output();
         let _ = Command::new("ip").args(["link", "del", &outside]).output();
-        ip(&["netns", "add", &namespace]);
+        ip(&["netns", "add", &name]);
         ip(&[
             "link", "add", &outside, "type", "veth", "peer", "name", &inside,
         ]);
-        ip(&["link", "set", &inside, "netns", &namespace]);
+        ip(&["link", "set", &inside, "netns", &name]);
         ip(&["addr", "add", &format!("{host_ip}/30"), "dev", &outside]);
         ip(&["link", "set", &outside, "up"]);
         let in_ns = |args: &[&str]| {
-            let mut all = vec!["netns", "exec", &namespace, "ip"];
+            let mut all = vec!["netns", "exec", &name, "ip"];
             all.extend_from_slice(args);
             ip(&all);
         };
         in_ns(&["addr", "add", &format!("{engine_ip}/30"), "dev", &inside]);
         in_ns(&["link", "set", &inside, "up"]);
         in_ns(&["link", "set", "lo", "up"]);
-        let addr = format!("{engine_ip}:2375");
+        Namespace {
+            name,
+            outside,
+            host_ip,
+            engine_ip,
+        }
+    }
+
+    /// `program` run inside the namespace.
+    fn command(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {
+        let mut command = Command::new("ip");
+        command.args(["netns", "exec", &self.name]).arg(program);
+        command
+    }
+}
+
+impl Drop for Namespace {
+    fn drop(&mut self) {
+        // The pair goes with either end: now, not when the kernel gets
+        // round to freeing the namespace.
+        let _ = Command::new("ip")
+            .args(["link", "del", &self.outside])
+            .output();
+        let _ = Command::new("ip")
+            .args(["netns", "del", &self.name])
+            .output();
+    }
+}
+
+impl EngineHost {
+    /// Engine host `n` of this test process (each test its own), speaking
+    /// TLS with the certificates in `tls` if given.
+    fn start(n: u32, tls: Option<&Path>) -> EngineHost {
+        let namespace = Namespace::make(n);
+        let addr = format!("{}:2375", namespace.engine_ip);
         let log =
             std::env::temp_dir().join(format!("agentix-engine-log-{}-{n}", std::process::id()));
         let _ = std::fs::remove_file(&log);
         if let Some(dir) = tls {
-            make_certificates(dir, &engine_ip);
+            make_certificates(dir, &namespace.engine_ip);
         }
-        let mut endpoint = Command::new("ip")
-            .args(["netns", "exec", &namespace])
-            .arg(std::env::current_exe().unwrap())
+        let mut endpoint = namespace
+            .command(std::env::current_exe().unwrap())
             .args([
                 "--exact",
                 "engine_endpoint_in_namespace",
@@ -188,8 +226,7 @@ impl EngineHost {
             .any(|line| line.contains("listening"));
         assert!(listening, "the endpoint in the namespace did not start");
         EngineHost {
-            namespace,
-            outside,
+            _namespace: namespace,
             endpoint,
             addr,
             log,
@@ -206,14 +243,6 @@ impl Drop for EngineHost {
     fn drop(&mut self) {
         let _ = self.endpoint.kill();
         let _ = self.endpoint.wait();
-        // The pair goes with either end: now, not when the kernel gets
-        // round to freeing the namespace.
-        let _ = Command::new("ip")
-            .args(["link", "del", &self.outside])
-            .output();
-        let _ = Command::new("ip")
-            .args(["netns", "del", &self.namespace])
-            .output();
         let _ = std::fs::remove_file(&self.log);
     }
 }
@@ -364,4 +393,213 @@ async fn an_engine_over_tls_at_another_address_serves_a_sandbox_and_refuses_stra
     );
     let _ = std::fs::remove_dir_all(bundle);
     let _ = std::fs::remove_dir_all(certs);
+}
+
+/// Names, for [`ssh_client_with_a_home_of_its_own`], the directory of the
+/// SSH test's keys and the bundle to run.
+const SSH_DIR: &str = "AGENTIX_TEST_SSH_DIR";
+const SSH_BUNDLE: &str = "AGENTIX_TEST_SSH_BUNDLE";
+
+/// A host whose `DOCKER_HOST` is `ssh://root@<engine host>`: the provider
+/// as a user makes it, `DockerProvider::connect()`. Run by the test below
+/// in a mount namespace whose home directory holds only the client's key,
+/// so the system `ssh` it starts reads and writes nothing of this
+/// machine's own `~/.ssh`.
+#[tokio::test]
+#[ignore = "run with a home of its own by an_engine_over_ssh_at_another_address_serves_a_sandbox"]
+async fn ssh_client_with_a_home_of_its_own() {
+    let bundle = PathBuf::from(std::env::var(SSH_BUNDLE).expect("run by the test"));
+    let host = std::env::var("DOCKER_HOST").expect("run by the test");
+    assert!(host.starts_with("ssh://"), "{host}");
+    assert_eq!(ServerReach::for_engine(), ServerReach::EngineStream);
+    let provider = DockerProvider::connect().expect("a client for the ssh:// engine");
+    let mut config = SandboxConfig::new(&bundle).image(TOOLS_IMAGE);
+    config.container.network = agentix::ContainerNetwork::None;
+    let sb = provider.session(config).await.expect("a sandbox over SSH");
+    assert_eq!(sb.remote(agentix_e2e::add, (40, 2)).await.unwrap(), 42);
+    let ran = sb
+        .remote(
+            agentix_bash::run,
+            ("echo over ssh".to_owned(), BashOptions::new()),
+        )
+        .await
+        .unwrap();
+    assert_eq!(ran.stdout_lossy(), "over ssh\n");
+    let name = format!("agentix-{}", sb.id());
+    sb.delete().await;
+    println!("served {name}");
+}
+
+/// The home directory of uid 0, from `/etc/passwd` (where `ssh` looks,
+/// whatever `$HOME` says).
+fn root_home() -> PathBuf {
+    let passwd = std::fs::read_to_string("/etc/passwd").unwrap();
+    let line = passwd
+        .lines()
+        .find(|l| l.split(':').nth(2) == Some("0"))
+        .expect("a uid 0");
+    PathBuf::from(line.split(':').nth(5).expect("a home field"))
+}
+
+fn ssh_keygen(file: &Path) {
+    let out = Command::new("ssh-keygen")
+        .args(["-q", "-t", "ed25519", "-N", ""])
+        .arg("-f")
+        .arg(file)
+        .output()
+        .expect("ssh-keygen (openssh-client)");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// `sshd` in its own network namespace; killed, and its files removed,
+/// when dropped.
+struct SshEngineHost {
+    sshd: Child,
+    namespace: Namespace,
+    dir: PathBuf,
+}
+
+impl SshEngineHost {
+    /// An SSH server at the namespace's address that takes the key
+    /// `<dir>/client_key` for root; its log is `<dir>/sshd.log`.
+    fn start(n: u32) -> SshEngineHost {
+        let sshd = Path::new("/usr/sbin/sshd");
+        assert!(
+            sshd.exists(),
+            "no /usr/sbin/sshd: install openssh-server (.ci/run does)"
+        );
+        let namespace = Namespace::make(n);
+        let dir = std::env::temp_dir().join(format!("agentix-engine-ssh-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        ssh_keygen(&dir.join("host_key"));
+        ssh_keygen(&dir.join("client_key"));
+        std::fs::copy(dir.join("client_key.pub"), dir.join("authorized_keys")).unwrap();
+        let config = dir.join("sshd_config");
+        std::fs::write(
+            &config,
+            format!(
+                "ListenAddress {}:22\nHostKey {}\nAuthorizedKeysFile {}\n\
+                 PermitRootLogin prohibit-password\nPasswordAuthentication no\n\
+                 KbdInteractiveAuthentication no\nUsePAM no\nStrictModes no\n\
+                 PidFile none\nLogLevel VERBOSE\n",
+                namespace.engine_ip,
+                dir.join("host_key").display(),
+                dir.join("authorized_keys").display(),
+            ),
+        )
+        .unwrap();
+        // sshd's privilege separation directory, as its package makes it.
+        std::fs::create_dir_all("/run/sshd").unwrap();
+        let sshd = namespace
+            .command(sshd)
+            .arg("-D")
+            .arg("-f")
+            .arg(&config)
+            .arg("-E")
+            .arg(dir.join("sshd.log"))
+            .spawn()
+            .unwrap();
+        let addr: std::net::SocketAddr = format!("{}:22", namespace.engine_ip).parse().unwrap();
+        let up = (0..100).any(|_| {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            std::net::TcpStream::connect(addr).is_ok()
+        });
+        assert!(
+            up,
+            "sshd did not listen: {}",
+            std::fs::read_to_string(dir.join("sshd.log")).unwrap_or_default()
+        );
+        SshEngineHost {
+            sshd,
+            namespace,
+            dir,
+        }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("sshd.log")).unwrap_or_default()
+    }
+}
+
+impl Drop for SshEngineHost {
+    fn drop(&mut self) {
+        let _ = self.sshd.kill();
+        let _ = self.sshd.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+#[tokio::test]
+async fn an_engine_over_ssh_at_another_address_serves_a_sandbox() {
+    assert!(
+        is_root(),
+        "this test makes a network namespace: run it as root"
+    );
+    let local = DockerProvider::connect().expect("a Docker engine");
+    tools_image(&local).await;
+    let engine = SshEngineHost::start(2);
+    let bundle = bundle_dir("remote-engine-ssh");
+    let home = root_home();
+    let known_hosts = home.join(".ssh/known_hosts");
+    let known_before = std::fs::read(&known_hosts).ok();
+    let script = r#"mount -t tmpfs -o mode=0700 agentix-test-home "$AGENTIX_TEST_HOME" &&
+        mkdir -m 700 "$AGENTIX_TEST_HOME/.ssh" &&
+        cp "$AGENTIX_TEST_SSH_DIR/client_key" "$AGENTIX_TEST_HOME/.ssh/id_ed25519" &&
+        exec "$0" --exact ssh_client_with_a_home_of_its_own --ignored --nocapture"#;
+    let out = tokio::process::Command::new("unshare")
+        .args([
+            "--mount",
+            "--propagation",
+            "private",
+            "--",
+            "sh",
+            "-c",
+            script,
+        ])
+        .arg(std::env::current_exe().unwrap())
+        .env("AGENTIX_TEST_HOME", &home)
+        .env(SSH_DIR, &engine.dir)
+        .env(SSH_BUNDLE, &bundle)
+        .env(
+            "DOCKER_HOST",
+            format!("ssh://root@{}", engine.namespace.engine_ip),
+        )
+        .output()
+        .await
+        .expect("unshare (util-linux)");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}\nsshd: {}",
+        String::from_utf8_lossy(&out.stderr),
+        engine.log()
+    );
+    let name = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("served "))
+        .expect("the sandbox's name")
+        .trim()
+        .to_owned();
+    // Every request came over SSH from this machine's end of the pair.
+    let log = engine.log();
+    let accepted = format!(
+        "Accepted publickey for root from {}",
+        engine.namespace.host_ip
+    );
+    assert!(log.contains(&accepted), "{log}");
+    assert!(
+        container_gone(local.docker(), &name).await,
+        "container {name} is left"
+    );
+    assert_eq!(
+        std::fs::read(&known_hosts).ok(),
+        known_before,
+        "this machine's known_hosts is untouched"
+    );
+    let _ = std::fs::remove_dir_all(bundle);
 }
