@@ -247,7 +247,7 @@ async fn sandbox_code_has_no_network_no_service_account_token_and_a_read_only_ro
 }
 
 #[tokio::test]
-async fn a_missing_image_fails_at_once_and_an_unschedulable_pod_names_the_reason() {
+async fn a_missing_image_an_unschedulable_pod_and_a_missing_permission_each_say_what_to_do() {
     let cluster = Cluster::start("errors").await;
     if cluster.double.is_none() {
         return cluster.stop().await;
@@ -278,8 +278,25 @@ async fn a_missing_image_fails_at_once_and_an_unschedulable_pod_names_the_reason
         }
         other => panic!("{:?}", other.map(|s| s.id().to_owned())),
     }
-    // Nothing is left of either attempt.
-    let store = cluster.double.as_ref().unwrap().store();
+    // An account that may not create Secrets is told which rules it lacks.
+    let double = cluster.double.as_ref().unwrap();
+    double.forbid_creating("secrets");
+    match cluster.provider.create(cluster.config.clone()).await {
+        Err(ProviderError::Backend { what, reason }) => {
+            assert!(what.contains("HTTP 403"), "{what}");
+            assert!(
+                reason.contains("cannot create resource \"secrets\""),
+                "{reason}"
+            );
+            assert!(
+                reason.contains("secrets: create get list delete"),
+                "{reason}"
+            );
+        }
+        other => panic!("{:?}", other.map(|s| s.id().to_owned())),
+    }
+    // Nothing is left of any attempt.
+    let store = double.store();
     for kind in [Kind::Pods, Kind::Secrets, Kind::NetworkPolicies] {
         assert!(
             store.list(kind, NAMESPACE, "", "").is_empty(),

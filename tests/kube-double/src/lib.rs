@@ -41,6 +41,8 @@ pub struct Double {
     requests: Mutex<Vec<String>>,
     /// Whether the agent-sandbox CRDs are "installed".
     agent_sandbox: std::sync::atomic::AtomicBool,
+    /// Resources the client's account may not create, as RBAC refuses.
+    forbidden: Mutex<Vec<String>>,
 }
 
 impl Double {
@@ -57,6 +59,10 @@ impl Double {
             run.abort();
         }
         self.kubelet.remove(&uid).await;
+    }
+
+    fn is_forbidden(&self, resource: &str) -> bool {
+        self.forbidden.lock().unwrap().iter().any(|r| r == resource)
     }
 
     fn serves_agent_sandbox(&self) -> bool {
@@ -158,6 +164,7 @@ impl ApiServerDouble {
             runs: Mutex::default(),
             requests: Mutex::default(),
             agent_sandbox: std::sync::atomic::AtomicBool::new(true),
+            forbidden: Mutex::default(),
         });
         let serving_double = double.clone();
         let serving = tokio::spawn(async move {
@@ -211,6 +218,16 @@ impl ApiServerDouble {
         self.double
             .agent_sandbox
             .store(served, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Makes the double refuse to create `resource` (`"secrets"`), as the
+    /// API server does for an account without that permission.
+    pub fn forbid_creating(&self, resource: &str) {
+        self.double
+            .forbidden
+            .lock()
+            .unwrap()
+            .push(resource.to_owned());
     }
 
     /// Every request so far, as `METHOD /path`.

@@ -25,6 +25,8 @@ pub type Body = BoxBody<Bytes, Infallible>;
 /// What one request is about.
 struct Target<'a> {
     kind: Kind,
+    /// The resource as the path names it (`pods`).
+    resource: &'a str,
     namespace: &'a str,
     name: Option<&'a str>,
     subresource: Option<&'a str>,
@@ -58,6 +60,7 @@ fn target(path: &str) -> Option<Target<'_>> {
     let kind = group_kinds.iter().find(|(r, _)| *r == resource)?.1;
     Some(Target {
         kind,
+        resource,
         namespace,
         name,
         subresource,
@@ -113,6 +116,15 @@ pub async fn handle(double: Arc<Double>, request: Request<Incoming>) -> Response
                 }),
             )
         }
+        (Method::POST, None, None) if double.is_forbidden(target.resource) => status(
+            StatusCode::FORBIDDEN,
+            &format!(
+                "{resource} is forbidden: User \"system:serviceaccount:{namespace}:default\" \
+                 cannot create resource \"{resource}\" in API group \"\" in the namespace \
+                 \"{namespace}\"",
+                resource = target.resource
+            ),
+        ),
         (Method::POST, None, None) => {
             let body = match request.into_body().collect().await {
                 Ok(body) => body.to_bytes(),
