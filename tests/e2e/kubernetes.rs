@@ -181,9 +181,9 @@ async fn a_pod_sandbox_calls_runs_bash_and_is_removed_with_its_secret_and_policy
         // Every byte of the calls came through the port-forward.
         let requests = double.requests();
         assert!(
-            requests.iter().any(
-                |r| r == &format!("GET /api/v1/namespaces/{NAMESPACE}/pods/{name}/portforward")
-            ),
+            requests.iter().any(|r| r.starts_with(&format!(
+                "GET /api/v1/namespaces/{NAMESPACE}/pods/{name}/portforward?"
+            ))),
             "{requests:?}"
         );
     }
@@ -429,7 +429,11 @@ async fn through_agent_sandbox_its_controller_makes_the_pod_and_a_cluster_withou
     let pod = store.get(Kind::Pods, NAMESPACE, &name).expect("its pod");
     assert_eq!(pod["metadata"]["ownerReferences"][0]["kind"], "Sandbox");
     let requests = double.requests();
-    let made = |path: &str| requests.iter().any(|r| r == &format!("POST {path}"));
+    let made = |path: &str| {
+        requests
+            .iter()
+            .any(|r| r.starts_with(&format!("POST {path}")))
+    };
     assert!(made(&format!(
         "/apis/agents.x-k8s.io/v1beta1/namespaces/{NAMESPACE}/sandboxes"
     )));
@@ -459,6 +463,51 @@ async fn through_agent_sandbox_its_controller_makes_the_pod_and_a_cluster_withou
             store.list(kind, NAMESPACE, "", "").is_empty(),
             "{kind:?} left"
         );
+    }
+    cluster.stop().await;
+}
+
+#[tokio::test]
+async fn sandboxes_at_once_share_one_watch_of_the_api_server() {
+    let cluster = Cluster::start("one-watch").await;
+    let Some(double) = &cluster.double else {
+        return cluster.stop().await;
+    };
+    let starts = (0..4).map(|_| cluster.provider.create(cluster.config.clone()));
+    let sandboxes: Vec<_> = futures_util::future::join_all(starts)
+        .await
+        .into_iter()
+        .map(|s| s.expect("a pod sandbox"))
+        .collect();
+    for (i, sb) in sandboxes.iter().enumerate() {
+        assert_eq!(
+            sb.remote(agentix_e2e::add, (i as i64, 1)).await.unwrap(),
+            i as i64 + 1
+        );
+    }
+    let watches = double
+        .requests()
+        .into_iter()
+        .filter(|r| r.starts_with("GET ") && r.contains("watch=true"))
+        .count();
+    assert_eq!(watches, 1, "{:?}", double.requests());
+    // Each still learns of its own end: one pod deleted behind its back.
+    let victim = &sandboxes[0];
+    let pods: kube::Api<k8s_openapi::api::core::v1::Pod> =
+        kube::Api::namespaced(cluster.provider.client().clone(), NAMESPACE);
+    pods.delete(&format!("agentix-{}", victim.id()), &Default::default())
+        .await
+        .unwrap();
+    let ended = tokio::time::timeout(Duration::from_secs(20), victim.ended().unwrap())
+        .await
+        .expect("the sandbox learns its pod is gone");
+    assert!(ended.message.contains("deleted"), "{}", ended.message);
+    assert_eq!(
+        sandboxes[1].remote(agentix_e2e::add, (1, 1)).await.unwrap(),
+        2
+    );
+    for sb in sandboxes {
+        sb.delete().await;
     }
     cluster.stop().await;
 }

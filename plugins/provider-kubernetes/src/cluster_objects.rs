@@ -4,13 +4,12 @@
 //! made in order, waited for until the pod runs (reading its status and
 //! events, [`crate::pod_status`]), watched until it ends, and deleted.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use agentix::ProviderError;
-use futures_util::StreamExt;
 use k8s_openapi::api::core::v1::{Event, Pod, Secret};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
-use kube::api::{DeleteParams, DynamicObject, ListParams, PostParams, WatchEvent, WatchParams};
+use kube::api::{DeleteParams, DynamicObject, ListParams, PostParams};
 use kube::{Api, Client};
 use tokio::sync::watch;
 
@@ -18,6 +17,7 @@ use crate::agent_sandbox::{sandbox_api_resource, sandbox_resource, Workload};
 use crate::api_error::api_error;
 use crate::pod_spec::SandboxObjects;
 use crate::pod_status::{ended_reason, has_ended, pod_progress, PodProgress};
+use crate::pod_watch::{PodState, PodWatch};
 
 /// A sandbox's objects, by name, in one namespace.
 #[derive(Clone)]
@@ -28,17 +28,20 @@ pub struct ClusterObjects {
     namespace: String,
     name: String,
     workload: Workload,
+    watch: PodWatch,
 }
 
 impl ClusterObjects {
     /// The objects named `name` in `namespace`, the pod made as
     /// `workload` says, reached with `client` (made from `config`).
+    /// Their pod is followed through `watch`, the provider's shared one.
     pub fn new(
         config: kube::Config,
         client: Client,
         namespace: &str,
         name: &str,
         workload: Workload,
+        watch: PodWatch,
     ) -> Self {
         ClusterObjects {
             config,
@@ -46,7 +49,13 @@ impl ClusterObjects {
             namespace: namespace.to_owned(),
             name: name.to_owned(),
             workload,
+            watch,
         }
+    }
+
+    /// What the shared watch learns of the pod from now on.
+    pub fn follow(&self) -> watch::Receiver<PodState> {
+        self.watch.follow(&self.name)
     }
 
     /// The pods of the namespace.
@@ -135,54 +144,45 @@ impl ClusterObjects {
         made
     }
 
-    /// Waits until the pod's sandbox container runs, within `timeout`;
-    /// returns the pod as it is then.
-    pub async fn wait_running(&self, timeout: Duration) -> Result<Pod, ProviderError> {
-        let deadline = Instant::now() + timeout;
+    /// Waits until the pod `pod` follows (see [`ClusterObjects::follow`],
+    /// called before the pod was made) runs its sandbox container, within
+    /// `timeout`; returns the pod as it is then.
+    pub async fn wait_running(
+        &self,
+        mut pod: watch::Receiver<PodState>,
+        timeout: Duration,
+    ) -> Result<Pod, ProviderError> {
         let mut why = "the API server reported nothing about the pod".to_owned();
         let watched = tokio::time::timeout(timeout, async {
             loop {
-                let params = WatchParams::default()
-                    .fields(&format!("metadata.name={}", self.name))
-                    .timeout(watch_seconds(deadline));
-                let mut events = self
-                    .pods()
-                    .watch(&params, "0")
-                    .await
-                    .map_err(|e| api_error("watch the sandbox's pod", &e))?
-                    .boxed();
-                while let Some(event) = events.next().await {
-                    let pod = match event {
-                        Ok(WatchEvent::Added(pod) | WatchEvent::Modified(pod)) => pod,
-                        Ok(WatchEvent::Deleted(_)) => {
-                            return Err(ProviderError::ServerStartFailed {
-                                reason: "the sandbox's pod was deleted while it started".into(),
-                                output: String::new(),
-                            })
+                let state = pod.borrow_and_update().clone();
+                match state {
+                    PodState::Unseen => {}
+                    PodState::Gone => {
+                        return Err(ProviderError::ServerStartFailed {
+                            reason: "the sandbox's pod was deleted while it started".into(),
+                            output: String::new(),
+                        })
+                    }
+                    PodState::Seen(seen) => {
+                        let events = if needs_events(&seen) {
+                            self.events().await
+                        } else {
+                            Vec::new()
+                        };
+                        match pod_progress(&seen, &events) {
+                            PodProgress::Running => return Ok(*seen),
+                            PodProgress::Waiting(words) => why = words,
+                            PodProgress::Failed(error) => return Err(error),
                         }
-                        Ok(WatchEvent::Error(status)) => {
-                            why = format!("the watch ended: {}", status.message);
-                            break;
-                        }
-                        Ok(WatchEvent::Bookmark(_)) => continue,
-                        Err(e) => {
-                            why = format!("the watch broke: {e}");
-                            break;
-                        }
-                    };
-                    let events = if needs_events(&pod) {
-                        self.events().await
-                    } else {
-                        Vec::new()
-                    };
-                    match pod_progress(&pod, &events) {
-                        PodProgress::Running => return Ok(pod),
-                        PodProgress::Waiting(words) => why = words,
-                        PodProgress::Failed(error) => return Err(error),
                     }
                 }
-                // A watch the server closed (its own timeout): watch again.
-                tokio::time::sleep(Duration::from_millis(100)).await;
+                if pod.changed().await.is_err() {
+                    return Err(ProviderError::ServerStartFailed {
+                        reason: "lost track of the pod".into(),
+                        output: String::new(),
+                    });
+                }
             }
         })
         .await;
@@ -209,40 +209,26 @@ impl ClusterObjects {
         }
     }
 
-    /// Watches the pod until it ends or goes, then says how on `ended`.
-    pub async fn watch_end(self, ended: watch::Sender<Option<String>>) {
-        let mut failures = 0u32;
+    /// Follows `pod` until it ends or goes, then says how on `ended`.
+    pub async fn watch_end(
+        mut pod: watch::Receiver<PodState>,
+        ended: watch::Sender<Option<String>>,
+    ) {
         loop {
-            let params = WatchParams::default().fields(&format!("metadata.name={}", self.name));
-            let stream = match self.pods().watch(&params, "0").await {
-                Ok(stream) => stream,
-                Err(error) => {
-                    failures += 1;
-                    if failures >= 10 {
-                        let _ = ended.send(Some(format!("lost track of it: {error}")));
-                        return;
-                    }
-                    tokio::time::sleep(Duration::from_millis(500) * failures).await;
-                    continue;
-                }
+            let state = pod.borrow_and_update().clone();
+            let how = match state {
+                PodState::Seen(seen) if has_ended(&seen) => Some(ended_reason(&seen)),
+                PodState::Gone => Some("it was deleted".into()),
+                _ => None,
             };
-            failures = 0;
-            let mut stream = stream.boxed();
-            while let Some(event) = stream.next().await {
-                match event {
-                    Ok(WatchEvent::Added(pod) | WatchEvent::Modified(pod)) if has_ended(&pod) => {
-                        let _ = ended.send(Some(ended_reason(&pod)));
-                        return;
-                    }
-                    Ok(WatchEvent::Deleted(_)) => {
-                        let _ = ended.send(Some("it was deleted".into()));
-                        return;
-                    }
-                    Ok(WatchEvent::Error(_)) | Err(_) => break,
-                    Ok(_) => {}
-                }
+            if let Some(how) = how {
+                let _ = ended.send(Some(how));
+                return;
             }
-            tokio::time::sleep(Duration::from_millis(200)).await;
+            if pod.changed().await.is_err() {
+                let _ = ended.send(Some("lost track of it".into()));
+                return;
+            }
         }
     }
 
@@ -290,10 +276,4 @@ fn needs_events(pod: &Pod) -> bool {
                 .iter()
                 .any(|c| c.type_ == "PodScheduled" && c.status == "False")
         })
-}
-
-/// Seconds a watch may last before `deadline` (at least one).
-fn watch_seconds(deadline: Instant) -> u32 {
-    let left = deadline.saturating_duration_since(Instant::now());
-    (left.as_secs() as u32).clamp(1, 290)
 }

@@ -30,6 +30,7 @@ pub mod cluster_objects;
 pub mod pod_forward;
 pub mod pod_spec;
 pub mod pod_status;
+pub mod pod_watch;
 pub mod sandbox_pod;
 
 use std::sync::Arc;
@@ -55,6 +56,7 @@ use crate::pod_spec::{
     object_name, sandbox_objects, PodRequest, ANNOTATION_OWNER, LABEL_MANAGED, LABEL_SANDBOX,
     MANAGED_BY, SERVER_PORT,
 };
+use crate::pod_watch::PodWatch;
 use crate::sandbox_pod::SandboxPod;
 
 agentix::plugin_crate!();
@@ -100,6 +102,8 @@ pub struct KubernetesProvider {
     /// reference resolves in its dependent's namespace only.
     owner: Option<(OwnerReference, String)>,
     workload: Workload,
+    /// One watch of the namespace's sandbox pods, shared by all of them.
+    pod_watch: PodWatch,
 }
 
 /// The environment a host pod sets from the downward API (`fieldRef`:
@@ -145,7 +149,9 @@ impl KubernetesProvider {
             what: "cannot make a client for the Kubernetes API server".into(),
             reason: e.to_string(),
         })?;
+        let pod_watch = pod_watch_of(&client, &config.default_namespace);
         Ok(KubernetesProvider {
+            pod_watch,
             namespace: config.default_namespace.clone(),
             config,
             client,
@@ -161,6 +167,7 @@ impl KubernetesProvider {
     /// The same provider, making its sandboxes in `namespace`.
     pub fn namespace(mut self, namespace: impl Into<String>) -> Self {
         self.namespace = namespace.into();
+        self.pod_watch = pod_watch_of(&self.client, &self.namespace);
         self
     }
 
@@ -280,9 +287,15 @@ impl KubernetesProvider {
             &self.namespace,
             &name,
             self.workload,
+            self.pod_watch.clone(),
         );
+        // Followed before it is made: nothing of it is missed.
+        let followed = cluster.follow();
         cluster.create(&objects).await?;
-        let pod = match cluster.wait_running(config.ready_timeout).await {
+        let pod = match cluster
+            .wait_running(followed.clone(), config.ready_timeout)
+            .await
+        {
             Ok(pod) => pod,
             Err(e) => {
                 cluster.delete().await;
@@ -325,7 +338,7 @@ impl KubernetesProvider {
             cgroup: Vec::new(),
             created_ms: agentix::sandbox_marker::now_ms(),
         };
-        let handle = SandboxPod::new(cluster, forward);
+        let handle = SandboxPod::new(cluster, followed, forward);
         let handle = match self.markers.write(&marker) {
             Ok(()) => handle.marked(self.markers.clone(), id.clone()),
             Err(error) => {
@@ -447,6 +460,14 @@ impl KubernetesProvider {
         }
         Ok(removed)
     }
+}
+
+/// The shared watch of the provider's pods in `namespace`.
+fn pod_watch_of(client: &Client, namespace: &str) -> PodWatch {
+    PodWatch::new(
+        Api::namespaced(client.clone(), namespace),
+        &format!("{LABEL_MANAGED}={MANAGED_BY}"),
+    )
 }
 
 /// Whether the owner annotation of `meta` names a process (of this

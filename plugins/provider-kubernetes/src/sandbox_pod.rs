@@ -26,11 +26,15 @@ pub struct SandboxPod {
 }
 
 impl SandboxPod {
-    /// The pod `objects` names, watched until it ends, reached through
-    /// `forward` if given.
-    pub fn new(objects: ClusterObjects, forward: Option<PodForward>) -> SandboxPod {
+    /// The pod `objects` names, followed through `pod` until it ends,
+    /// reached through `forward` if given.
+    pub fn new(
+        objects: ClusterObjects,
+        pod: watch::Receiver<crate::pod_watch::PodState>,
+        forward: Option<PodForward>,
+    ) -> SandboxPod {
         let (tx, ended) = watch::channel(None);
-        let watching = tokio::spawn(objects.clone().watch_end(tx));
+        let watching = tokio::spawn(ClusterObjects::watch_end(pod, tx));
         SandboxPod {
             objects,
             ended,

@@ -230,7 +230,7 @@ impl ApiServerDouble {
             .push(resource.to_owned());
     }
 
-    /// Every request so far, as `METHOD /path`.
+    /// Every request so far, as `METHOD /path?query`.
     pub fn requests(&self) -> Vec<String> {
         self.double.requests.lock().unwrap().clone()
     }

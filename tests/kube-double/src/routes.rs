@@ -69,7 +69,7 @@ fn target(path: &str) -> Option<Target<'_>> {
 
 /// Answers `request`.
 pub async fn handle(double: Arc<Double>, request: Request<Incoming>) -> Response<Body> {
-    double.log_request(request.method(), request.uri().path());
+    double.log_request(request.method(), &request.uri().to_string());
     let path = request.uri().path().to_owned();
     let Some(target) = target(&path) else {
         return status(
