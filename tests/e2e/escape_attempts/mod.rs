@@ -441,10 +441,36 @@ pub(crate) fn set_host_secret() {
     unsafe { std::env::set_var("AGENTIX_ESCAPE_HOST_SECRET", HOST_SECRET_VALUE) };
 }
 
+/// A listener on the host's 127.0.0.1 whose port nothing listens on in
+/// `sb`'s own network: the kernel picks ports in each namespace on its own,
+/// so the host's could be one the sandbox's server holds on its own
+/// loopback, and reaching that is no escape.
+async fn host_service_on_a_port_free_inside(sb: &Sandbox) -> std::net::TcpListener {
+    let (_, text) = sh(
+        sb,
+        "while read -r _ local _ state _; do [ \"$state\" = 0A ] && echo ${local#*:}; done \
+         < /proc/net/tcp; true",
+    )
+    .await;
+    let inside: Vec<u16> = text
+        .split_whitespace()
+        .filter_map(|hex| u16::from_str_radix(hex, 16).ok())
+        .collect();
+    // Listeners held until one is found, so no port comes back twice.
+    let mut taken = Vec::new();
+    loop {
+        let service = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        if !inside.contains(&service.local_addr().unwrap().port()) {
+            return service;
+        }
+        taken.push(service);
+    }
+}
+
 /// [`HOST_LOOPBACK`], [`HOST_ABSTRACT_SOCKET`], [`ANY_ROUTE`] and
 /// [`DOCKER_SOCKET`].
 pub(crate) async fn network(sb: &Sandbox) {
-    let service = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let service = host_service_on_a_port_free_inside(sb).await;
     service.set_nonblocking(true).unwrap();
     let port = service.local_addr().unwrap().port();
     let err = reach(sb, &format!("tcp:127.0.0.1:{port}")).await;
