@@ -10,6 +10,9 @@
 //!   sandbox (and snapshots it: `sandbox_state`, [`SandboxState`]).
 //! - [`sandbox_registry`]: [`SandboxRegistry`], a provider's live sandboxes.
 //! - [`secret`]: random sandbox ids and tokens.
+//! - [`socket_forward`]: [`SocketForward`], a host socket whose connections
+//!   a provider carries to a server it cannot dial (through an engine's API
+//!   or a cluster's port-forward).
 //! - [`container_settings`]: what a container provider makes of a sandbox.
 //! - [`local`]: [`LocalProvider`], the embedded default (local child processes);
 //!   [`isolation`]: [`Isolation`], how a local sandbox is kept apart from the
@@ -89,6 +92,7 @@ pub mod secret;
 mod sio;
 pub mod snapshot;
 pub mod snapshot_record;
+pub mod socket_forward;
 mod stream;
 mod trace_replay;
 pub mod tree_copy;
@@ -121,4 +125,5 @@ pub use sandbox_supervisor::SandboxSupervisor;
 pub use sandbox_user::RunAs;
 pub use snapshot::{Snapshot, SnapshotSpec, SnapshotStore};
 pub use snapshot_record::{SnapshotRecord, SnapshotRecords};
+pub use socket_forward::SocketForward;
 pub use stream::{CallStream, StreamCall};

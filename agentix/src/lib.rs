@@ -62,7 +62,8 @@ pub use agentix_host::{
     HostEnd, HostHalf, HostNamespace, HostNamespaceHandle, Isolation, Liveness, LocalProvider,
     LogTap, NamespaceIsolation, OwnerId, Provider, ProviderError, RunAs, Sandbox, SandboxConfig,
     SandboxInfo, SandboxLimits, SandboxLog, SandboxRegistry, SandboxResources, SandboxState,
-    Snapshot, SnapshotRecord, SnapshotRecords, SnapshotSpec, SnapshotStore, StreamCall, BASE_ENV,
+    Snapshot, SnapshotRecord, SnapshotRecords, SnapshotSpec, SnapshotStore, SocketForward,
+    StreamCall, BASE_ENV,
 };
 pub use agentix_macros::remote;
 pub use agentix_trace as trace;

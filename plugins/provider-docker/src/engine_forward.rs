@@ -2,10 +2,10 @@
 //! can reach is the engine's API (an engine on another machine,
 //! [`ServerReach::EngineStream`](crate::ServerReach::EngineStream)).
 //!
-//! The host listens on a Unix socket of its own, in a directory only its
-//! user may enter (beside the sandbox's marker, [`forward_dir`], so a reap
-//! of a dead host's sandbox removes it too); every connection there becomes an exec of the bundle's
-//! `relay` role in the container (`agentix_server::stdio_relay`), whose
+//! The host listens on a Unix socket of its own (an
+//! [`agentix::SocketForward`] beside the sandbox's marker, [`forward_dir`],
+//! so a reap of a dead host's sandbox removes it too); every connection
+//! there becomes an exec of the bundle's `relay` role in the container (`agentix_server::stdio_relay`), whose
 //! attached stdin and stdout carry the connection's bytes to and from the
 //! server's socket inside. So the server publishes nothing, the bytes
 //! travel inside the engine's own connection (its TLS or SSH), and every
@@ -14,17 +14,16 @@
 //! connection costs one exec (create and start: two engine requests);
 //! a sandbox holds one connection for its calls.
 
-use std::os::unix::fs::DirBuilderExt;
 use std::path::PathBuf;
 
-use agentix::ProviderError;
+use agentix::{ProviderError, SocketForward};
 use bollard::container::LogOutput;
 use bollard::exec::{StartExecOptions, StartExecResults};
 use bollard::models::ExecConfig;
 use bollard::Docker;
 use futures_util::StreamExt;
 use tokio::io::{AsyncWriteExt, BufReader};
-use tokio::net::{UnixListener, UnixStream};
+use tokio::net::UnixStream;
 
 /// Largest piece of the relay's output the engine's stream hands over at
 /// once.
@@ -39,9 +38,7 @@ pub fn forward_dir(markers: &agentix::MarkerDir, id: &str) -> PathBuf {
 /// A host-side socket whose connections reach a container's server through
 /// its engine; closed, and its directory removed, when dropped.
 pub struct EngineForward {
-    dir: PathBuf,
-    addr: String,
-    accepting: tokio::task::JoinHandle<()>,
+    socket: SocketForward,
 }
 
 impl EngineForward {
@@ -54,63 +51,20 @@ impl EngineForward {
         relay: Vec<String>,
         dir: PathBuf,
     ) -> Result<EngineForward, ProviderError> {
-        let io = |what: &str, e: std::io::Error| ProviderError::Io {
-            what: format!("{what} {}", dir.display()),
-            source: e,
-        };
-        if let Some(parent) = dir.parent() {
-            std::fs::DirBuilder::new()
-                .recursive(true)
-                .mode(0o700)
-                .create(parent)
-                .map_err(|e| io("cannot make the directory of", e))?;
-        }
-        std::fs::DirBuilder::new()
-            .mode(0o700)
-            .create(&dir)
-            .map_err(|e| io("cannot make the forward's directory", e))?;
-        let path = dir.join("server.sock");
-        let listener = UnixListener::bind(&path).map_err(|e| {
-            let _ = std::fs::remove_dir_all(&dir);
-            io("cannot listen in", e)
-        })?;
-        let accepting = tokio::spawn(async move {
-            // The connections' tasks end with this one (a set aborts its
-            // tasks when dropped): none outlives the sandbox.
-            let mut connections = tokio::task::JoinSet::new();
-            loop {
-                tokio::select! {
-                    accepted = listener.accept() => {
-                        let Ok((connection, _)) = accepted else { break };
-                        let (docker, container, relay) =
-                            (docker.clone(), container.clone(), relay.clone());
-                        connections.spawn(async move {
-                            if let Err(error) = relay_one(&docker, &container, relay, connection).await {
-                                tracing::warn!(%container, %error, "a connection through the engine failed");
-                            }
-                        });
-                    }
-                    Some(_) = connections.join_next(), if !connections.is_empty() => {}
+        let socket = SocketForward::start(dir, move |connection| {
+            let (docker, container, relay) = (docker.clone(), container.clone(), relay.clone());
+            async move {
+                if let Err(error) = relay_one(&docker, &container, relay, connection).await {
+                    tracing::warn!(%container, %error, "a connection through the engine failed");
                 }
             }
-        });
-        Ok(EngineForward {
-            addr: format!("unix:{}", path.display()),
-            dir,
-            accepting,
-        })
+        })?;
+        Ok(EngineForward { socket })
     }
 
     /// The address a host dials: `unix:PATH`.
     pub fn addr(&self) -> &str {
-        &self.addr
-    }
-}
-
-impl Drop for EngineForward {
-    fn drop(&mut self) {
-        self.accepting.abort();
-        let _ = std::fs::remove_dir_all(&self.dir);
+        self.socket.addr()
     }
 }
 

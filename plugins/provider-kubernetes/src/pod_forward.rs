@@ -2,9 +2,9 @@
 //! ([`PodReach::PortForward`](crate::PodReach::PortForward)): through the
 //! API server's port-forward, which kubelet ends on the pod's loopback.
 //!
-//! The host listens on a Unix socket of its own, in a directory only its
-//! user may enter, beside the sandbox's marker (so a reap of a dead host's
-//! sandbox removes it too); every connection there becomes one
+//! The host listens on a Unix socket of its own (an
+//! [`agentix::SocketForward`] beside the sandbox's marker, so a reap of a
+//! dead host's sandbox removes it too); every connection there becomes one
 //! port-forward (a websocket to the API server, `kube`'s
 //! `Api::portforward`) whose stream carries the connection's bytes both
 //! ways. The API server authorises it (`pods/portforward`), its TLS
@@ -12,13 +12,12 @@
 //! of the sandbox (calls, `/health`, the `agentix` command while the host
 //! lives) dials a socket as for a local sandbox.
 
-use std::os::unix::fs::DirBuilderExt;
 use std::path::PathBuf;
 
-use agentix::ProviderError;
+use agentix::{ProviderError, SocketForward};
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
-use tokio::net::{UnixListener, UnixStream};
+use tokio::net::UnixStream;
 
 use crate::pod_spec::SERVER_PORT;
 
@@ -31,71 +30,27 @@ pub fn forward_dir(markers: &agentix::MarkerDir, id: &str) -> PathBuf {
 /// A host-side socket whose connections reach a pod's server through the
 /// API server; closed, and its directory removed, when dropped.
 pub struct PodForward {
-    dir: PathBuf,
-    addr: String,
-    accepting: tokio::task::JoinHandle<()>,
+    socket: SocketForward,
 }
 
 impl PodForward {
     /// Listens, in the new directory `dir` (mode 0700), for connections to
     /// pass to pod `pod`'s server.
     pub fn start(pods: Api<Pod>, pod: String, dir: PathBuf) -> Result<PodForward, ProviderError> {
-        let io = |what: &str, e: std::io::Error| ProviderError::Io {
-            what: format!("{what} {}", dir.display()),
-            source: e,
-        };
-        if let Some(parent) = dir.parent() {
-            std::fs::DirBuilder::new()
-                .recursive(true)
-                .mode(0o700)
-                .create(parent)
-                .map_err(|e| io("cannot make the directory of", e))?;
-        }
-        std::fs::DirBuilder::new()
-            .mode(0o700)
-            .create(&dir)
-            .map_err(|e| io("cannot make the forward's directory", e))?;
-        let path = dir.join("server.sock");
-        let listener = UnixListener::bind(&path).map_err(|e| {
-            let _ = std::fs::remove_dir_all(&dir);
-            io("cannot listen in", e)
-        })?;
-        let accepting = tokio::spawn(async move {
-            // The connections' tasks end with this one (a set aborts its
-            // tasks when dropped): none outlives the sandbox.
-            let mut connections = tokio::task::JoinSet::new();
-            loop {
-                tokio::select! {
-                    accepted = listener.accept() => {
-                        let Ok((connection, _)) = accepted else { break };
-                        let (pods, pod) = (pods.clone(), pod.clone());
-                        connections.spawn(async move {
-                            if let Err(error) = forward_one(&pods, &pod, connection).await {
-                                tracing::debug!(%pod, %error, "a port-forward ended with an error");
-                            }
-                        });
-                    }
-                    Some(_) = connections.join_next(), if !connections.is_empty() => {}
+        let socket = SocketForward::start(dir, move |connection| {
+            let (pods, pod) = (pods.clone(), pod.clone());
+            async move {
+                if let Err(error) = forward_one(&pods, &pod, connection).await {
+                    tracing::debug!(%pod, %error, "a port-forward ended with an error");
                 }
             }
-        });
-        Ok(PodForward {
-            addr: format!("unix:{}", path.display()),
-            dir,
-            accepting,
-        })
+        })?;
+        Ok(PodForward { socket })
     }
 
     /// The address a host dials: `unix:PATH`.
     pub fn addr(&self) -> &str {
-        &self.addr
-    }
-}
-
-impl Drop for PodForward {
-    fn drop(&mut self) {
-        self.accepting.abort();
-        let _ = std::fs::remove_dir_all(&self.dir);
+        self.socket.addr()
     }
 }
 
