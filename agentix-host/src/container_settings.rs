@@ -67,6 +67,42 @@ pub struct ContainerSettings {
     pub idle_exit: Option<Duration>,
 }
 
+impl ContainerSettings {
+    /// The working directory of a container with a read-only root, unless
+    /// [`ContainerSettings::workdir`] names another: a tmpfs (or a pod's
+    /// `emptyDir`) of the sandbox's.
+    pub const DEFAULT_WORKDIR: &'static str = "/workspace";
+    /// Size of `/tmp` and the working directory when there is no memory
+    /// limit to take half of.
+    pub const DEFAULT_TMP_BYTES: u64 = 1 << 30;
+    /// How long a container's server waits for a host before it stops,
+    /// unless [`ContainerSettings::idle_exit`] says otherwise.
+    pub const DEFAULT_IDLE_EXIT: Duration = Duration::from_secs(300);
+
+    /// How long the server waits for a host before it stops.
+    pub fn idle_exit_or_default(&self) -> Duration {
+        self.idle_exit.unwrap_or(Self::DEFAULT_IDLE_EXIT)
+    }
+
+    /// The container's memory limit: its own setting, else the sandbox's
+    /// `limits.memory_bytes`.
+    pub fn memory_limit(&self, limits: &crate::SandboxLimits) -> Option<i64> {
+        self.memory_bytes
+            .or(limits.memory_bytes.map(|bytes| bytes as i64))
+    }
+
+    /// Size of `/tmp` and the working directory: the setting, else half the
+    /// memory limit (at least 1 MiB; counted against that limit, like any
+    /// tmpfs, so filling it is a full disk, not an OOM kill), else
+    /// [`ContainerSettings::DEFAULT_TMP_BYTES`].
+    pub fn tmp_bytes_or_default(&self, limits: &crate::SandboxLimits) -> u64 {
+        self.tmp_bytes.unwrap_or(match self.memory_limit(limits) {
+            Some(limit) => (limit / 2).max(1 << 20) as u64,
+            None => Self::DEFAULT_TMP_BYTES,
+        })
+    }
+}
+
 /// A host directory mounted into a sandbox's container.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ContainerMount {

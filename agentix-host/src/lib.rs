@@ -7,7 +7,9 @@
 //!   [`sandbox_info`]: [`SandboxInfo`];
 //!   [`provider_registry`]: providers by name.
 //! - [`sandbox_resources`]: [`SandboxResources`], how a provider deletes a
-//!   sandbox (and snapshots it: `sandbox_state`, [`SandboxState`]).
+//!   sandbox (and snapshots it: `sandbox_state`, [`SandboxState`]);
+//!   [`detached_shutdown`]: a deletion on a runtime of its own;
+//!   [`end_report`]: [`EndReport`], how a sandbox watched from afar ended.
 //! - [`sandbox_registry`]: [`SandboxRegistry`], a provider's live sandboxes.
 //! - [`secret`]: random sandbox ids and tokens.
 //! - [`socket_forward`]: [`SocketForward`], a host socket whose connections
@@ -57,6 +59,8 @@ mod config;
 mod connect;
 mod connection;
 mod container_settings;
+pub mod detached_shutdown;
+pub mod end_report;
 mod endpoint;
 pub mod fd_limit;
 mod health;
@@ -100,6 +104,8 @@ pub mod tree_copy;
 pub use call::Call;
 pub use config::{SandboxConfig, BASE_ENV};
 pub use container_settings::{ContainerMount, ContainerNetwork, ContainerSettings};
+pub use detached_shutdown::shutdown_detached;
+pub use end_report::EndReport;
 pub use fd_limit::{fd_limit, raise_fd_limit};
 pub use host_half::{HostEnd, HostHalf};
 pub use isolation::{Isolation, NamespaceIsolation};

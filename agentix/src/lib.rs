@@ -58,12 +58,12 @@ pub use agentix_host::sandbox_supervisor::{SandboxRestarts, SandboxSupervisor, S
 pub use agentix_host::sandbox_user::{host_is_root, SANDBOX_UID_BASE};
 pub use agentix_host::{
     configure_logging, fd_limit, last_lines, provider, provider_names, raise_fd_limit,
-    secret::random_hex, Call, CallStream, ContainerMount, ContainerNetwork, ContainerSettings,
-    HostEnd, HostHalf, HostNamespace, HostNamespaceHandle, Isolation, Liveness, LocalProvider,
-    LogTap, NamespaceIsolation, OwnerId, Provider, ProviderError, RunAs, Sandbox, SandboxConfig,
-    SandboxInfo, SandboxLimits, SandboxLog, SandboxRegistry, SandboxResources, SandboxState,
-    Snapshot, SnapshotRecord, SnapshotRecords, SnapshotSpec, SnapshotStore, SocketForward,
-    StreamCall, BASE_ENV,
+    secret::random_hex, shutdown_detached, Call, CallStream, ContainerMount, ContainerNetwork,
+    ContainerSettings, EndReport, HostEnd, HostHalf, HostNamespace, HostNamespaceHandle, Isolation,
+    Liveness, LocalProvider, LogTap, NamespaceIsolation, OwnerId, Provider, ProviderError, RunAs,
+    Sandbox, SandboxConfig, SandboxInfo, SandboxLimits, SandboxLog, SandboxRegistry,
+    SandboxResources, SandboxState, Snapshot, SnapshotRecord, SnapshotRecords, SnapshotSpec,
+    SnapshotStore, SocketForward, StreamCall, BASE_ENV,
 };
 pub use agentix_macros::remote;
 pub use agentix_trace as trace;

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use agentix::{
-    ContainerNetwork, ErrorKind, MarkerDir, ProviderError, RemoteError, SandboxConfig,
+    ContainerNetwork, EndReport, ErrorKind, MarkerDir, ProviderError, RemoteError, SandboxConfig,
     SandboxResources, SandboxState, Snapshot, SnapshotSpec, SnapshotStore,
 };
 use bollard::container::LogOutput;
@@ -35,7 +35,7 @@ pub struct Container {
     docker: Docker,
     name: String,
     /// How the container ended, once it has.
-    ended: watch::Receiver<Option<String>>,
+    end: EndReport,
     /// The volume holding the server's socket, removed with the container
     /// (none when the port is published).
     run_volume: Option<String>,
@@ -187,11 +187,11 @@ impl Container {
                 } => missing_image(&image, &e),
                 _ => engine_error(&e),
             })?;
-        let (tx, ended) = watch::channel(None);
+        let (tx, end) = EndReport::new(Container::ended_error);
         let container = Container {
             docker: docker.clone(),
             name: created.id,
-            ended,
+            end,
             run_volume: volume,
             marker: None,
             forward: None,
@@ -283,11 +283,7 @@ impl Container {
                 ))
             }
             Ok(None) => {
-                let status = self
-                    .ended
-                    .borrow()
-                    .clone()
-                    .unwrap_or_else(|| "no ready line".into());
+                let status = self.end.how().unwrap_or_else(|| "no ready line".into());
                 return Err(failed(
                     format!("it exited before listening ({status})"),
                     &tail,
@@ -452,40 +448,18 @@ impl SandboxResources for Container {
         let docker = self.docker.clone();
         let (name, volume) = (self.name.clone(), self.run_volume.clone());
         let marker = self.marker.clone();
-        let (done_tx, done_rx) = tokio::sync::oneshot::channel();
-        let spawned = std::thread::Builder::new()
-            .name("agentix-docker-rm".into())
-            .spawn(move || {
-                let runtime = tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build();
-                if let Ok(runtime) = runtime {
-                    runtime.block_on(remove(&docker, &name, volume.as_deref()));
-                }
-                Container::unmark(&marker);
-                let _ = done_tx.send(());
-            });
-        Box::pin(async move {
-            if spawned.is_ok() {
-                let _ = done_rx.await;
-            }
+        agentix::shutdown_detached("agentix-docker-rm", move || async move {
+            remove(&docker, &name, volume.as_deref()).await;
+            Container::unmark(&marker);
         })
     }
 
     fn ended(&self) -> BoxFuture<'static, RemoteError> {
-        let mut ended = self.ended.clone();
-        Box::pin(async move {
-            let status = match ended.wait_for(Option::is_some).await {
-                Ok(s) => s.clone().unwrap_or_default(),
-                Err(_) => "unknown".into(),
-            };
-            Container::ended_error(&status)
-        })
+        self.end.ended()
     }
 
     fn ended_now(&self) -> Option<RemoteError> {
-        let status = self.ended.borrow().clone()?;
-        Some(Container::ended_error(&status))
+        self.end.ended_now()
     }
 }
 

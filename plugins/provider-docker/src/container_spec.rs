@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use crate::snapshot_seed::{Seed, SEED_MOUNT};
-use agentix::{ContainerNetwork, ProviderError, SandboxConfig};
+use agentix::{ContainerNetwork, ContainerSettings, ProviderError, SandboxConfig};
 use agentix_bundle_format::{Manifest, MOUNT};
 use bollard::models::{ContainerCreateBody, HostConfig, PortBinding};
 
@@ -22,7 +22,7 @@ pub const SOCKET_MOUNT: &str = "/agentix-run";
 pub const SOCKET_NAME: &str = "server.sock";
 /// The working directory of a container with a read-only root, unless
 /// `ContainerSettings::workdir` names another: a tmpfs of the sandbox's.
-pub const DEFAULT_WORKDIR: &str = "/workspace";
+pub const DEFAULT_WORKDIR: &str = ContainerSettings::DEFAULT_WORKDIR;
 
 /// Host threads gVisor's own kernel runs in a container's cgroup, on top of
 /// the sandbox's processes: the engine's pids limit counts them too, and a
@@ -40,11 +40,11 @@ fn runtime_threads(runtime: Option<&str>) -> i64 {
 
 /// Size of `/tmp` and the working directory when there is no memory limit
 /// to take half of.
-pub const DEFAULT_TMP_BYTES: u64 = 1 << 30;
+pub const DEFAULT_TMP_BYTES: u64 = ContainerSettings::DEFAULT_TMP_BYTES;
 
 /// How long a container's server waits for a host before it stops, unless
 /// the config says otherwise.
-pub const DEFAULT_IDLE_EXIT: std::time::Duration = std::time::Duration::from_secs(300);
+pub const DEFAULT_IDLE_EXIT: std::time::Duration = ContainerSettings::DEFAULT_IDLE_EXIT;
 
 /// What a container runs of its bundle.
 pub struct BundleEntry {
@@ -136,11 +136,7 @@ pub fn create_body(
         "--max-message-bytes".into(),
         config.max_message_bytes.to_string(),
         "--idle-exit-ms".into(),
-        settings
-            .idle_exit
-            .unwrap_or(DEFAULT_IDLE_EXIT)
-            .as_millis()
-            .to_string(),
+        settings.idle_exit_or_default().as_millis().to_string(),
     ]);
     // What a snapshot holds: the working directory and /tmp (`HOME`), the
     // container's writable places when its root is read-only.
@@ -178,16 +174,9 @@ pub fn create_body(
         binds.push(format!("{}:{SEED_MOUNT}:ro", dir.display()));
         group_add = Some(vec![gid.to_string()]);
     }
-    let memory = settings
-        .memory_bytes
-        .or(config.limits.memory_bytes.map(|b| b as i64));
-    // Counted against the container's memory limit, like any tmpfs, so
-    // bounded below it: filling /tmp is then a full disk, not an OOM kill.
+    let memory = settings.memory_limit(&config.limits);
     // A read-only root leaves sandbox code /tmp and its working directory.
-    let tmp_bytes = settings.tmp_bytes.unwrap_or(match memory {
-        Some(limit) => (limit / 2).max(1 << 20) as u64,
-        None => DEFAULT_TMP_BYTES,
-    });
+    let tmp_bytes = settings.tmp_bytes_or_default(&config.limits);
     let mut tmpfs = HashMap::new();
     if user.own_tmp || !settings.writable_root {
         tmpfs.insert(

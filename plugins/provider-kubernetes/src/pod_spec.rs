@@ -17,7 +17,7 @@
 
 use std::collections::BTreeMap;
 
-use agentix::{ContainerNetwork, ProviderError, SandboxConfig};
+use agentix::{ContainerNetwork, ContainerSettings, ProviderError, SandboxConfig};
 use agentix_bundle_format::MOUNT;
 use k8s_openapi::api::core::v1::{
     Capabilities, Container, EmptyDirVolumeSource, EnvVar, Pod, PodSecurityContext, PodSpec,
@@ -43,18 +43,9 @@ const BUNDLE_INSTALL_DIR: &str = "/bundle";
 pub const TOKEN_MOUNT: &str = "/agentix-secret";
 /// The key of the token in the sandbox's Secret.
 pub const TOKEN_KEY: &str = "token";
-/// The working directory of a sandbox's container unless the config names
-/// another: an `emptyDir` of its own.
-pub const DEFAULT_WORKDIR: &str = "/workspace";
 /// The uid (and gid) a pod runs as unless the config names one: not root,
 /// and no uid of the image's.
 pub const DEFAULT_UID: i64 = 65532;
-/// Size of `/tmp` and the working directory when there is no memory limit
-/// to take half of.
-pub const DEFAULT_TMP_BYTES: u64 = 1 << 30;
-/// How long a pod's server waits for a host before it stops, unless the
-/// config says otherwise.
-pub const DEFAULT_IDLE_EXIT: std::time::Duration = std::time::Duration::from_secs(300);
 
 /// Label every object of the provider carries.
 pub const LABEL_MANAGED: &str = "app.kubernetes.io/managed-by";
@@ -171,20 +162,13 @@ pub fn sandbox_objects(
         ..Default::default()
     };
 
-    let memory = settings
-        .memory_bytes
-        .or(config.limits.memory_bytes.map(|b| b as i64));
+    let memory = settings.memory_limit(&config.limits);
     let cpus = settings.cpus.or(config.limits.cpus);
-    // Counted against the pod's memory like any tmpfs-backed emptyDir, so
-    // bounded below it: filling /tmp is then a full disk, not an OOM kill.
-    let tmp_bytes = settings.tmp_bytes.unwrap_or(match memory {
-        Some(limit) => (limit / 2).max(1 << 20) as u64,
-        None => DEFAULT_TMP_BYTES,
-    });
+    let tmp_bytes = settings.tmp_bytes_or_default(&config.limits);
     let workdir = settings
         .workdir
         .clone()
-        .unwrap_or_else(|| DEFAULT_WORKDIR.to_owned());
+        .unwrap_or_else(|| ContainerSettings::DEFAULT_WORKDIR.to_owned());
 
     let host = match request.reach {
         // kubelet's port-forward dials the pod's loopback: nothing else
@@ -203,11 +187,7 @@ pub fn sandbox_objects(
         "--max-message-bytes".into(),
         config.max_message_bytes.to_string(),
         "--idle-exit-ms".into(),
-        settings
-            .idle_exit
-            .unwrap_or(DEFAULT_IDLE_EXIT)
-            .as_millis()
-            .to_string(),
+        settings.idle_exit_or_default().as_millis().to_string(),
     ];
     for dir in [workdir.as_str(), "/tmp"] {
         args.extend(["--state-dir".to_owned(), dir.to_owned()]);
@@ -636,7 +616,7 @@ mod tests {
         let tmp = volumes[2].empty_dir.clone().unwrap();
         assert_eq!(
             tmp.size_limit,
-            Some(Quantity(DEFAULT_TMP_BYTES.to_string()))
+            Some(Quantity(ContainerSettings::DEFAULT_TMP_BYTES.to_string()))
         );
     }
 

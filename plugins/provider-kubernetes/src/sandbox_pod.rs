@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use agentix::{ErrorKind, MarkerDir, RemoteError, SandboxResources};
+use agentix::{EndReport, ErrorKind, MarkerDir, RemoteError, SandboxResources};
 use futures_util::future::BoxFuture;
 use tokio::sync::watch;
 
@@ -15,7 +15,7 @@ use crate::pod_forward::PodForward;
 pub struct SandboxPod {
     objects: ClusterObjects,
     /// How the pod ended, once it has.
-    ended: watch::Receiver<Option<String>>,
+    end: EndReport,
     /// Its marker (see `agentix::sandbox_marker`), removed with it.
     marker: Option<(MarkerDir, String)>,
     /// The host's socket into it through the API server; closed when the
@@ -33,11 +33,11 @@ impl SandboxPod {
         pod: watch::Receiver<crate::pod_watch::PodState>,
         forward: Option<PodForward>,
     ) -> SandboxPod {
-        let (tx, ended) = watch::channel(None);
+        let (tx, end) = EndReport::new(SandboxPod::ended_error);
         let watching = tokio::spawn(ClusterObjects::watch_end(pod, tx));
         SandboxPod {
             objects,
-            ended,
+            end,
             marker: None,
             forward: std::sync::Mutex::new(forward),
             watching,
@@ -81,53 +81,27 @@ impl SandboxResources for SandboxPod {
     fn shutdown(&self) -> BoxFuture<'static, ()> {
         self.watching.abort();
         drop(self.forward.lock().map(|mut f| f.take()));
-        // On a thread and a runtime of its own, with a client of its own: a
-        // handle dropped while the caller's runtime shuts down must still
-        // delete its pod, and a kube client serves only on the runtime that
-        // made it.
+        // With a client of its own: a kube client serves only on the
+        // runtime that made it.
         let objects = self.objects.clone();
         let marker = self.marker.clone();
-        let (done_tx, done_rx) = tokio::sync::oneshot::channel();
-        let spawned = std::thread::Builder::new()
-            .name("agentix-kube-rm".into())
-            .spawn(move || {
-                let runtime = tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build();
-                if let Ok(runtime) = runtime {
-                    runtime.block_on(async move {
-                        match objects.on_fresh_client() {
-                            Ok(objects) => objects.delete().await,
-                            Err(error) => tracing::warn!(
-                                %error,
-                                "cannot reach the API server to delete a sandbox's pod"
-                            ),
-                        }
-                    });
-                }
-                unmark(&marker);
-                let _ = done_tx.send(());
-            });
-        Box::pin(async move {
-            if spawned.is_ok() {
-                let _ = done_rx.await;
+        agentix::shutdown_detached("agentix-kube-rm", move || async move {
+            match objects.on_fresh_client() {
+                Ok(objects) => objects.delete().await,
+                Err(error) => tracing::warn!(
+                    %error,
+                    "cannot reach the API server to delete a sandbox's pod"
+                ),
             }
+            unmark(&marker);
         })
     }
 
     fn ended(&self) -> BoxFuture<'static, RemoteError> {
-        let mut ended = self.ended.clone();
-        Box::pin(async move {
-            let status = match ended.wait_for(Option::is_some).await {
-                Ok(s) => s.clone().unwrap_or_default(),
-                Err(_) => "unknown".into(),
-            };
-            SandboxPod::ended_error(&status)
-        })
+        self.end.ended()
     }
 
     fn ended_now(&self) -> Option<RemoteError> {
-        let status = self.ended.borrow().clone()?;
-        Some(SandboxPod::ended_error(&status))
+        self.end.ended_now()
     }
 }
