@@ -314,15 +314,20 @@ impl KubernetesProvider {
                 }
             }
             PodReach::PodAddress => {
-                let ip = pod.status.as_ref().and_then(|s| s.pod_ip.clone());
-                let Some(ip) = ip else {
+                let ip = pod.status.as_ref().and_then(|s| s.pod_ip.as_deref());
+                // An IPv6 address goes in brackets: SocketAddr writes it so.
+                let addr = ip.and_then(|ip| ip.parse::<std::net::IpAddr>().ok());
+                let Some(addr) = addr else {
                     cluster.delete().await;
                     return Err(ProviderError::ServerStartFailed {
-                        reason: "the running pod has no address".into(),
+                        reason: format!("the running pod has no usable address ({ip:?})"),
                         output: String::new(),
                     });
                 };
-                (format!("{ip}:{SERVER_PORT}"), None)
+                (
+                    std::net::SocketAddr::new(addr, SERVER_PORT).to_string(),
+                    None,
+                )
             }
         };
         let marker = SandboxMarker {
