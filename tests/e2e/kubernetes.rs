@@ -511,3 +511,41 @@ async fn sandboxes_at_once_share_one_watch_of_the_api_server() {
     }
     cluster.stop().await;
 }
+
+#[tokio::test]
+async fn a_start_given_up_midway_leaves_nothing_in_the_cluster() {
+    let cluster = Cluster::start("given-up").await;
+    let Some(double) = &cluster.double else {
+        return cluster.stop().await;
+    };
+    let store = double.store();
+    // The start is dropped as soon as its pod exists: mid-way, as a
+    // caller's deadline would drop it.
+    let start = cluster.provider.create(cluster.config.clone());
+    let pod_made = async {
+        loop {
+            if !store.list(Kind::Pods, NAMESPACE, "", "").is_empty() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    };
+    tokio::select! {
+        started = start => panic!("the start finished first: {:?}", started.map(|s| s.id().to_owned())),
+        () = pod_made => {}
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let left: Vec<Kind> = [Kind::Pods, Kind::Secrets, Kind::NetworkPolicies]
+            .into_iter()
+            .filter(|kind| !store.list(*kind, NAMESPACE, "", "").is_empty())
+            .collect();
+        if left.is_empty() {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{left:?} left");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(cluster.provider.list().is_empty());
+    cluster.stop().await;
+}

@@ -91,10 +91,11 @@ impl ClusterObjects {
 
     /// Makes `objects`: the policy first (a pod is never up unguarded),
     /// then the Secret (the pod cannot start without it), then the pod.
-    /// What was made is deleted again if a later step fails.
+    /// What was made stays if a later step fails: an [`UntilStarted`]
+    /// deletes it.
     pub async fn create(&self, objects: &SandboxObjects) -> Result<(), ProviderError> {
         let post = PostParams::default();
-        let made = async {
+        {
             if let Some(policy) = &objects.network_policy {
                 self.policies()
                     .create(&post, policy)
@@ -137,11 +138,6 @@ impl ClusterObjects {
             }
             Ok(())
         }
-        .await;
-        if made.is_err() {
-            self.delete().await;
-        }
-        made
     }
 
     /// Waits until the pod `pod` follows (see [`ClusterObjects::follow`],
@@ -276,4 +272,53 @@ fn needs_events(pod: &Pod) -> bool {
                 .iter()
                 .any(|c| c.type_ == "PodScheduled" && c.status == "False")
         })
+}
+
+/// A start's objects, deleted if the start does not finish: on an error
+/// and also when the caller gives the start up midway (drops its future,
+/// a pool's deadline), which no `?` path sees.
+pub struct UntilStarted {
+    objects: Option<ClusterObjects>,
+}
+
+impl UntilStarted {
+    /// Guards `objects`, which are being made.
+    pub fn new(objects: ClusterObjects) -> UntilStarted {
+        UntilStarted {
+            objects: Some(objects),
+        }
+    }
+
+    /// The start finished: the sandbox's handle deletes them from now on.
+    pub fn started(mut self) {
+        self.objects = None;
+    }
+
+    /// The start failed: deletes them now, and returns once they are gone.
+    pub async fn failed(mut self) {
+        if let Some(objects) = self.objects.take() {
+            objects.delete().await;
+        }
+    }
+}
+
+impl Drop for UntilStarted {
+    fn drop(&mut self) {
+        let Some(objects) = self.objects.take() else {
+            return;
+        };
+        // Not awaited: a drop cannot wait, and the deletion's own thread
+        // finishes it whatever becomes of the caller's runtime.
+        drop(agentix::shutdown_detached(
+            "agentix-kube-rm",
+            move || async move {
+                match objects.on_fresh_client() {
+                    Ok(objects) => objects.delete().await,
+                    Err(error) => {
+                        tracing::warn!(%error, "cannot delete the objects of a start given up")
+                    }
+                }
+            },
+        ));
+    }
 }

@@ -50,7 +50,7 @@ use kube::{Api, Client};
 
 pub use crate::agent_sandbox::Workload;
 use crate::api_error::api_error;
-use crate::cluster_objects::ClusterObjects;
+use crate::cluster_objects::{ClusterObjects, UntilStarted};
 use crate::pod_forward::PodForward;
 use crate::pod_spec::{
     object_name, sandbox_objects, PodRequest, ANNOTATION_OWNER, LABEL_MANAGED, LABEL_SANDBOX,
@@ -291,45 +291,47 @@ impl KubernetesProvider {
         );
         // Followed before it is made: nothing of it is missed.
         let followed = cluster.follow();
-        cluster.create(&objects).await?;
-        let pod = match cluster
-            .wait_running(followed.clone(), config.ready_timeout)
-            .await
-        {
-            Ok(pod) => pod,
-            Err(e) => {
-                cluster.delete().await;
-                return Err(e);
-            }
-        };
-        let (addr, forward) = match self.reach {
-            PodReach::PortForward => {
-                let dir = pod_forward::forward_dir(&self.markers, &id);
-                match PodForward::start(cluster.pods(), name.clone(), dir) {
-                    Ok(forward) => (forward.addr().to_owned(), Some(forward)),
-                    Err(e) => {
-                        cluster.delete().await;
-                        return Err(e);
+        // Deleted again unless the start gets to the end, even if it is
+        // given up midway.
+        let guard = UntilStarted::new(cluster.clone());
+        let reached = async {
+            cluster.create(&objects).await?;
+            let pod = cluster
+                .wait_running(followed.clone(), config.ready_timeout)
+                .await?;
+            match self.reach {
+                PodReach::PortForward => {
+                    let dir = pod_forward::forward_dir(&self.markers, &id);
+                    let forward = PodForward::start(cluster.pods(), name.clone(), dir)?;
+                    Ok((forward.addr().to_owned(), Some(forward)))
+                }
+                PodReach::PodAddress => {
+                    let ip = pod.status.as_ref().and_then(|s| s.pod_ip.as_deref());
+                    // An IPv6 address goes in brackets: SocketAddr writes it so.
+                    match ip.and_then(|ip| ip.parse::<std::net::IpAddr>().ok()) {
+                        Some(addr) => Ok((
+                            std::net::SocketAddr::new(addr, SERVER_PORT).to_string(),
+                            None,
+                        )),
+                        None => Err(ProviderError::ServerStartFailed {
+                            reason: format!("the running pod has no usable address ({ip:?})"),
+                            output: String::new(),
+                        }),
                     }
                 }
             }
-            PodReach::PodAddress => {
-                let ip = pod.status.as_ref().and_then(|s| s.pod_ip.as_deref());
-                // An IPv6 address goes in brackets: SocketAddr writes it so.
-                let addr = ip.and_then(|ip| ip.parse::<std::net::IpAddr>().ok());
-                let Some(addr) = addr else {
-                    cluster.delete().await;
-                    return Err(ProviderError::ServerStartFailed {
-                        reason: format!("the running pod has no usable address ({ip:?})"),
-                        output: String::new(),
-                    });
-                };
-                (
-                    std::net::SocketAddr::new(addr, SERVER_PORT).to_string(),
-                    None,
-                )
+        }
+        .await;
+        let (addr, forward) = match reached {
+            Ok(reached) => reached,
+            Err(e) => {
+                // Gone before the error is returned: nothing is left.
+                guard.failed().await;
+                return Err(e);
             }
         };
+        // From here the handle deletes the objects.
+        guard.started();
         let marker = SandboxMarker {
             id: id.clone(),
             provider: PROVIDER_NAME.to_owned(),
