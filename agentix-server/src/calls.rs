@@ -40,6 +40,16 @@ pub enum StreamEvent {
 pub enum Reply {
     /// A unary call: one outcome.
     Unary(oneshot::Sender<Outcome>),
+    /// A unary call whose result's parts are handed on as they arrive, so a
+    /// large result flows to the host while the worker is still sending it;
+    /// the outcome then holds only the last piece. Unbounded, but the
+    /// message limit the table enforces on a result bounds what it holds.
+    Relayed {
+        /// Where the parts go, in order.
+        parts: mpsc::UnboundedSender<ResultPart>,
+        /// Where the outcome goes, after every part.
+        outcome: oneshot::Sender<Outcome>,
+    },
     /// A streaming call: items, then `End` or `Error`. Unbounded, but the
     /// window the table enforces bounds what it can hold.
     Stream {
@@ -54,7 +64,7 @@ impl Reply {
     /// Ends the call with `error`.
     pub fn fail(self, error: RemoteError) {
         match self {
-            Reply::Unary(tx) => {
+            Reply::Unary(tx) | Reply::Relayed { outcome: tx, .. } => {
                 let _ = tx.send(Err(error));
             }
             Reply::Stream { events, .. } => {
@@ -67,7 +77,10 @@ impl Reply {
     /// of its result that came before the frame.
     pub fn finish_with(self, frame: Frame, parts: Partial) {
         match (self, frame) {
-            (Reply::Unary(tx), Frame::Result { value, .. }) => {
+            (
+                Reply::Unary(tx) | Reply::Relayed { outcome: tx, .. },
+                Frame::Result { value, .. },
+            ) => {
                 let value = parts.finish(value.0).map_err(|why| {
                     RemoteError::new(
                         ErrorKind::Protocol,
@@ -92,7 +105,7 @@ impl Reply {
 
     fn window(&self) -> Option<Window> {
         match self {
-            Reply::Unary(_) => None,
+            Reply::Unary(_) | Reply::Relayed { .. } => None,
             Reply::Stream { window, .. } => Some(*window),
         }
     }
@@ -130,10 +143,19 @@ pub(crate) enum Delivery {
     Violation(String),
 }
 
+/// A part of a unary call's result on its way to the host.
+#[derive(Debug)]
+pub struct ResultPart {
+    /// The whole result's size, as the worker announced it.
+    pub total: u64,
+    /// This part.
+    pub bytes: Bytes,
+}
+
 /// What receiving a part of a result found.
 #[derive(Debug)]
 pub(crate) enum PartDelivery {
-    /// Kept until the result's last piece.
+    /// Kept until the result's last piece, or handed on to the host.
     Kept,
     /// No such call (it ended or was cancelled); the part is dropped.
     Unknown,
@@ -296,10 +318,18 @@ impl CallTable {
                 ),
             );
         }
-        if !matches!(call.reply, Reply::Unary(_)) {
-            return PartDelivery::Violation("the worker sent a result part for a stream".into());
-        }
-        match call.parts.push(total as usize, bytes) {
+        let delivered = match &call.reply {
+            Reply::Unary(_) => call.parts.push(total as usize, bytes),
+            Reply::Relayed { parts, .. } => call.parts.pass(total as usize, bytes).map(|bytes| {
+                // A receiver that is gone went with its host, whose
+                // disconnect ends the call.
+                let _ = parts.send(ResultPart { total, bytes });
+            }),
+            Reply::Stream { .. } => {
+                return PartDelivery::Violation("the worker sent a result part for a stream".into())
+            }
+        };
+        match delivered {
             Ok(()) => PartDelivery::Kept,
             Err(why) => PartDelivery::Violation(format!("the worker's result parts: {why}")),
         }
@@ -580,6 +610,74 @@ mod tests {
             table.deliver_part(id, 1, part(b"a"), 5),
             PartDelivery::Violation(_)
         ));
+    }
+
+    #[test]
+    fn a_relayed_result_hands_each_part_on_as_it_arrives_and_ends_with_the_last() {
+        let (outcome, mut rx) = oneshot::channel();
+        let (parts, mut passed) = mpsc::unbounded_channel();
+        let relayed = NewCall {
+            origin: Origin {
+                socket: Sid::new(),
+                host_id: 1,
+            },
+            target: "t".into(),
+            args: vec![Bytes::from_static(b"a")],
+            trace: None,
+            reply: Reply::Relayed { parts, outcome },
+        };
+        let mut table = CallTable::default();
+        let Some(Frame::Call { id, .. }) = table.start(relayed).pop() else {
+            panic!("not a call frame")
+        };
+        let part = |b: &'static [u8]| Bytes::from_static(b);
+        assert!(matches!(
+            table.deliver_part(id, 6, part(b"ab"), 10),
+            PartDelivery::Kept
+        ));
+        // On its way before the next part, let alone the result, arrives.
+        let first = passed.try_recv().unwrap();
+        assert_eq!((first.total, &first.bytes[..]), (6, &b"ab"[..]));
+        assert!(matches!(
+            table.deliver_part(id, 6, part(b"cd"), 10),
+            PartDelivery::Kept
+        ));
+        let last = Frame::Result {
+            id,
+            value: FrameBytes::from(b"ef".to_vec()),
+        };
+        assert!(table.finish_with(id, last));
+        assert_eq!(&passed.try_recv().unwrap().bytes[..], b"cd");
+        assert_eq!(rx.try_recv().unwrap().unwrap(), vec![part(b"ef")]);
+        assert!(passed.try_recv().is_err(), "nothing after the outcome");
+
+        // Parts that do not add up to their total fail the call.
+        let (outcome, mut rx) = oneshot::channel();
+        let (parts, _passed) = mpsc::unbounded_channel();
+        let short = NewCall {
+            origin: Origin {
+                socket: Sid::new(),
+                host_id: 2,
+            },
+            target: "t".into(),
+            args: vec![],
+            trace: None,
+            reply: Reply::Relayed { parts, outcome },
+        };
+        let Some(Frame::Call { id, .. }) = table.start(short).pop() else {
+            panic!("not a call frame")
+        };
+        assert!(matches!(
+            table.deliver_part(id, 6, part(b"ab"), 10),
+            PartDelivery::Kept
+        ));
+        let last = Frame::Result {
+            id,
+            value: FrameBytes::from(b"c".to_vec()),
+        };
+        assert!(table.finish_with(id, last));
+        let error = rx.try_recv().unwrap().unwrap_err();
+        assert_eq!(error.kind, ErrorKind::Protocol, "{error}");
     }
 
     #[test]

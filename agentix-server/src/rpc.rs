@@ -45,7 +45,7 @@ use crate::call_request::CallRequest;
 use crate::call_router::{
     AckStream, CallRouter, CancelCall, HostDisconnected, StartCall, ROUTER_MAILBOX,
 };
-use crate::calls::{NewCall, Origin, Reply, StreamEvent};
+use crate::calls::{NewCall, Origin, Reply, ResultPart, StreamEvent};
 use crate::emit::emit;
 use crate::raw_event::RawEvent;
 
@@ -295,7 +295,21 @@ async fn unary_call(
         args,
         trace,
     } = call;
-    let (reply, rx) = oneshot::channel();
+    let id = origin.host_id;
+    let (outcome_tx, mut outcome) = oneshot::channel();
+    // A host that sends parts reads them: the result's parts go on to it as
+    // the worker sends them, instead of all at once after the last.
+    let (reply, mut relayed) = match &window {
+        Some(_) => {
+            let (parts, rx) = mpsc::unbounded_channel();
+            let reply = Reply::Relayed {
+                parts,
+                outcome: outcome_tx,
+            };
+            (reply, Some(rx))
+        }
+        None => (Reply::Unary(outcome_tx), None),
+    };
     start_call(
         router,
         NewCall {
@@ -303,11 +317,32 @@ async fn unary_call(
             target: target.clone(),
             args,
             trace,
-            reply: Reply::Unary(reply),
+            reply,
         },
     );
-    let id = origin.host_id;
-    match rx.await.unwrap_or_else(|_| Err(shutting_down())) {
+    let outcome = match (&mut relayed, &window) {
+        (Some(parts), Some(window)) => loop {
+            tokio::select! {
+                biased;
+                Some(part) = parts.recv() => {
+                    if !send_part(s, window, id, part).await {
+                        return; // the host is gone
+                    }
+                }
+                outcome = &mut outcome => break outcome,
+            }
+        },
+        _ => outcome.await,
+    };
+    // The router sent every part before the outcome.
+    if let (Some(parts), Some(window)) = (&mut relayed, &window) {
+        while let Ok(part) = parts.try_recv() {
+            if !send_part(s, window, id, part).await {
+                return;
+            }
+        }
+    }
+    match outcome.unwrap_or_else(|_| Err(shutting_down())) {
         Ok(mut pieces) => {
             let total: usize = pieces.iter().map(Bytes::len).sum();
             if let Some(error) = too_large("the result", &target, total, max) {
@@ -322,21 +357,31 @@ async fn unary_call(
                 pieces = split(pieces.pop().expect("one piece"));
             }
             let value = Attachment::new(pieces.pop().unwrap_or_default());
+            let total = total as u64;
             // One event per part: replies to other calls go out between them.
             for bytes in pieces {
-                match window.acquire().await {
-                    // Given back by the host's ack.
-                    Ok(permit) => permit.forget(),
-                    Err(_) => return, // the host is gone
+                if !send_part(s, &window, id, ResultPart { total, bytes }).await {
+                    return;
                 }
-                let bytes = Attachment::new(bytes);
-                let total = total as u64;
-                emit(s, EVENT_PART, &PartEvent { id, total, bytes }).await;
             }
             emit(s, EVENT_RESULT, &ResultEvent { id, value }).await
         }
         Err(error) => emit(s, EVENT_ERROR, &ErrorEvent::new(id, error)).await,
     }
+}
+
+/// Sends one part of call `id`'s result once the host's window has room;
+/// false when the host is gone.
+async fn send_part(s: &SocketRef, window: &Semaphore, id: u64, part: ResultPart) -> bool {
+    match window.acquire().await {
+        // Given back by the host's ack.
+        Ok(permit) => permit.forget(),
+        Err(_) => return false,
+    }
+    let ResultPart { total, bytes } = part;
+    let bytes = Attachment::new(bytes);
+    emit(s, EVENT_PART, &PartEvent { id, total, bytes }).await;
+    true
 }
 
 /// A `PayloadTooLarge` error if `len` bytes of `what` from `target` are

@@ -129,6 +129,7 @@ pub(crate) fn spawn(
         .env(ENV_WORKER_ID, worker_id)
         .env_remove(ENV_TOKEN)
         .env(process::ENV_PROCESS_TAG, worker_tag(worker_id))
+        .envs(huge_page_tunables())
         .stdin(Stdio::null())
         .stdout(Stdio::from(stdout_write))
         .stderr(Stdio::from(stderr_write))
@@ -254,6 +255,20 @@ impl OutputTail {
             .collect::<Vec<_>>()
             .join("\n")
     }
+}
+
+/// The allocator tunables the worker starts with: huge pages for its large
+/// buffers (a 64 MiB argument or result), unless the sandbox's environment
+/// sets tunables of its own; marked so the worker takes them out of what
+/// sandbox code inherits.
+fn huge_page_tunables() -> Vec<(&'static str, &'static str)> {
+    if std::env::var_os(process::ENV_GLIBC_TUNABLES).is_some() {
+        return Vec::new();
+    }
+    vec![
+        (process::ENV_GLIBC_TUNABLES, process::HUGE_PAGE_TUNABLES),
+        (process::ENV_TUNABLES_ADDED, "1"),
+    ]
 }
 
 /// The process tag of worker `worker_id` (see

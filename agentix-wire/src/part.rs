@@ -49,11 +49,15 @@ pub fn split(payload: Bytes) -> Vec<Bytes> {
     pieces
 }
 
-/// The parts of one payload received so far, in order, kept as they came.
+/// The parts of one payload received so far, in order: kept as they came
+/// ([`Partial::push`]), or only counted when the receiver hands each on at
+/// once ([`Partial::pass`]).
 #[derive(Debug, Default)]
 pub struct Partial {
     total: usize,
     pieces: Vec<Bytes>,
+    /// Parts received, kept or passed on.
+    parts: usize,
     len: usize,
 }
 
@@ -61,7 +65,20 @@ impl Partial {
     /// Adds a part of a payload announced as `total` bytes; errors when the
     /// announcement changes or the parts would exceed it.
     pub fn push(&mut self, total: usize, bytes: Bytes) -> Result<(), String> {
-        if self.pieces.is_empty() {
+        self.count(total, bytes.len())?;
+        self.pieces.push(bytes);
+        Ok(())
+    }
+
+    /// Checks and counts a part like [`Partial::push`], then hands it back
+    /// to be passed on instead of keeping it.
+    pub fn pass(&mut self, total: usize, bytes: Bytes) -> Result<Bytes, String> {
+        self.count(total, bytes.len())?;
+        Ok(bytes)
+    }
+
+    fn count(&mut self, total: usize, len: usize) -> Result<(), String> {
+        if self.parts == 0 {
             self.total = total;
         } else if total != self.total {
             return Err(format!(
@@ -69,14 +86,14 @@ impl Partial {
                 self.total
             ));
         }
-        if self.len + bytes.len() > self.total {
+        if self.len + len > self.total {
             return Err(format!(
                 "the parts exceed the {} bytes they announced",
                 self.total
             ));
         }
-        self.len += bytes.len();
-        self.pieces.push(bytes);
+        self.len += len;
+        self.parts += 1;
         Ok(())
     }
 
@@ -87,12 +104,13 @@ impl Partial {
 
     /// Whether no part arrived yet.
     pub fn is_empty(&self) -> bool {
-        self.pieces.is_empty()
+        self.parts == 0
     }
 
-    /// Every piece, `last` included, once they add up to the announced total.
+    /// Every piece kept, then `last`, once all parts add up to the
+    /// announced total.
     pub fn finish(mut self, last: Bytes) -> Result<Vec<Bytes>, String> {
-        if !self.pieces.is_empty() && self.len + last.len() != self.total {
+        if self.parts > 0 && self.len + last.len() != self.total {
             return Err(format!(
                 "the payload announced {} bytes but its parts hold {}",
                 self.total,
@@ -249,6 +267,26 @@ impl std::io::Read for PiecesReader<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn parts_passed_on_are_counted_and_checked_like_parts_kept() {
+        let mut partial = Partial::default();
+        let passed = partial.pass(6, Bytes::from_static(b"ab")).unwrap();
+        assert_eq!(&passed[..], b"ab");
+        assert!(!partial.is_empty());
+        assert_eq!(partial.len(), 2);
+        assert!(partial.pass(7, Bytes::from_static(b"c")).is_err());
+        assert!(partial.pass(6, Bytes::from_static(b"cdefg")).is_err());
+        partial.pass(6, Bytes::from_static(b"cd")).unwrap();
+        // Only the last piece is left to hand on, and it must complete the total.
+        assert_eq!(
+            partial.finish(Bytes::from_static(b"ef")).unwrap(),
+            vec![Bytes::from_static(b"ef")]
+        );
+        let mut short = Partial::default();
+        short.pass(6, Bytes::from_static(b"ab")).unwrap();
+        assert!(short.finish(Bytes::from_static(b"c")).is_err());
+    }
 
     #[test]
     fn a_reader_over_pieces_reads_them_as_one_payload() {

@@ -163,6 +163,34 @@ pub fn tune_allocator() {
     }
 }
 
+/// The variable glibc reads its tunables from, once, when a process starts.
+pub const ENV_GLIBC_TUNABLES: &str = "GLIBC_TUNABLES";
+
+/// The tunables that back glibc's large allocations with transparent huge
+/// pages (`madvise` mode, the kernel's default): a fresh 64 MiB buffer is
+/// then 32 faults instead of 16,384, which on a virtual machine was most of
+/// the time a 64 MiB call spent (a fresh 64 MiB copy 33–45 ms against
+/// 7–13 ms). Only a process started with them has them, which is why the
+/// server starts its worker so ([`ENV_TUNABLES_ADDED`]) and a host moving
+/// large payloads is started with `GLIBC_TUNABLES=glibc.malloc.hugetlb=1`.
+pub const HUGE_PAGE_TUNABLES: &str = "glibc.malloc.hugetlb=1";
+
+/// Set beside [`ENV_GLIBC_TUNABLES`] when the server added it for its
+/// worker, which then takes both out of its environment (see
+/// [`take_added_tunables`]): sandbox code inherits neither.
+pub const ENV_TUNABLES_ADDED: &str = "AGENTIX_TUNABLES_ADDED";
+
+/// Removes the tunables the server added ([`ENV_TUNABLES_ADDED`]) from this
+/// process's environment, so that the processes it starts do not inherit
+/// them; glibc read them at start already. Call it before starting threads
+/// that read the environment.
+pub fn take_added_tunables() {
+    if std::env::var_os(ENV_TUNABLES_ADDED).is_some() {
+        std::env::remove_var(ENV_GLIBC_TUNABLES);
+        std::env::remove_var(ENV_TUNABLES_ADDED);
+    }
+}
+
 static LARGE_BUFFERS: AtomicU64 = AtomicU64::new(0);
 
 /// Buffers from this size on are large for [`note_large_buffer`].

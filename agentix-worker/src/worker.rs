@@ -41,6 +41,9 @@ pub fn run() -> i32 {
 /// calls, in every worker the server starts (so a restarted worker registers
 /// its plugin namespaces again).
 pub fn run_with(setup: impl FnOnce()) -> i32 {
+    // First, while this is the only thread: sandbox code started from here
+    // inherits the sandbox's environment, not the server's allocator tuning.
+    agentix_wire::process::take_added_tunables();
     agentix_wire::process::tune_allocator();
     // Sandbox code runs as this user: it must not read the worker's memory.
     if let Err(e) = agentix_wire::process::hide_memory() {

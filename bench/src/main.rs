@@ -13,9 +13,11 @@
 //! page is one). Figures are
 //! medians or totals over many calls; nothing here asserts a target.
 //!
-//! As a host moving large payloads should, the bench tunes its allocator
+//! As a host moving large payloads should, the bench runs with glibc's
+//! huge-page tunables (`agentix::process::HUGE_PAGE_TUNABLES`: it starts
+//! itself again with them when they are not set) and tunes its allocator
 //! first (`agentix::process::tune_allocator`); `--untuned-host` measures a
-//! host that does not.
+//! host that does neither.
 
 mod abridge;
 mod bench_fns;
@@ -53,6 +55,7 @@ fn main() {
         .and_then(|i| args.get(i + 1))
         .map(|list| list.split(',').map(str::to_owned).collect());
     if !args.iter().any(|a| a == "--untuned-host") {
+        start_with_huge_page_tunables();
         agentix::process::tune_allocator();
     }
     let report = run(Sections(only));
@@ -63,6 +66,26 @@ fn main() {
     if json {
         println!("{}", report.to_json());
     }
+}
+
+/// Starts this program again with glibc's huge-page tunables unless it has
+/// tunables already: glibc reads them only when a process starts.
+fn start_with_huge_page_tunables() {
+    use agentix::process::{ENV_GLIBC_TUNABLES, HUGE_PAGE_TUNABLES};
+    use std::os::unix::process::CommandExt;
+    if std::env::var_os(ENV_GLIBC_TUNABLES).is_some() {
+        return;
+    }
+    let Ok(me) = std::env::current_exe() else {
+        return;
+    };
+    let error = std::process::Command::new(me)
+        .args(std::env::args_os().skip(1))
+        .env(ENV_GLIBC_TUNABLES, HUGE_PAGE_TUNABLES)
+        .exec();
+    eprintln!(
+        "agentix-bench: cannot start again with huge-page tunables ({error}); going on without"
+    );
 }
 
 /// Which sections to run (`None`: all).

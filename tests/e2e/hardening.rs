@@ -206,6 +206,34 @@ async fn the_hosts_environment_stays_out_of_the_sandbox_unless_passed() {
 }
 
 #[tokio::test]
+async fn the_worker_starts_with_huge_page_tunables_that_sandbox_code_does_not_inherit() {
+    let sb = support::plain_sandbox().await;
+    let worker = sb.remote(agentix_e2e::worker_pid, ()).await.unwrap();
+    // The environment the worker was started with, as the kernel kept it.
+    let started = std::fs::read(format!("/proc/{worker}/environ")).unwrap();
+    let started = String::from_utf8_lossy(&started);
+    assert!(
+        started
+            .split('\0')
+            .any(|v| v == "GLIBC_TUNABLES=glibc.malloc.hugetlb=1"),
+        "{started}"
+    );
+    let seen = stdout_of(&sb, "env".to_owned()).await;
+    assert!(!seen.contains("GLIBC_TUNABLES"), "{seen}");
+    assert!(!seen.contains("AGENTIX_TUNABLES_ADDED"), "{seen}");
+    // Tunables the sandbox's environment sets are its own, left as they are.
+    let own = support::plain(agentix::SandboxConfig::new(support::bundle_path()))
+        .env("GLIBC_TUNABLES", "glibc.malloc.arena_max=1");
+    let sb = support::sandbox_with(own).await;
+    let seen = stdout_of(&sb, "env".to_owned()).await;
+    assert!(
+        seen.contains("GLIBC_TUNABLES=glibc.malloc.arena_max=1"),
+        "{seen}"
+    );
+    assert!(!seen.contains("hugetlb"), "{seen}");
+}
+
+#[tokio::test]
 async fn sandbox_code_cannot_read_the_servers_token() {
     let sb = sandbox().await;
     let server = sb.server_pid().unwrap();
