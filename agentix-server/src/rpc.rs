@@ -8,7 +8,10 @@
 //! items, bytes}` as it consumes them. Arguments, results and item batches
 //! are CBOR in binary attachments; past 1.25 MiB they travel as `call:part`
 //! events before the event that carries their last part
-//! (`agentix_wire::part`), so they never hold other replies back. Each
+//! (`agentix_wire::part`), so they never hold other replies back. A
+//! result's parts go on to the host as the worker sends them, each once the
+//! host's part window has room; an argument's parts wait here for their
+//! call event, which names the function they are for. Each
 //! event is handed to the
 //! `CallRouter` mailbox as soon as it is parsed, so calls, acks and
 //! cancels from one socket reach it in the order they were sent. A
@@ -334,15 +337,17 @@ async fn unary_call(
         },
         _ => outcome.await,
     };
-    // The router sent every part before the outcome.
-    if let (Some(parts), Some(window)) = (&mut relayed, &window) {
+    let outcome = outcome.unwrap_or_else(|_| Err(shutting_down()));
+    // The router sent every part before the outcome; after an error the
+    // host drops the parts it has, so the rest are not sent.
+    if let (Some(parts), Some(window), Ok(_)) = (&mut relayed, &window, &outcome) {
         while let Ok(part) = parts.try_recv() {
             if !send_part(s, window, id, part).await {
                 return;
             }
         }
     }
-    match outcome.unwrap_or_else(|_| Err(shutting_down())) {
+    match outcome {
         Ok(mut pieces) => {
             let total: usize = pieces.iter().map(Bytes::len).sum();
             if let Some(error) = too_large("the result", &target, total, max) {

@@ -38,6 +38,29 @@ async fn a_dropped_call_never_writes_its_file() {
 }
 
 #[tokio::test]
+async fn large_results_given_up_midway_leave_the_connection_serving_large_results() {
+    let sb = plain_sandbox().await;
+    // 64 MiB results, each given up at a different point: before the worker
+    // made it, while its parts were on their way, near the end (one takes
+    // 150–400 ms here); a call that finishes first is fine too.
+    for wait in [2, 10, 25, 50, 100, 200] {
+        let call = sb.remote(agentix_e2e::make_blob, (64usize << 20,));
+        let _ = tokio::time::timeout(Duration::from_millis(wait), call).await;
+    }
+    wait_until_async("the server to end the given-up calls", || async {
+        sb.health().await.unwrap()["inflight"] == 0
+    })
+    .await;
+    let blob = sb
+        .remote(agentix_e2e::make_blob, (5usize << 20,))
+        .await
+        .unwrap();
+    assert_eq!(blob.len(), 5 << 20);
+    assert!(blob.iter().all(|&b| b == 0x5a));
+    assert_eq!(sb.remote(agentix_e2e::add, (2, 3)).await.unwrap(), 5);
+}
+
+#[tokio::test]
 async fn a_deadline_ends_the_call_as_timeout_and_stops_it() {
     let sb = plain_sandbox().await;
     let dir = scratch_dir("deadline");
