@@ -612,20 +612,25 @@ mod tests {
         ));
     }
 
+    /// A call whose result's parts are relayed, with where its outcome and
+    /// its parts go.
+    fn relayed_call(
+        host_id: u64,
+    ) -> (
+        NewCall,
+        oneshot::Receiver<Outcome>,
+        mpsc::UnboundedReceiver<ResultPart>,
+    ) {
+        let (outcome, rx) = oneshot::channel();
+        let (parts, passed) = mpsc::unbounded_channel();
+        let (mut call, _) = call(Sid::new(), host_id);
+        call.reply = Reply::Relayed { parts, outcome };
+        (call, rx, passed)
+    }
+
     #[test]
     fn a_relayed_result_hands_each_part_on_as_it_arrives_and_ends_with_the_last() {
-        let (outcome, mut rx) = oneshot::channel();
-        let (parts, mut passed) = mpsc::unbounded_channel();
-        let relayed = NewCall {
-            origin: Origin {
-                socket: Sid::new(),
-                host_id: 1,
-            },
-            target: "t".into(),
-            args: vec![Bytes::from_static(b"a")],
-            trace: None,
-            reply: Reply::Relayed { parts, outcome },
-        };
+        let (relayed, mut rx, mut passed) = relayed_call(1);
         let mut table = CallTable::default();
         let Some(Frame::Call { id, .. }) = table.start(relayed).pop() else {
             panic!("not a call frame")
@@ -652,18 +657,7 @@ mod tests {
         assert!(passed.try_recv().is_err(), "nothing after the outcome");
 
         // Parts that do not add up to their total fail the call.
-        let (outcome, mut rx) = oneshot::channel();
-        let (parts, _passed) = mpsc::unbounded_channel();
-        let short = NewCall {
-            origin: Origin {
-                socket: Sid::new(),
-                host_id: 2,
-            },
-            target: "t".into(),
-            args: vec![],
-            trace: None,
-            reply: Reply::Relayed { parts, outcome },
-        };
+        let (short, mut rx, _passed) = relayed_call(2);
         let Some(Frame::Call { id, .. }) = table.start(short).pop() else {
             panic!("not a call frame")
         };
