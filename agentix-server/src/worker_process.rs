@@ -262,7 +262,13 @@ impl OutputTail {
 /// sets tunables of its own; marked so the worker takes them out of what
 /// sandbox code inherits.
 fn huge_page_tunables() -> Vec<(&'static str, &'static str)> {
-    if std::env::var_os(process::ENV_GLIBC_TUNABLES).is_some() {
+    tunables_to_add(std::env::var_os(process::ENV_GLIBC_TUNABLES).is_some())
+}
+
+/// What [`huge_page_tunables`] adds when the environment has tunables of
+/// its own (`sandbox_has_tunables`) or not.
+fn tunables_to_add(sandbox_has_tunables: bool) -> Vec<(&'static str, &'static str)> {
+    if sandbox_has_tunables {
         return Vec::new();
     }
     vec![
@@ -275,4 +281,21 @@ fn huge_page_tunables() -> Vec<(&'static str, &'static str)> {
 /// [`agentix_wire::process::ENV_PROCESS_TAG`]).
 pub(crate) fn worker_tag(worker_id: &str) -> String {
     format!("w{worker_id}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_worker_gets_huge_page_tunables_unless_the_sandbox_sets_its_own() {
+        assert_eq!(
+            tunables_to_add(false),
+            vec![
+                ("GLIBC_TUNABLES", "glibc.malloc.hugetlb=1"),
+                ("AGENTIX_TUNABLES_ADDED", "1"),
+            ]
+        );
+        assert!(tunables_to_add(true).is_empty());
+    }
 }
