@@ -27,7 +27,7 @@ pub fn run(config: ServerConfig) -> i32 {
     // Before the first worker: sandbox code never sees a half state.
     let seeded = match (&config.seed_file, config.seed_stdin) {
         (Some(path), _) => Some(std::fs::File::open(path).and_then(|archive| {
-            crate::state_archive::unpack_state(std::io::BufReader::new(archive), &config.state_dirs)
+            crate::state_archive::unpack_state_file(&archive, &config.state_dirs)
         })),
         (None, true) => Some(crate::state_archive::unpack_state(
             std::io::stdin().lock(),

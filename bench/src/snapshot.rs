@@ -149,10 +149,13 @@ async fn docker_snapshots(report: &mut Report) {
         "ms",
         taken_ms,
     );
-    let (mut forks, mut floors) = (Vec::new(), Vec::new());
+    let (mut forks, mut floors, mut empty) = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..3 {
         let (secs, children) = start_many(&provider, &config, Some(&snapshot), 16).await;
         forks.push(secs);
+        futures_util::future::join_all(children.into_iter().map(Sandbox::delete)).await;
+        let (secs, children) = start_many(&provider, &config, None, 16).await;
+        empty.push(secs);
         futures_util::future::join_all(children.into_iter().map(Sandbox::delete)).await;
         let began = Instant::now();
         let runs = (0..16).map(|_| crate::docker::run_true(provider.docker(), &bundle));
@@ -164,6 +167,12 @@ async fn docker_snapshots(report: &mut Report) {
         "16 containers started at once from that snapshot, all ready, median of 3",
         "s",
         median(forks),
+    );
+    report.add(
+        "fresh_16_docker_ready_s",
+        "16 fresh containers of that config started at once (no state), same run, median of 3",
+        "s",
+        median(empty),
     );
     report.add(
         "fork_16_docker_floor_s",
