@@ -1,14 +1,15 @@
 //! A sandbox's state as a tar archive: written from the directories the
 //! server was told hold it (`--state-dir`), for a snapshot (`GET
 //! /state.tar`), and unpacked into them before the first worker starts,
-//! for a sandbox started from one (`--seed-stdin`).
+//! for a sandbox started from one (`--seed-file`, or `--seed-stdin` when
+//! the archive comes through the engine's attach stream).
 //!
 //! Entries are named by their absolute paths less the leading `/`
-//! (`workspace/src/main.rs`); directories, files and symbolic links are
-//! kept with their modes, sockets and devices are not (a running
-//! sandbox's, not its state), and so are their modification times. An
-//! archive that names anything outside the state directories, or that
-//! would write through a link, is refused.
+//! (`workspace/src/main.rs`). Directories, files and symbolic links are
+//! kept, with their modes and modification times; sockets and devices are
+//! not (a running sandbox's, not its state). An archive that names
+//! anything outside the state directories, or that would write through a
+//! link, is refused.
 
 use std::collections::HashSet;
 use std::fs::File;
