@@ -58,6 +58,67 @@ async fn a_sandbox_under_gvisor_reaches_the_host_only_through_egress() {
     let _ = std::fs::remove_dir_all(bundle);
 }
 
+/// What the files plugin says of `path` in `sb` (the bundled `ls` cannot
+/// stat under gVisor).
+async fn stat(sb: &Sandbox, path: &str) -> agentix_files::FileStat {
+    sb.remote(agentix_files::stat, path.to_owned())
+        .await
+        .unwrap_or_else(|e| panic!("cannot stat {path}: {e}"))
+}
+
+#[tokio::test]
+async fn a_fork_under_gvisor_unpacks_its_parents_files_links_and_modes() {
+    let provider = gvisor().await;
+    tools_image(&provider).await;
+    let bundle = bundle_dir("gvisor-fork");
+    let config = SandboxConfig::new(&bundle)
+        .image(TOOLS_IMAGE)
+        .runtime(GVISOR_RUNTIME);
+    let parent = provider.session(config.clone()).await.expect("a sandbox");
+    let (code, out) = run(
+        &parent,
+        "mkdir -p a/b && echo one > a/b/f && chmod 640 a/b/f && chmod 750 a \
+         && ln -s a/b/f link && dd if=/dev/urandom of=big bs=1M count=8 2>/dev/null",
+    )
+    .await;
+    assert_eq!(code, Some(0), "{out}");
+    let (_, workdir) = run(&parent, "pwd").await;
+    let at = |path: &str| format!("{}/{path}", workdir.trim());
+    let parent_file = stat(&parent, &at("a/b/f")).await;
+    let digest = parent
+        .remote(agentix_e2e::sha256_of, "big".to_string())
+        .await
+        .unwrap();
+    // A second on: a file unpacked without its time would show a later one.
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    // The archive reaches gVisor's kernel through the seed mount: it copies
+    // the files with `sendfile` and places them with the `*at` calls.
+    let (snapshot, children) = provider.fork(&parent, 2, config).await.unwrap();
+    for (i, child) in children.iter().enumerate() {
+        let (code, seen) = run(child, "cat a/b/f link").await;
+        assert_eq!((code, seen.as_str()), (Some(0), "one\none\n"), "child {i}");
+        let (file, dir) = (stat(child, &at("a/b/f")).await, stat(child, &at("a")).await);
+        assert_eq!((file.mode, dir.mode), (0o640, 0o750), "child {i}");
+        // The archive keeps whole seconds.
+        assert_eq!(
+            file.mtime_ms / 1000,
+            parent_file.mtime_ms / 1000,
+            "child {i}"
+        );
+        let copied = child
+            .remote(agentix_e2e::sha256_of, "big".to_string())
+            .await
+            .unwrap();
+        assert_eq!(copied, digest, "child {i}");
+    }
+    for child in children {
+        child.delete().await;
+    }
+    drop(snapshot);
+    parent.delete().await;
+    let _ = std::fs::remove_dir_all(bundle);
+}
+
 #[tokio::test]
 async fn a_sandbox_under_gvisor_calls_streams_runs_bash_on_gvisors_kernel_and_is_removed() {
     let provider = gvisor().await;
