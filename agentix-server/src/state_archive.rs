@@ -91,18 +91,12 @@ pub(crate) fn unpack_state(input: impl Read, dirs: &[PathBuf]) -> io::Result<u64
 /// Copies `size` bytes at `offset` of `archive` to `out` in the kernel,
 /// or through a buffer where the file systems do not allow that.
 fn copy_range(archive: &File, offset: u64, size: u64, out: &mut File) -> io::Result<()> {
-    let ended = || {
-        io::Error::new(
-            io::ErrorKind::UnexpectedEof,
-            "the state archive ends inside a file",
-        )
-    };
-    let mut at = i64::try_from(offset).map_err(|_| ended())?;
+    let mut at = i64::try_from(offset).map_err(|_| ended_inside_a_file())?;
     let mut left = size;
     while left > 0 {
         let chunk = usize::try_from(left.min(1 << 30)).unwrap_or(1 << 30);
         match nix::sys::sendfile::sendfile64(&*out, archive, Some(&mut at), chunk) {
-            Ok(0) => return Err(ended()),
+            Ok(0) => return Err(ended_inside_a_file()),
             Ok(sent) => left -= sent as u64,
             Err(nix::errno::Errno::EINTR) => {}
             Err(nix::errno::Errno::EINVAL | nix::errno::Errno::ENOSYS) => {
@@ -112,6 +106,13 @@ fn copy_range(archive: &File, offset: u64, size: u64, out: &mut File) -> io::Res
         }
     }
     Ok(())
+}
+
+fn ended_inside_a_file() -> io::Error {
+    io::Error::new(
+        io::ErrorKind::UnexpectedEof,
+        "the state archive ends inside a file",
+    )
 }
 
 fn copy_through_buffer(
@@ -126,10 +127,7 @@ fn copy_through_buffer(
         let want = usize::try_from(left.min(buffer.len() as u64)).unwrap_or(buffer.len());
         let read = archive.read_at(&mut buffer[..want], at)?;
         if read == 0 {
-            return Err(io::Error::new(
-                io::ErrorKind::UnexpectedEof,
-                "the state archive ends inside a file",
-            ));
+            return Err(ended_inside_a_file());
         }
         out.write_all(&buffer[..read])?;
         at += read as u64;
@@ -440,6 +438,29 @@ mod tests {
             let err = unpack_by(from_file, &tar, &[to.join("elsewhere")], root.path()).unwrap_err();
             assert!(err.to_string().contains("outside"), "{err}");
         }
+    }
+
+    #[test]
+    fn an_archive_cut_short_inside_a_file_is_an_error_not_a_short_file() {
+        let root = tempfile::tempdir().unwrap();
+        let state = root.path().join("state");
+        std::fs::create_dir(&state).unwrap();
+        std::fs::write(state.join("f"), vec![7u8; 100_000]).unwrap();
+        let mut tar = Vec::new();
+        write_state(std::slice::from_ref(&state), &mut tar).unwrap();
+        std::fs::remove_file(state.join("f")).unwrap();
+        // The header and half the file's bytes.
+        let data_at = tar.windows(4).position(|w| w == [7, 7, 7, 7]).unwrap();
+        tar.truncate(data_at + 50_000);
+        for from_file in [true, false] {
+            let err = unpack_by(from_file, &tar, std::slice::from_ref(&state), root.path());
+            assert!(err.is_err(), "from a file: {from_file}");
+        }
+        let file = root.path().join("cut.tar");
+        std::fs::write(&file, &tar).unwrap();
+        let err = unpack_state_file(&File::open(&file).unwrap(), std::slice::from_ref(&state))
+            .unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::UnexpectedEof, "{err}");
     }
 
     fn filetime_of(path: &Path) -> i64 {
