@@ -26,9 +26,10 @@ pub fn run(config: ServerConfig) -> i32 {
     agentix_wire::process::tune_allocator();
     // Before the first worker: sandbox code never sees a half state.
     let seeded = match (&config.seed_file, config.seed_stdin) {
-        (Some(path), _) => Some(std::fs::File::open(path).and_then(|archive| {
-            crate::state_archive::unpack_state_file(&archive, &config.state_dirs)
-        })),
+        (Some(path), _) => Some(crate::state_archive::unpack_state_file(
+            path,
+            &config.state_dirs,
+        )),
         (None, true) => Some(crate::state_archive::unpack_state(
             std::io::stdin().lock(),
             &config.state_dirs,

@@ -13,7 +13,7 @@
 
 use std::collections::HashSet;
 use std::fs::File;
-use std::io::{self, Read, Write};
+use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::os::fd::{AsRawFd, FromRawFd, RawFd};
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Component, Path, PathBuf};
@@ -57,19 +57,30 @@ fn append<W: Write>(archive: &mut tar::Builder<W>, path: &Path) -> io::Result<u6
     }
 }
 
-/// Unpacks the state archive in the file `archive` into the state
-/// directories `dirs`; returns how many entries. The kernel copies each
-/// file's bytes from the archive (`sendfile`), and every path is resolved
-/// from a state directory's own descriptor, never from `/`: in a container
-/// whose root is a FUSE overlay, each walk from `/` is a round trip to its
-/// daemon.
-pub(crate) fn unpack_state_file(archive: &File, dirs: &[PathBuf]) -> io::Result<u64> {
-    let mut tar = tar::Archive::new(archive);
+/// Unpacks the state archive at `path` into the state directories
+/// `dirs`; returns how many entries. Every path is resolved from a state
+/// directory's own descriptor, never from `/` (in a container whose root is
+/// a FUSE overlay, each walk from `/` is a round trip to its daemon), and
+/// each file's bytes are copied from a second handle on the archive by
+/// `std::io::copy`, which has the kernel copy them (`copy_file_range`, else
+/// `sendfile`) where it can.
+pub(crate) fn unpack_state_file(path: &Path, dirs: &[PathBuf]) -> io::Result<u64> {
+    let (headers, mut data) = (File::open(path)?, File::open(path)?);
+    let mut tar = tar::Archive::new(&headers);
     let mut target = StateTarget::open(dirs)?;
     for entry in tar.entries_with_seek()? {
         let entry = entry?;
         let (offset, size) = (entry.raw_file_position(), entry.size());
-        target.place(&entry, |out| copy_range(archive, offset, size, out))?;
+        target.place(&entry, |out| {
+            data.seek(SeekFrom::Start(offset))?;
+            match io::copy(&mut (&mut data).take(size), out)? {
+                copied if copied == size => Ok(()),
+                _ => Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "the state archive ends inside a file",
+                )),
+            }
+        })?;
     }
     target.finish()
 }
@@ -86,54 +97,6 @@ pub(crate) fn unpack_state(input: impl Read, dirs: &[PathBuf]) -> io::Result<u64
         target.place_parts(&header, &path, |out| io::copy(&mut entry, out).map(drop))?;
     }
     target.finish()
-}
-
-/// Copies `size` bytes at `offset` of `archive` to `out` in the kernel,
-/// or through a buffer where the file systems do not allow that.
-fn copy_range(archive: &File, offset: u64, size: u64, out: &mut File) -> io::Result<()> {
-    let mut at = i64::try_from(offset).map_err(|_| ended_inside_a_file())?;
-    let mut left = size;
-    while left > 0 {
-        let chunk = usize::try_from(left.min(1 << 30)).unwrap_or(1 << 30);
-        match nix::sys::sendfile::sendfile64(&*out, archive, Some(&mut at), chunk) {
-            Ok(0) => return Err(ended_inside_a_file()),
-            Ok(sent) => left -= sent as u64,
-            Err(nix::errno::Errno::EINTR) => {}
-            Err(nix::errno::Errno::EINVAL | nix::errno::Errno::ENOSYS) => {
-                return copy_through_buffer(archive, at as u64, left, out);
-            }
-            Err(e) => return Err(e.into()),
-        }
-    }
-    Ok(())
-}
-
-fn ended_inside_a_file() -> io::Error {
-    io::Error::new(
-        io::ErrorKind::UnexpectedEof,
-        "the state archive ends inside a file",
-    )
-}
-
-fn copy_through_buffer(
-    archive: &File,
-    mut at: u64,
-    mut left: u64,
-    out: &mut File,
-) -> io::Result<()> {
-    use std::os::unix::fs::FileExt;
-    let mut buffer = vec![0; 1 << 20];
-    while left > 0 {
-        let want = usize::try_from(left.min(buffer.len() as u64)).unwrap_or(buffer.len());
-        let read = archive.read_at(&mut buffer[..want], at)?;
-        if read == 0 {
-            return Err(ended_inside_a_file());
-        }
-        out.write_all(&buffer[..read])?;
-        at += read as u64;
-        left -= read as u64;
-    }
-    Ok(())
 }
 
 /// The state directories being filled from an archive: each opened once,
@@ -395,7 +358,7 @@ mod tests {
         }
         let file = scratch.join("archive.tar");
         std::fs::write(&file, tar).unwrap();
-        let unpacked = unpack_state_file(&File::open(&file).unwrap(), dirs);
+        let unpacked = unpack_state_file(&file, dirs);
         std::fs::remove_file(&file).unwrap();
         unpacked
     }
@@ -452,14 +415,10 @@ mod tests {
         // The header and half the file's bytes.
         let data_at = tar.windows(4).position(|w| w == [7, 7, 7, 7]).unwrap();
         tar.truncate(data_at + 50_000);
-        for from_file in [true, false] {
-            let err = unpack_by(from_file, &tar, std::slice::from_ref(&state), root.path());
-            assert!(err.is_err(), "from a file: {from_file}");
-        }
+        assert!(unpack_state(&tar[..], std::slice::from_ref(&state)).is_err());
         let file = root.path().join("cut.tar");
         std::fs::write(&file, &tar).unwrap();
-        let err = unpack_state_file(&File::open(&file).unwrap(), std::slice::from_ref(&state))
-            .unwrap_err();
+        let err = unpack_state_file(&file, std::slice::from_ref(&state)).unwrap_err();
         assert_eq!(err.kind(), io::ErrorKind::UnexpectedEof, "{err}");
     }
 
@@ -516,8 +475,7 @@ mod tests {
         std::os::unix::fs::symlink("../outside", state.join("out")).unwrap();
         let file = root.path().join("archive.tar");
         std::fs::write(&file, &tar).unwrap();
-        let err = unpack_state_file(&File::open(&file).unwrap(), std::slice::from_ref(&state))
-            .unwrap_err();
+        let err = unpack_state_file(&file, std::slice::from_ref(&state)).unwrap_err();
         assert!(err.to_string().contains("not a directory"), "{err}");
         assert!(!outside.join("planted").exists());
     }

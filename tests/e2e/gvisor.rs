@@ -32,6 +32,13 @@ async fn run(sb: &Sandbox, script: &str) -> (Option<i32>, String) {
     (out.exit_code, text)
 }
 
+/// A sandbox of `bundle` on the tools image under gVisor.
+fn gvisor_config(bundle: &std::path::Path) -> SandboxConfig {
+    SandboxConfig::new(bundle)
+        .image(TOOLS_IMAGE)
+        .runtime(GVISOR_RUNTIME)
+}
+
 /// A provider whose engine has the gVisor runtime, or a failure saying how
 /// to register it.
 async fn gvisor() -> DockerProvider {
@@ -51,9 +58,7 @@ async fn a_sandbox_under_gvisor_reaches_the_host_only_through_egress() {
     let provider = gvisor().await;
     tools_image(&provider).await;
     let bundle = bundle_dir("gvisor-egress");
-    let config = SandboxConfig::new(&bundle)
-        .image(TOOLS_IMAGE)
-        .runtime(GVISOR_RUNTIME);
+    let config = gvisor_config(&bundle);
     egress_checks::reaches_the_host_only_through_egress(&provider, config).await;
     let _ = std::fs::remove_dir_all(bundle);
 }
@@ -71,9 +76,7 @@ async fn a_fork_under_gvisor_unpacks_its_parents_files_links_and_modes() {
     let provider = gvisor().await;
     tools_image(&provider).await;
     let bundle = bundle_dir("gvisor-fork");
-    let config = SandboxConfig::new(&bundle)
-        .image(TOOLS_IMAGE)
-        .runtime(GVISOR_RUNTIME);
+    let config = gvisor_config(&bundle);
     let parent = provider.session(config.clone()).await.expect("a sandbox");
     let (code, out) = run(
         &parent,
@@ -124,9 +127,7 @@ async fn a_sandbox_under_gvisor_calls_streams_runs_bash_on_gvisors_kernel_and_is
     let provider = gvisor().await;
     tools_image(&provider).await;
     let bundle = bundle_dir("gvisor");
-    let config = SandboxConfig::new(&bundle)
-        .image(TOOLS_IMAGE)
-        .runtime(GVISOR_RUNTIME);
+    let config = gvisor_config(&bundle);
     let sb = provider.session(config).await.expect("a gVisor sandbox");
     let id = sb.id().to_owned();
     assert_eq!(sb.remote(agentix_e2e::add, (40, 2)).await.unwrap(), 42);
@@ -185,10 +186,7 @@ async fn gvisor_sandbox(
     bundle: &std::path::Path,
     limits: SandboxLimits,
 ) -> Sandbox {
-    let config = SandboxConfig::new(bundle)
-        .image(TOOLS_IMAGE)
-        .runtime(GVISOR_RUNTIME)
-        .limits(limits);
+    let config = gvisor_config(bundle).limits(limits);
     provider.session(config).await.expect("a gVisor sandbox")
 }
 
