@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use actix::Addr;
 use agentix_actors::supervision::ChildAddr;
-use agentix_wire::part::MAX_SOCKET_MESSAGE_BYTES;
+use agentix_wire::part::{MAX_SOCKET_MESSAGE_BYTES, SOCKET_READ_BYTES};
 use socketioxide::SocketIo;
 
 use crate::auth::Token;
@@ -38,9 +38,6 @@ const MAX_CONNECTIONS: usize = 1024;
 
 /// How long a connection may take to send its request headers.
 const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// Bytes read from a host's websocket per read.
-const WS_READ_BUFFER: usize = 128 << 10;
 
 /// Servers started in this process, so each has ids of its own.
 static SERVERS_STARTED: AtomicU64 = AtomicU64::new(0);
@@ -121,7 +118,7 @@ impl Server {
             .max_payload(max_ws_message as u64)
             // Socketioxide reads a websocket 4 KiB at a time by default: 256
             // reads per MiB received.
-            .ws_read_buffer_size(WS_READ_BUFFER)
+            .ws_read_buffer_size(SOCKET_READ_BYTES)
             .ws_max_message_size(max_ws_message)
             .ws_max_frame_size(max_ws_message)
             .max_buffer_size(4096)

@@ -37,7 +37,7 @@ use tokio_tungstenite::tungstenite::Error as WsError;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::WebSocketStream;
 
-use agentix_wire::part::MAX_SOCKET_MESSAGE_BYTES;
+use agentix_wire::part::{MAX_SOCKET_MESSAGE_BYTES, SOCKET_READ_BYTES};
 use agentix_wire::wire::{decode_event, WithAttachments};
 
 use super::error::SioError;
@@ -204,6 +204,7 @@ impl SioClient {
             .min(MAX_SOCKET_MESSAGE_BYTES)
             .saturating_add(HEADER_SLACK);
         let config = WebSocketConfig::default()
+            .read_buffer_size(SOCKET_READ_BYTES)
             .max_message_size(Some(max_frame))
             .max_frame_size(Some(max_frame));
         let url = format!(
