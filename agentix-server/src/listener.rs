@@ -8,6 +8,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use agentix_wire::quiet_unix_stream::QuietUnixStream;
 use agentix_wire::send_buffer::widen_send_buffer;
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -89,7 +90,8 @@ impl Listener {
             Listener::Unix(l, _) => {
                 let stream = l.accept().await?.0;
                 widen_send_buffer(&stream);
-                Box::new(stream)
+                // Not woken by each of the host's reads, only its messages.
+                Box::new(QuietUnixStream::from_tokio(stream)?)
             }
         };
         Ok(TokioIo::new(StallLimit::new(stream, stall_limit)))

@@ -47,6 +47,7 @@ pub mod outbox;
 pub mod part;
 pub mod placeholder_json;
 pub mod process;
+pub mod quiet_unix_stream;
 pub mod raised;
 pub mod register_error;
 pub mod remote;

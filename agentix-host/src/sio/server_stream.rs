@@ -7,6 +7,7 @@ use std::io;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
+use agentix_wire::quiet_unix_stream::QuietUnixStream;
 use agentix_wire::send_buffer::widen_send_buffer;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpStream, UnixStream};
@@ -18,15 +19,18 @@ const UNIX_PREFIX: &str = "unix:";
 pub(crate) enum ServerStream {
     /// Over TCP.
     Tcp(TcpStream),
-    /// Over a Unix socket.
-    Unix(UnixStream),
+    /// Over a Unix socket, woken by the server's messages only (not by
+    /// its reads).
+    Unix(QuietUnixStream),
 }
 
 impl ServerStream {
     /// Connects to `addr`: `host:port`, or `unix:PATH`.
     pub(crate) async fn connect(addr: &str) -> io::Result<ServerStream> {
         match addr.strip_prefix(UNIX_PREFIX) {
-            Some(path) => Ok(ServerStream::Unix(connect_unix(path).await?)),
+            Some(path) => Ok(ServerStream::Unix(QuietUnixStream::from_tokio(
+                connect_unix(path).await?,
+            )?)),
             None => {
                 let tcp = TcpStream::connect(addr).await?;
                 // Small packets (a call, a pong) must not wait for the
@@ -61,7 +65,7 @@ impl ServerStream {
                 format!("{addr} is served by {peer}, not by the sandbox server (process {pid})"),
             ));
         }
-        Ok(ServerStream::Unix(stream))
+        Ok(ServerStream::Unix(QuietUnixStream::from_tokio(stream)?))
     }
 
     /// What an HTTP request to `addr` names as its host: the address
