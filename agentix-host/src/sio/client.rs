@@ -542,7 +542,20 @@ async fn flush_all(shared: &Shared, writer: &mut Writer) -> Result<(), WsError> 
     }
     writer.flush().await?;
     shared.flushed.fetch_max(upto, Ordering::AcqRel);
+    leave_no_waker(writer);
     Ok(())
+}
+
+/// Leaves the writer holding a waker that does nothing.
+///
+/// The websocket crate wakes the task that last flushed whenever the
+/// socket turns readable (a read of its may need to write a pong), so the
+/// task that sent a call was woken by every message that arrived after it,
+/// one wasted thread wake-up per reply. Flushing again with nothing
+/// buffered costs no system call and replaces that task's waker.
+fn leave_no_waker(writer: &mut Writer) {
+    let mut noop = std::task::Context::from_waker(std::task::Waker::noop());
+    let _ = Sink::poll_flush(std::pin::Pin::new(writer), &mut noop);
 }
 
 impl Drop for Unflushed {
@@ -808,5 +821,104 @@ mod tests {
         assert!(name_of(r#"{"not": "an array"}"#).is_err());
         assert!(name_of("[]").is_err());
         assert!(name_of("[42, 1]").is_err());
+    }
+
+    /// A future that counts how often it is polled.
+    struct CountedPolls<F> {
+        inner: std::pin::Pin<Box<F>>,
+        polls: Arc<AtomicU64>,
+    }
+
+    impl<F: std::future::Future> std::future::Future for CountedPolls<F> {
+        type Output = F::Output;
+        fn poll(
+            mut self: std::pin::Pin<&mut Self>,
+            cx: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<F::Output> {
+            self.polls.fetch_add(1, Ordering::SeqCst);
+            self.inner.as_mut().poll(cx)
+        }
+    }
+
+    #[tokio::test]
+    async fn a_task_that_sent_is_not_woken_by_the_messages_that_arrive_after() {
+        use futures_util::SinkExt;
+        const ROUNDS: u64 = 20;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        // A server that answers each `ping` with a `noise` event at once and
+        // its `pong` a little later.
+        tokio::spawn(async move {
+            let (tcp, _) = listener.accept().await.unwrap();
+            let mut ws = tokio_tungstenite::accept_async(tcp).await.unwrap();
+            let open = serde_json::json!({"sid": "fakefakefakefake", "upgrades": [],
+                "pingInterval": 300_000, "pingTimeout": 300_000, "maxPayload": 1_000_000});
+            ws.send(Message::text(format!("0{open}"))).await.unwrap();
+            while let Some(Ok(msg)) = ws.next().await {
+                let Message::Text(text) = msg else { continue };
+                if text.starts_with("40") {
+                    ws.send(Message::text("40/ns,{\"sid\":\"x\"}"))
+                        .await
+                        .unwrap();
+                } else if text.starts_with("42") {
+                    ws.send(Message::text("42/ns,[\"noise\"]")).await.unwrap();
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                    ws.send(Message::text("42/ns,[\"pong\"]")).await.unwrap();
+                }
+            }
+        });
+        let dial = {
+            let addr = addr.clone();
+            async move {
+                let stream = ServerStream::connect(&addr).await?;
+                Ok((stream, "127.0.0.1"))
+            }
+        };
+        let settings = ClientSettings {
+            connect_timeout: Duration::from_secs(10),
+            max_message_bytes: 1 << 20,
+        };
+        let client = SioClient::connect_via(dial, "token", settings)
+            .await
+            .unwrap();
+        let pongs = Arc::new(tokio::sync::Notify::new());
+        let notify = pongs.clone();
+        let handler: Handler = Arc::new(move |delivery| {
+            if let Delivery::Event(event) = delivery {
+                if event.name() == "pong" {
+                    notify.notify_one();
+                }
+            }
+        });
+        client
+            .join("/ns", &serde_json::json!({}), handler)
+            .await
+            .unwrap();
+        // Each round: send a ping, then wait for its pong; the waits are
+        // counted (the noise before each pong is no business of the task's).
+        let polls = Arc::new(AtomicU64::new(0));
+        let waits = polls.clone();
+        let sender = client.clone();
+        let task = async move {
+            for _ in 0..ROUNDS {
+                sender.emit("/ns", "ping", &[1]).await.unwrap();
+                CountedPolls {
+                    inner: Box::pin(pongs.notified()),
+                    polls: waits.clone(),
+                }
+                .await;
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(10), tokio::spawn(task))
+            .await
+            .expect("every pong arrives")
+            .unwrap();
+        let polls = polls.load(Ordering::SeqCst);
+        // A wait is polled when it starts and when its pong comes; a wake
+        // for the noise would make it three.
+        assert!(
+            polls <= 2 * ROUNDS + ROUNDS / 4,
+            "{ROUNDS} waits were polled {polls} times: woken by the noise"
+        );
     }
 }
