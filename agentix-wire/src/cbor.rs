@@ -13,18 +13,88 @@ use crate::part::PiecesReader;
 pub type Blob = serde_bytes::ByteBuf;
 
 /// Encodes `value` as CBOR.
+///
+/// A value past [`GROWN_ABOVE`] bytes is encoded again into a buffer of
+/// exactly its size: a 64 MiB blob written into a growing buffer was
+/// copied at every doubling on the way (another 64 MiB of copying), and
+/// the result held twice the memory it needed.
 pub fn to_vec<T: Serialize + ?Sized>(value: &T) -> Result<Vec<u8>, RemoteError> {
     let mut out = Vec::with_capacity(64);
-    ciborium::into_writer(value, &mut out).map_err(|e| {
-        RemoteError::new(
-            ErrorKind::TypeMismatch,
-            format!(
-                "value could not be encoded as CBOR: {}",
-                encode_error_text(e)
-            ),
-        )
-    })?;
+    let mut capped = Capped {
+        out: &mut out,
+        room: GROWN_ABOVE,
+    };
+    match ciborium::into_writer(value, &mut capped) {
+        Ok(()) => return Ok(out),
+        Err(ciborium::ser::Error::Io(e)) if e.get_ref().is_some_and(|e| e.is::<OverCap>()) => {}
+        Err(e) => return Err(encode_failed(e)),
+    }
+    drop(out);
+    let mut size = Counted(0);
+    ciborium::into_writer(value, &mut size).map_err(encode_failed)?;
+    let mut out = Vec::with_capacity(size.0);
+    ciborium::into_writer(value, &mut out).map_err(encode_failed)?;
     Ok(out)
+}
+
+/// Encodings up to this size are written once, into a growing buffer.
+pub const GROWN_ABOVE: usize = 64 << 10;
+
+fn encode_failed<E: std::fmt::Display>(e: ciborium::ser::Error<E>) -> RemoteError {
+    RemoteError::new(
+        ErrorKind::TypeMismatch,
+        format!(
+            "value could not be encoded as CBOR: {}",
+            encode_error_text(e)
+        ),
+    )
+}
+
+/// A writer that refuses to grow `out` past `room` more bytes.
+struct Capped<'a> {
+    out: &'a mut Vec<u8>,
+    room: usize,
+}
+
+/// [`Capped`]'s refusal.
+#[derive(Debug)]
+struct OverCap;
+
+impl std::fmt::Display for OverCap {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("the encoding is larger than the first buffer")
+    }
+}
+
+impl std::error::Error for OverCap {}
+
+impl std::io::Write for Capped<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if buf.len() > self.room {
+            return Err(std::io::Error::other(OverCap));
+        }
+        self.room -= buf.len();
+        self.out.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// A writer that only counts the bytes written to it.
+struct Counted(usize);
+
+impl std::io::Write for Counted {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0 += buf.len();
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 /// Why CBOR bytes did not decode to the requested type.
@@ -106,6 +176,47 @@ pub fn to_json(bytes: &[u8]) -> Result<serde_json::Value, RemoteError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_large_value_is_encoded_into_a_buffer_of_its_exact_size() {
+        let value = (Blob::from(vec![0xa5u8; 3 << 20]), "tail".to_owned(), 7u32);
+        let bytes = to_vec(&value).unwrap();
+        assert_eq!(bytes.capacity(), bytes.len(), "no room left over");
+        let mut grown = Vec::new();
+        ciborium::into_writer(&value, &mut grown).unwrap();
+        assert!(bytes == grown, "the same bytes as a plain encoding");
+        let back: (Blob, String, u32) = from_slice(&bytes).unwrap();
+        assert!(back == value);
+        // Right at the first buffer's limit and just past it.
+        for len in [
+            GROWN_ABOVE - 8,
+            GROWN_ABOVE - 3,
+            GROWN_ABOVE,
+            GROWN_ABOVE + 1,
+        ] {
+            let blob = Blob::from(vec![1u8; len]);
+            let bytes = to_vec(&blob).unwrap();
+            assert_eq!(from_slice::<Blob>(&bytes).unwrap().len(), len);
+        }
+    }
+
+    #[test]
+    fn a_value_that_cannot_be_encoded_is_a_type_mismatch_at_any_size() {
+        struct Refuses(usize);
+        impl Serialize for Refuses {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                use serde::ser::{Error, SerializeSeq};
+                let mut seq = s.serialize_seq(Some(2))?;
+                seq.serialize_element(&Blob::from(vec![0u8; self.0]))?;
+                Err(S::Error::custom("no, thanks"))
+            }
+        }
+        for len in [10, GROWN_ABOVE * 2] {
+            let err = to_vec(&Refuses(len)).unwrap_err();
+            assert_eq!(err.kind, ErrorKind::TypeMismatch);
+            assert!(err.message.contains("no, thanks"), "{}", err.message);
+        }
+    }
 
     #[test]
     fn blobs_encode_as_one_byte_string() {
