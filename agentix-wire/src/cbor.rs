@@ -38,7 +38,7 @@ pub fn to_vec<T: Serialize + ?Sized>(value: &T) -> Result<Vec<u8>, RemoteError> 
 }
 
 /// Encodings up to this size are written once, into a growing buffer.
-pub const GROWN_ABOVE: usize = 64 << 10;
+const GROWN_ABOVE: usize = 64 << 10;
 
 fn encode_failed<E: std::fmt::Display>(e: ciborium::ser::Error<E>) -> RemoteError {
     RemoteError::new(

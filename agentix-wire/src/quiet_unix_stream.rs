@@ -48,11 +48,6 @@ impl QuietUnixStream {
         QuietUnixStream::new(stream.into_std()?)
     }
 
-    /// The socket itself, for options and credentials.
-    pub fn get_ref(&self) -> &UnixStream {
-        self.stream.get_ref()
-    }
-
     /// Runs `write` until the socket takes some bytes, waiting for room
     /// when it is full.
     fn poll_write_with(
