@@ -21,6 +21,9 @@ use crate::sandbox_limits::SandboxLimits;
 /// Where the cgroup hierarchies are mounted.
 const CGROUP_ROOT: &str = "/sys/fs/cgroup";
 
+/// A cgroup v1 directory's list of threads; writing `0` moves the writer.
+const V1_THREAD_FILE: &str = "tasks";
+
 /// The CFS period the CPU limit is a share of, in microseconds.
 const CPU_PERIOD_US: u64 = 100_000;
 
@@ -144,10 +147,26 @@ impl SandboxCgroup {
 
     /// Files that move the process writing `0` to them into this cgroup,
     /// opened now (by the host) for a child to write between fork and exec.
+    ///
+    /// On cgroup v1 that is `tasks`, which moves the writing thread alone:
+    /// the kernel then skips the lock that keeps every thread group still
+    /// (`cgroup_threadgroup_rwsem`), whose write side waits for an RCU grace
+    /// period (~8 ms here) and stalls every `fork` on the machine meanwhile,
+    /// unless the hierarchy was mounted with `favordynmods`. The child
+    /// between fork and exec is single-threaded, so its one thread is the
+    /// whole process. cgroup v2 has no such file and takes `cgroup.procs`.
     pub(crate) fn join_files(&self) -> std::io::Result<Vec<File>> {
         self.dirs
             .iter()
-            .map(|dir| File::options().write(true).open(dir.join("cgroup.procs")))
+            .map(|dir| {
+                let tasks = dir.join(V1_THREAD_FILE);
+                let file = if tasks.exists() {
+                    tasks
+                } else {
+                    dir.join("cgroup.procs")
+                };
+                File::options().write(true).open(file)
+            })
             .collect()
     }
 
@@ -214,4 +233,62 @@ pub(crate) fn join(files: &[File]) -> std::io::Result<()> {
 /// Microseconds of CPU per period that `cpus` CPUs give.
 fn cpu_quota(cpus: f64) -> u64 {
     ((cpus * CPU_PERIOD_US as f64) as u64).max(1000)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::process::CommandExt;
+
+    use super::*;
+
+    /// The cgroup paths `/proc/<pid>/cgroup` lists for a process.
+    fn cgroups_of(pid: u32) -> String {
+        std::fs::read_to_string(format!("/proc/{pid}/cgroup")).expect("the child's cgroups")
+    }
+
+    #[test]
+    fn a_child_that_joins_between_fork_and_exec_runs_in_every_hierarchy_of_the_cgroup() {
+        let name = format!("agentix-join-test-{}", std::process::id());
+        let limits = SandboxLimits {
+            memory_bytes: Some(256 << 20),
+            processes: Some(64),
+            cpus: Some(1.0),
+        };
+        let Some(cgroup) = SandboxCgroup::create(&name, &limits) else {
+            // Only a root host with writable cgroups makes one at all.
+            assert!(
+                !crate::sandbox_user::host_is_root(),
+                "a root host made no cgroup (are its cgroups mounted read-only?)"
+            );
+            return;
+        };
+        let files = cgroup.join_files().expect("the join files open");
+        let mut cmd = std::process::Command::new("sleep");
+        cmd.arg("30");
+        // SAFETY: `join` makes one write(2) per file.
+        unsafe {
+            cmd.pre_exec(move || join(&files));
+        }
+        let mut child = cmd.spawn().expect("sleep starts");
+        let listed = cgroups_of(child.id());
+        let _ = child.kill();
+        let _ = child.wait();
+        let in_all = cgroup.dirs().iter().all(|dir| {
+            let hierarchy = dir.parent().expect("a hierarchy");
+            let path = Path::new("/").join(dir.strip_prefix(hierarchy).expect("under it"));
+            listed
+                .lines()
+                .any(|line| line.ends_with(&format!(":{}", path.display())))
+        });
+        let removed = (0..REMOVAL_TRIES).any(|_| {
+            std::thread::sleep(REMOVAL_PAUSE);
+            cgroup.try_remove()
+        });
+        assert!(in_all, "{:?} not all in {listed}", cgroup.dirs());
+        assert!(removed, "the cgroup stayed after its process exited");
+        assert!(
+            !cgroups_of(std::process::id()).contains(&name),
+            "the host moved too"
+        );
+    }
 }
