@@ -389,10 +389,8 @@ async fn warm_shells_run_commands_exactly_like_fresh_ones_and_die_with_the_worke
         "no shells before the first command"
     );
     run(&sb, "true", BashOptions::new()).await;
-    let mut warm = Vec::new();
-    wait_until("two warm shells", Duration::from_secs(10), || {
-        warm = bash_children(worker);
-        warm.len() >= 2
+    wait_until("a warm shell", Duration::from_secs(10), || {
+        !bash_children(worker).is_empty()
     })
     .await;
 
@@ -489,4 +487,33 @@ async fn bash_runs_when_path_names_only_directories_the_sandbox_cannot_see() {
             out.stdout_lossy()
         );
     }
+}
+
+#[tokio::test]
+async fn one_command_leaves_one_warm_shell_and_a_second_command_two() {
+    let sb = support::plain_sandbox().await;
+    let worker = worker_pid_from_health(&sb).await;
+    assert_eq!(
+        bash_children(worker).len(),
+        0,
+        "no command ran, no shell waits"
+    );
+    run(&sb, "true", BashOptions::new()).await;
+    wait_until("one warm shell", Duration::from_secs(10), || {
+        bash_children(worker).len() == 1
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        bash_children(worker).len(),
+        1,
+        "a spare shell beyond the first"
+    );
+    // This one runs in the warm shell; from then on two are kept.
+    let out = run(&sb, "echo warm", BashOptions::new()).await;
+    assert_eq!(out.stdout, b"warm\n");
+    wait_until("two warm shells", Duration::from_secs(10), || {
+        bash_children(worker).len() == 2
+    })
+    .await;
 }

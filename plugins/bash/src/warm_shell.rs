@@ -14,12 +14,16 @@
 //! that command's shell, found and killed by its process tag like
 //! everything the command starts. It has
 //! the worker's environment as it was when the shell started. The
-//! pool holds [`POOL`] shells, filled after the first command (so a sandbox
-//! that never runs one has none) and topped up whenever a command ends. A
+//! pool holds one shell after the first command (so a sandbox that never
+//! runs one has none, and one that runs a single command, as many rollouts
+//! do, started one spare shell rather than [`POOL`]); once a command has
+//! taken a warm shell, it holds [`POOL`], topped up whenever a command
+//! ends. A
 //! command a warm shell cannot take as is (another shell, a variable name
 //! that `export` would refuse, a very long script) starts a shell of its own.
 
 use std::process::Stdio;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use tokio::io::AsyncWriteExt as _;
@@ -27,7 +31,7 @@ use tokio::process::{Child, Command};
 
 use crate::options::BashOptions;
 
-/// Warm shells kept ready.
+/// Warm shells kept ready once commands have used one.
 const POOL: usize = 2;
 
 /// Largest preamble plus command handed to a warm shell: `read` takes one
@@ -51,6 +55,8 @@ const ZYGOTE: &str = "IFS= read -r -d '' __agentix_pre || exit 0; \
 #[derive(Default)]
 struct WarmShells {
     shells: Mutex<Vec<WarmShell>>,
+    /// Whether a command has run in a warm shell: until then one is kept.
+    used: AtomicBool,
     starter: OnceLock<Option<std::sync::mpsc::SyncSender<()>>>,
 }
 
@@ -67,6 +73,15 @@ struct WarmShell {
 impl WarmShells {
     fn lock(&self) -> std::sync::MutexGuard<'_, Vec<WarmShell>> {
         self.shells.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// How many shells to keep ready now.
+    fn wanted(&self) -> usize {
+        if self.used.load(Ordering::Relaxed) {
+            POOL
+        } else {
+            1
+        }
     }
 }
 
@@ -92,6 +107,7 @@ pub(crate) async fn hand_over(
         pool.lock().push(warm);
         return None;
     };
+    pool.used.store(true, Ordering::Relaxed);
     let WarmShell {
         child: mut warm,
         tag,
@@ -178,7 +194,7 @@ pub(crate) fn top_up() {
 }
 
 fn fill(pool: &WarmShells) {
-    while pool.lock().len() < POOL {
+    while pool.lock().len() < pool.wanted() {
         match start() {
             Ok(warm) => pool.lock().push(warm),
             Err(e) => {
