@@ -13,7 +13,6 @@
 //! would add a systemd client and an OCI model for no more than this.
 
 use std::fs::File;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use crate::sandbox_limits::SandboxLimits;
@@ -146,16 +145,19 @@ impl SandboxCgroup {
     }
 
     /// Files that move the process writing `0` to them into this cgroup,
-    /// opened now (by the host) for a child to write between fork and exec.
+    /// for the server's first step (`LaunchSpec::cgroup_files`); each is
+    /// opened here once, so that a host that cannot write them hears why
+    /// before anything starts.
     ///
     /// On cgroup v1 that is `tasks`, which moves the writing thread alone:
     /// the kernel then skips the lock that keeps every thread group still
     /// (`cgroup_threadgroup_rwsem`), whose write side waits for an RCU grace
     /// period (~8 ms here) and stalls every `fork` on the machine meanwhile,
-    /// unless the hierarchy was mounted with `favordynmods`. The child
-    /// between fork and exec is single-threaded, so its one thread is the
-    /// whole process. cgroup v2 has no such file and takes `cgroup.procs`.
-    pub(crate) fn join_files(&self) -> std::io::Result<Vec<File>> {
+    /// unless the hierarchy was mounted with `favordynmods`. The server's
+    /// first process writes it while it has one thread, so its one thread
+    /// is the whole process. cgroup v2 has no such file and takes
+    /// `cgroup.procs`.
+    pub(crate) fn join_files(&self) -> std::io::Result<Vec<PathBuf>> {
         self.dirs
             .iter()
             .map(|dir| {
@@ -165,7 +167,7 @@ impl SandboxCgroup {
                 } else {
                     dir.join("cgroup.procs")
                 };
-                File::options().write(true).open(file)
+                File::options().write(true).open(&file).map(|_| file)
             })
             .collect()
     }
@@ -220,16 +222,6 @@ impl SandboxCgroup {
 const REMOVAL_TRIES: u32 = 200;
 const REMOVAL_PAUSE: std::time::Duration = std::time::Duration::from_millis(10);
 
-/// Moves the calling process into the cgroups of `files`; for `pre_exec`
-/// (async-signal-safe: one `write` per file).
-pub(crate) fn join(files: &[File]) -> std::io::Result<()> {
-    for file in files {
-        let mut file = file;
-        file.write_all(b"0")?;
-    }
-    Ok(())
-}
-
 /// Microseconds of CPU per period that `cpus` CPUs give.
 fn cpu_quota(cpus: f64) -> u64 {
     ((cpus * CPU_PERIOD_US as f64) as u64).max(1000)
@@ -237,9 +229,19 @@ fn cpu_quota(cpus: f64) -> u64 {
 
 #[cfg(test)]
 mod tests {
-    use std::os::unix::process::CommandExt;
-
     use super::*;
+
+    /// Waits until `pid` runs `sleep` (its joins are done by then).
+    fn wait_for_exec(pid: u32) {
+        for _ in 0..500 {
+            let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+            if comm.trim() == "sleep" {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        panic!("the child never ran sleep");
+    }
 
     /// The cgroup paths `/proc/<pid>/cgroup` lists for a process.
     fn cgroups_of(pid: u32) -> String {
@@ -247,7 +249,7 @@ mod tests {
     }
 
     #[test]
-    fn a_child_that_joins_between_fork_and_exec_runs_in_every_hierarchy_of_the_cgroup() {
+    fn a_process_that_writes_the_join_files_runs_in_every_hierarchy_of_the_cgroup() {
         let name = format!("agentix-join-test-{}", std::process::id());
         let limits = SandboxLimits {
             memory_bytes: Some(256 << 20),
@@ -263,13 +265,18 @@ mod tests {
             return;
         };
         let files = cgroup.join_files().expect("the join files open");
-        let mut cmd = std::process::Command::new("sleep");
-        cmd.arg("30");
-        // SAFETY: `join` makes one write(2) per file.
-        unsafe {
-            cmd.pre_exec(move || join(&files));
-        }
-        let mut child = cmd.spawn().expect("sleep starts");
+        // A single-threaded process writes 0 to each, as a server's first
+        // step does, then becomes another program.
+        let joins: Vec<String> = files
+            .iter()
+            .map(|f| format!("echo 0 > '{}'", f.display()))
+            .collect();
+        let mut child = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(format!("{} && exec sleep 30", joins.join(" && ")))
+            .spawn()
+            .expect("sh starts");
+        wait_for_exec(child.id());
         let listed = cgroups_of(child.id());
         let _ = child.kill();
         let _ = child.wait();

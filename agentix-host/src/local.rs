@@ -1,5 +1,9 @@
 //! [`LocalProvider`]: the embedded default provider.
 //!
+//! Every server's first process is the bundle run as `launch`, whose first
+//! steps (see `agentix_wire::launch_spec`) join the sandbox's cgroup, drop
+//! to its uid and tie it to the host's life, then run the role below.
+//!
 //! By default each sandbox is isolated (see [`crate::isolation`]): the
 //! bundle starts as `isolate`, which builds the sandbox's namespaces and
 //! runs `serve` inside them, joined to a cgroup of its own on a root host;
@@ -21,7 +25,6 @@
 //! cgroup, a directory whose removal failed, a server that outlived it).
 
 use std::io::Read;
-use std::os::fd::AsRawFd;
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -34,13 +37,14 @@ use agentix_wire::errors::{ErrorKind, RemoteError};
 use futures_util::future::BoxFuture;
 
 use agentix_wire::isolation_spec::{IsolationSpec, ISOLATE_ROLE, ISOLATION_REFUSED_EXIT};
+use agentix_wire::launch_spec::{LaunchSpec, LAUNCH_ROLE};
 
 /// How long a server whose output closed without a ready line is given to
 /// exit, so that its status can say why.
 const EXIT_AFTER_SILENCE: std::time::Duration = std::time::Duration::from_secs(2);
 use agentix_wire::process;
 
-use crate::cgroup_limits::{self, SandboxCgroup};
+use crate::cgroup_limits::SandboxCgroup;
 use crate::config::SandboxConfig;
 use crate::keeper::{self, KeptProcess};
 use crate::owner::{Liveness, OwnerId};
@@ -340,35 +344,19 @@ impl LocalProvider {
             None => Vec::new(),
         };
 
-        // Run by descriptor: the sandbox's user may not reach the bundle's
-        // path (a checkout under /root), only read and run the file.
-        let program = match uid {
-            Some(_) => match BundleFile::open(bundle) {
-                Ok(file) => Some(file),
-                Err(e) => {
-                    let _ = std::fs::remove_dir_all(&dir);
-                    return Err(bad_bundle(bundle, &format!("cannot open it: {e}")));
-                }
-            },
-            None => None,
+        // Run by path with the host's rights: the drop to the sandbox's uid
+        // is the first step after the exec.
+        let mut cmd = tokio::process::Command::new(bundle);
+        // What a forked child did before its exec, the server's first
+        // process does right after it: the start is then a `posix_spawn`,
+        // which copies nothing of the host (see `keeper`).
+        let launch = LaunchSpec {
+            cgroup_files,
+            user: uid,
+            parent: std::process::id(),
+            death_signal: libc::SIGTERM,
         };
-        let mut cmd = match &program {
-            Some(file) => {
-                let mut cmd = tokio::process::Command::new(file.path());
-                cmd.arg0(bundle);
-                cmd
-            }
-            None => tokio::process::Command::new(bundle),
-        };
-        if let Some(uid) = uid {
-            cmd.uid(uid).gid(uid);
-        }
-        if !cgroup_files.is_empty() {
-            // SAFETY: one write(2) per file, nothing else.
-            unsafe {
-                cmd.pre_exec(move || cgroup_limits::join(&cgroup_files));
-            }
-        }
+        cmd.arg(LAUNCH_ROLE).args(launch.to_args()).arg("--");
         if let Some(settings) = &isolation {
             let limits = &config.limits;
             let spec = IsolationSpec {
@@ -448,7 +436,6 @@ impl LocalProvider {
         };
         self.write_marker(&marker);
         let started = keeper::start(&self.keepers, cmd, format!("{token}\n").into_bytes()).await;
-        drop(program);
         let (server, ready) = match started {
             Ok(started) => started,
             Err(e) => {
@@ -616,22 +603,6 @@ impl LocalProvider {
                 "cannot write the sandbox's marker"
             );
         }
-    }
-}
-
-/// The bundle opened by the host, run through `/proc/self/fd/N`: a
-/// program started so needs to read and run the file, not to reach its
-/// path. Close-on-exec: the kernel opens the program before it closes the
-/// descriptor, so the server keeps no copy.
-struct BundleFile(std::fs::File);
-
-impl BundleFile {
-    fn open(path: &Path) -> std::io::Result<BundleFile> {
-        std::fs::File::open(path).map(BundleFile)
-    }
-
-    fn path(&self) -> PathBuf {
-        PathBuf::from(format!("/proc/self/fd/{}", self.0.as_raw_fd()))
     }
 }
 

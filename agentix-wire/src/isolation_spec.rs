@@ -9,6 +9,8 @@
 use std::ffi::{OsStr, OsString};
 use std::path::PathBuf;
 
+use crate::command_flags::read_flags;
+
 /// The bundle role that runs the rest of the command line isolated.
 pub const ISOLATE_ROLE: &str = "isolate";
 
@@ -74,37 +76,21 @@ impl IsolationSpec {
         args: impl IntoIterator<Item = OsString>,
     ) -> Result<(IsolationSpec, Vec<OsString>), String> {
         let mut spec = IsolationSpec::default();
-        let mut args = args.into_iter();
-        loop {
-            let Some(arg) = args.next() else {
-                return Err("no `--` before the command to run".into());
-            };
-            let name = arg.to_string_lossy().into_owned();
-            if name == "--" {
-                return Ok((spec, args.collect()));
-            }
-            if name == "--host-network" {
-                spec.host_network = true;
-                continue;
-            }
-            let value = args.next().ok_or_else(|| format!("{name} needs a value"))?;
-            let number = || {
-                value
-                    .to_str()
-                    .and_then(|v| v.parse::<u64>().ok())
-                    .ok_or_else(|| format!("{name} needs a number, not {value:?}"))
-            };
-            match name.as_str() {
-                "--writable" => spec.writable.push(value.clone().into()),
-                "--read-only" => spec.read_only.push(value.clone().into()),
-                "--remove-after" => spec.remove_after.push(value.clone().into()),
-                "--hostname" => spec.hostname = value.to_string_lossy().into_owned(),
-                "--tmp-bytes" => spec.tmp_bytes = number()?,
-                "--processes" => spec.processes = Some(number()?),
-                "--memory-bytes" => spec.memory_bytes = Some(number()?),
+        let rest = read_flags(args, &["--host-network"], |flag| {
+            match flag.name.as_str() {
+                "--host-network" => spec.host_network = true,
+                "--writable" => spec.writable.push(flag.value().into()),
+                "--read-only" => spec.read_only.push(flag.value().into()),
+                "--remove-after" => spec.remove_after.push(flag.value().into()),
+                "--hostname" => spec.hostname = flag.value().to_string_lossy().into_owned(),
+                "--tmp-bytes" => spec.tmp_bytes = flag.number()?,
+                "--processes" => spec.processes = Some(flag.number()?),
+                "--memory-bytes" => spec.memory_bytes = Some(flag.number()?),
                 other => return Err(format!("unknown flag {other}")),
             }
-        }
+            Ok(())
+        })?;
+        Ok((spec, rest))
     }
 }
 

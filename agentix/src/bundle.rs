@@ -8,6 +8,7 @@
 use std::ffi::OsString;
 
 use agentix_wire::isolation_spec::ISOLATE_ROLE;
+use agentix_wire::launch_spec::{LaunchSpec, LAUNCH_ROLE};
 
 /// Runs the bundle: `serve [server flags]` or `worker`; exits the process.
 pub fn main() -> ! {
@@ -29,8 +30,8 @@ pub fn main_with(worker_setup: fn()) -> ! {
 
 /// If this process was started as `serve`, `worker`, `isolate` (the
 /// server in namespaces of its own), `relay` (stdio to the server's
-/// socket) or `install` (the bundle copied into a directory), runs that
-/// role and
+/// socket), `install` (the bundle copied into a directory) or `launch`
+/// (a local server's first steps, then one of those), runs that role and
 /// exits; otherwise returns so the program can go on as a host.
 pub fn dispatch() {
     dispatch_with(|| {})
@@ -39,9 +40,33 @@ pub fn dispatch() {
 /// Like [`dispatch`], running `worker_setup` in every worker before it
 /// takes calls.
 pub fn dispatch_with(worker_setup: fn()) {
-    let mut args = std::env::args_os().skip(1);
+    dispatch_args(worker_setup, std::env::args_os().skip(1).collect());
+}
+
+/// Runs the role `args` name (the command line after the program), if it
+/// is one; returns otherwise.
+fn dispatch_args(worker_setup: fn(), args: Vec<OsString>) {
+    let mut args = args.into_iter();
     let role = args.next();
     match role.as_ref().and_then(|r| r.to_str()) {
+        // A local server's first steps (see `launch_spec`), then its role.
+        Some(LAUNCH_ROLE) => {
+            let (spec, rest) = match LaunchSpec::from_args(args) {
+                Ok(parsed) => parsed,
+                Err(e) => {
+                    eprintln!("agentix launch: {e}");
+                    std::process::exit(2)
+                }
+            };
+            if let Err(e) = spec.take_steps() {
+                eprintln!("agentix launch: {e}");
+                std::process::exit(1)
+            }
+            dispatch_args(worker_setup, rest);
+            // Never on as a host, with the host's rights given away.
+            eprintln!("agentix launch: no bundle role after `--`");
+            std::process::exit(2)
+        }
         Some("serve") => {
             // First, before any thread: as PID 1, the server is the init's
             // child from here on.

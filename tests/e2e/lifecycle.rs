@@ -4,6 +4,7 @@
 mod support;
 
 use std::io::{BufRead, BufReader};
+use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -153,4 +154,102 @@ async fn processes_a_call_starts_do_not_inherit_the_worker_pipes() {
         .remote(agentix_e2e::child_inherits_frame_pipes, ())
         .await
         .unwrap());
+}
+
+/// The bundle run as `launch` with `flags`, then `role`: its exit status
+/// and standard error.
+fn launch(flags: &[String], role: &[&str]) -> (std::process::ExitStatus, String) {
+    let out = Command::new(bundle_path())
+        .arg(agentix_wire::launch_spec::LAUNCH_ROLE)
+        .args(flags)
+        .arg("--")
+        .args(role)
+        .stdin(Stdio::null())
+        .output()
+        .expect("the bundle runs");
+    (
+        out.status,
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// `--parent` naming this process, the death signal SIGTERM, and `more`.
+fn launched_by_me(more: &[&str]) -> Vec<String> {
+    let mut flags: Vec<String> = more.iter().map(|s| s.to_string()).collect();
+    flags.extend([
+        "--parent".into(),
+        std::process::id().to_string(),
+        "--death-signal".into(),
+        libc::SIGTERM.to_string(),
+    ]);
+    flags
+}
+
+#[test]
+fn a_launch_whose_starter_is_already_gone_runs_nothing() {
+    let from = std::env::temp_dir().join(format!("agentix-launch-orphan-{}", std::process::id()));
+    let to = from.with_extension("copy");
+    std::fs::create_dir_all(&from).unwrap();
+    // Its parent is this test, not PID 1: as if the host had died between
+    // the start and the first step.
+    let flags = [
+        "--parent".to_string(),
+        "1".into(),
+        "--death-signal".into(),
+        libc::SIGTERM.to_string(),
+    ];
+    let (status, _) = launch(
+        &flags,
+        &["install", from.to_str().unwrap(), to.to_str().unwrap()],
+    );
+    assert_eq!(status.code(), Some(1));
+    assert!(!to.exists(), "the role ran");
+    let _ = std::fs::remove_dir_all(from);
+}
+
+#[test]
+fn a_launch_that_cannot_join_its_cgroup_says_which_file_and_runs_nothing() {
+    let from = std::env::temp_dir().join(format!("agentix-launch-cgroup-{}", std::process::id()));
+    let to = from.with_extension("copy");
+    std::fs::create_dir_all(&from).unwrap();
+    let flags = launched_by_me(&["--cgroup-file", "/nonexistent/agentix/tasks"]);
+    let (status, stderr) = launch(
+        &flags,
+        &["install", from.to_str().unwrap(), to.to_str().unwrap()],
+    );
+    assert_eq!(status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("cannot join /nonexistent/agentix/tasks"),
+        "{stderr}"
+    );
+    assert!(!to.exists(), "the role ran");
+    let _ = std::fs::remove_dir_all(from);
+}
+
+#[test]
+fn a_launch_runs_its_role_as_the_user_it_names() {
+    let from = std::env::temp_dir().join(format!("agentix-launch-user-{}", std::process::id()));
+    let to = from.with_extension("copy");
+    std::fs::create_dir_all(&from).unwrap();
+    std::fs::write(from.join("file"), b"bytes").unwrap();
+    let nobody = 65_534u32;
+    // The copy goes to the temp dir, where any user may make one.
+    let flags = launched_by_me(&["--user", &nobody.to_string()]);
+    let (status, stderr) = launch(
+        &flags,
+        &["install", from.to_str().unwrap(), to.to_str().unwrap()],
+    );
+    // SAFETY: getuid has no arguments and cannot fail.
+    if unsafe { libc::getuid() } == 0 {
+        assert!(status.success(), "{stderr}");
+        let copied = std::fs::metadata(to.join("file")).expect("the copy");
+        assert_eq!((copied.uid(), copied.gid()), (nobody, nobody));
+        assert_eq!(std::fs::read(to.join("file")).unwrap(), b"bytes");
+    } else {
+        // Only root may become another user: a clear refusal, nothing run.
+        assert_eq!(status.code(), Some(1), "{stderr}");
+        assert!(stderr.contains("cannot set its gid"), "{stderr}");
+        assert!(!to.exists(), "the role ran");
+    }
+    let _ = (std::fs::remove_dir_all(&from), std::fs::remove_dir_all(&to));
 }
