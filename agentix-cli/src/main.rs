@@ -91,13 +91,14 @@ fn main() -> ExitCode {
 }
 
 /// Whether a provider started this binary as a bundle: `worker`, `isolate`,
-/// or `serve` followed by one of the server's listening flags (which every
+/// `launch`, or `serve` followed by one of the server's listening flags (which every
 /// provider puts first); the operator's `agentix serve` takes a bundle path
 /// or its own flags instead.
 fn bundle_role() -> bool {
     let args: Vec<String> = std::env::args().skip(1).take(2).collect();
     match args.first().map(String::as_str) {
-        Some("worker" | "isolate") => true,
+        // `launch` (a local server's first steps) then names one of these.
+        Some("worker" | "isolate" | "launch") => true,
         Some("serve") => matches!(
             args.get(1).map(String::as_str),
             Some("--host" | "--port" | "--unix" | "--local-socket")
