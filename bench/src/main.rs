@@ -29,6 +29,7 @@ mod faults;
 mod fleet;
 mod kube;
 mod plugins;
+mod relay_floor;
 mod report;
 mod snapshot;
 
@@ -46,6 +47,7 @@ use report::Report;
 fn main() {
     agentix::link_plugins!(agentix_bash, agentix_files, agentix_abridge, agentix_egress);
     agentix::bundle::dispatch_with(bench_fns::worker_setup);
+    relay_floor::run_role();
     let args: Vec<String> = std::env::args().collect();
     let json = args.iter().any(|a| a == "--json");
     let markdown = args.iter().any(|a| a == "--markdown");
@@ -150,6 +152,7 @@ async fn run(sections: Sections) -> Report {
     let sb = provider.session(config()).await.expect("sandbox starts");
     if sections.wants("echo") {
         process_round_trip(&mut report);
+        relay_floor::relay_floor(&mut report);
         sequential_echo(&sb, &mut report).await;
         tcp_echo(&sb, &mut report).await;
         actor_echo(&provider, &mut report).await;
