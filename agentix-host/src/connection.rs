@@ -340,8 +340,7 @@ impl RpcConnection {
 const JOIN_ATTEMPTS: u32 = 4;
 
 /// Opens a websocket and joins `/rpc` on it with `handler`. A join that
-/// gets no answer at all (seen, rarely, on a loaded machine, with the
-/// server healthy) is tried again on a fresh websocket, each attempt
+/// gets no answer at all is tried again on a fresh websocket, each attempt
 /// getting its share of the connect timeout, rather than costing the whole
 /// timeout and the call.
 async fn open_rpc(

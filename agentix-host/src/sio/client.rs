@@ -253,8 +253,20 @@ impl SioClient {
         };
         let silence_limit = open.ping_interval + open.ping_timeout;
         let (closed, _) = watch::channel(None);
+        // The reader is spawned while the connection is being built, and a
+        // runtime thread may run it at once: it waits for the connection to
+        // exist, or a message already buffered behind the handshake found
+        // no connection to report to, ended the reader, and left every
+        // later message unread.
+        let (built, wait_until_built) = oneshot::channel::<()>();
         let shared = Arc::new_cyclic(|weak: &Weak<Shared>| {
-            let reader = tokio::spawn(read_loop(weak.clone(), reader, decoder, silence_limit));
+            let reader = tokio::spawn(read_loop_once_built(
+                wait_until_built,
+                weak.clone(),
+                reader,
+                decoder,
+                silence_limit,
+            ));
             let pings = Arc::new(tokio::sync::Notify::new());
             let pong_task = tokio::spawn(answer_pings(weak.clone(), pings.clone()));
             Shared {
@@ -269,6 +281,7 @@ impl SioClient {
                 settings,
             }
         });
+        let _ = built.send(());
         Ok(SioClient { shared })
     }
 
@@ -659,6 +672,20 @@ impl Drop for Outgoing {
     }
 }
 
+/// [`read_loop`], once `built` says the connection it reports to exists
+/// (a dropped sender: it never will, and there is nothing to read for).
+async fn read_loop_once_built(
+    built: oneshot::Receiver<()>,
+    shared: Weak<Shared>,
+    reader: SplitStream<Ws>,
+    decoder: Decoder,
+    silence_limit: Duration,
+) {
+    if built.await.is_ok() {
+        read_loop(shared, reader, decoder, silence_limit).await;
+    }
+}
+
 async fn read_loop(
     shared: Weak<Shared>,
     mut reader: SplitStream<Ws>,
@@ -838,6 +865,74 @@ mod tests {
             self.polls.fetch_add(1, Ordering::SeqCst);
             self.inner.as_mut().poll(cx)
         }
+    }
+
+    /// Serves one connection: the handshake, then a ping in the same write
+    /// as the handshake's last packet; whether the pong came.
+    async fn ping_right_behind_the_handshake(tcp: tokio::net::TcpStream) -> bool {
+        use futures_util::SinkExt;
+        let _ = tcp.set_nodelay(true);
+        let mut ws = tokio_tungstenite::accept_async(tcp).await.unwrap();
+        let open = serde_json::json!({"sid": "fakefakefakefake", "upgrades": [],
+            "pingInterval": 300_000, "pingTimeout": 300_000, "maxPayload": 1_000_000});
+        ws.feed(Message::text(format!("0{open}"))).await.unwrap();
+        ws.feed(Message::text("2")).await.unwrap();
+        ws.flush().await.unwrap();
+        let pong = tokio::time::timeout(Duration::from_secs(5), async {
+            while let Some(Ok(message)) = ws.next().await {
+                if matches!(&message, Message::Text(text) if text.as_str() == "3") {
+                    return true;
+                }
+            }
+            false
+        });
+        pong.await == Ok(true)
+    }
+
+    /// Connections opened one after another, each to a server that sends
+    /// a ping right behind its handshake: every ping must be answered.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_message_right_behind_the_handshake_is_read() {
+        const CONNECTIONS: usize = 300;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        // Each connection is served by a task of its own, so that pings
+        // left unanswered cost one wait, not one each.
+        let server = tokio::spawn(async move {
+            let mut connections = Vec::with_capacity(CONNECTIONS);
+            for _ in 0..CONNECTIONS {
+                let (tcp, _) = listener.accept().await.unwrap();
+                connections.push(tokio::spawn(ping_right_behind_the_handshake(tcp)));
+            }
+            let mut answered = 0;
+            for connection in connections {
+                if connection.await.unwrap() {
+                    answered += 1;
+                }
+            }
+            answered
+        });
+        let settings = ClientSettings {
+            connect_timeout: Duration::from_secs(10),
+            max_message_bytes: 1 << 20,
+        };
+        for _ in 0..CONNECTIONS {
+            let addr = addr.clone();
+            let dial = async move {
+                let stream = ServerStream::connect(&addr).await?;
+                Ok((stream, "127.0.0.1"))
+            };
+            let client = SioClient::connect_via(dial, "token", settings)
+                .await
+                .unwrap();
+            // Held until the server has its answer or gave up waiting.
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_secs(6)).await;
+                drop(client);
+            });
+        }
+        let answered = server.await.unwrap();
+        assert_eq!(answered, CONNECTIONS, "pings left unanswered");
     }
 
     #[tokio::test]
