@@ -52,7 +52,7 @@ pub(crate) fn run_role() {
 /// Times the round trips and reports each process's CPU per round trip as
 /// `relay_floor_cpu_{host,server,worker}_us`, beside the p50.
 pub(crate) fn relay_floor(report: &mut Report) {
-    let (ours, theirs) = UnixStream::pair().expect("a socket pair");
+    let (mut socket, theirs) = UnixStream::pair().expect("a socket pair");
     let me = std::env::current_exe().expect("the bench knows its own path");
     let theirs_out = theirs.try_clone().expect("a second descriptor");
     let mut middle = Command::new(me)
@@ -61,7 +61,6 @@ pub(crate) fn relay_floor(report: &mut Report) {
         .stdout(Stdio::from(OwnedFd::from(theirs_out)))
         .spawn()
         .expect("the middle relay starts");
-    let mut socket = ours;
     let mut message = [0u8; 4096];
     let round_trip = |socket: &mut UnixStream, message: &mut [u8]| {
         socket.write_all(&message[..CALL]).expect("the relay reads");

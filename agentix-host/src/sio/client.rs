@@ -254,10 +254,10 @@ impl SioClient {
         let silence_limit = open.ping_interval + open.ping_timeout;
         let (closed, _) = watch::channel(None);
         // The reader is spawned while the connection is being built, and a
-        // runtime thread may run it at once: it waits for the connection to
-        // exist, or a message already buffered behind the handshake found
-        // no connection to report to, ended the reader, and left every
-        // later message unread.
+        // runtime thread may run it at once. It waits until the connection
+        // exists: without the wait, a message already buffered behind the
+        // handshake found no connection to report to, the reader ended, and
+        // nothing read the socket again.
         let (built, wait_until_built) = oneshot::channel::<()>();
         let shared = Arc::new_cyclic(|weak: &Weak<Shared>| {
             let reader = tokio::spawn(read_loop_once_built(
