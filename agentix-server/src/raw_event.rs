@@ -43,6 +43,21 @@ impl RawEvent {
         Ok((text, self.frames))
     }
 
+    /// Hands `decode` the payload's JSON text as it came (placeholders left
+    /// as they are; `null` if there is none) and the frames: a typed
+    /// decoding straight from the text, with no JSON value built first.
+    pub(crate) fn with_payload<R>(
+        self,
+        decode: impl FnOnce(&str, Vec<Bytes>) -> R,
+    ) -> Result<R, String> {
+        let mut de = serde_json::Deserializer::from_slice(&self.json);
+        let payload = de
+            .deserialize_seq(FirstArgument)
+            .and_then(|payload| de.end().map(|()| payload))
+            .map_err(|e| format!("malformed event: {e}"))?;
+        Ok(decode(payload.map_or("null", RawValue::get), self.frames))
+    }
+
     /// The payload as JSON (placeholders left as they are) and the frames,
     /// for decoding in two steps.
     pub(crate) fn into_parts(self) -> Result<(serde_json::Value, Vec<Bytes>), String> {

@@ -209,12 +209,13 @@ async fn on_call(
     max: usize,
 ) {
     let parsed = raw
-        .into_parts()
-        .map_err(|e| ErrorEvent {
-            id: 0,
-            error: RemoteError::new(ErrorKind::Protocol, format!("malformed call event: {e}")),
-        })
-        .and_then(|(data, frames)| CallRequest::parse(data, frames));
+        .with_payload(CallRequest::parse_text)
+        .unwrap_or_else(|e| {
+            Err(ErrorEvent {
+                id: 0,
+                error: RemoteError::new(ErrorKind::Protocol, format!("malformed call event: {e}")),
+            })
+        });
     let CallRequest {
         id,
         target,
