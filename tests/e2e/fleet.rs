@@ -14,7 +14,7 @@ use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use agentix::fleet::{FailureKind, Pool, ProgressDisplay, RetryPolicy, Task};
 use agentix::{LocalProvider, Provider, ProviderError, Sandbox, SandboxConfig, SandboxRegistry};
@@ -742,6 +742,50 @@ async fn a_shutdown_ends_a_run_whose_outcomes_nobody_reads() {
         .expect("the shutdown waits for no reader");
     assert_eq!(pool.stats().sandboxes, 0);
     drop(run);
+}
+
+#[tokio::test]
+async fn giving_up_on_collect_all_stops_the_run() {
+    // A `#[tokio::main]`-style caller: `collect_all` is awaited on the
+    // thread that blocks on the runtime, and collects on a task of its own.
+    let provider = Timed {
+        create_ms: Arc::new(std::sync::atomic::AtomicU64::new(1)),
+        registry: SandboxRegistry::new(),
+    };
+    let pool = Pool::new(provider, config())
+        .max_sandboxes(4)
+        .progress(ProgressDisplay::Off);
+    let tasks = (0..10_000).map(|i| Task::new(format!("t{i}"), i));
+    let ran = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let counted = ran.clone();
+    let run = pool
+        .run(tasks, move |_, i: i64| {
+            let counted = counted.clone();
+            async move {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                counted.fetch_add(1, Ordering::SeqCst);
+                Ok::<i64, agentix::RemoteError>(i)
+            }
+        })
+        .unwrap();
+    let gave_up = tokio::time::timeout(Duration::from_millis(300), run.collect_all()).await;
+    assert!(
+        gave_up.is_err(),
+        "10,000 tasks of 10 ms over 4 lanes take longer"
+    );
+    let at_drop = ran.load(Ordering::SeqCst);
+    assert!(at_drop > 0, "tasks ran while collect_all was awaited");
+    // What was running when the run stopped may end; nothing starts after.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let settled = ran.load(Ordering::SeqCst);
+    assert!(settled <= at_drop + 4, "{at_drop} then {settled}");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(ran.load(Ordering::SeqCst), settled, "tasks still run");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while pool.stats().sandboxes > 0 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(pool.stats().sandboxes, 0, "the run's sandboxes are gone");
 }
 
 #[tokio::test]
