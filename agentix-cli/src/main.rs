@@ -97,8 +97,7 @@ fn main() -> ExitCode {
 fn bundle_role() -> bool {
     let args: Vec<String> = std::env::args().skip(1).take(2).collect();
     match args.first().map(String::as_str) {
-        // `launch` (a local server's first steps) then names one of these.
-        Some("worker" | "isolate" | "launch") => true,
+        Some(role) if agentix::bundle::is_sandbox_role(role) => true,
         Some("serve") => matches!(
             args.get(1).map(String::as_str),
             Some("--host" | "--port" | "--unix" | "--local-socket")

@@ -80,12 +80,23 @@ fn dispatch_args(worker_setup: fn(), args: Vec<OsString>) {
             let rest: Vec<OsString> = args.collect();
             std::process::exit(serve(rest))
         }
-        Some("worker") => std::process::exit(agentix_worker::worker::run_with(worker_setup)),
+        Some(WORKER_ROLE) => std::process::exit(agentix_worker::worker::run_with(worker_setup)),
         Some(ISOLATE_ROLE) => std::process::exit(agentix_server::isolation::run(args.collect())),
         Some(RELAY_ROLE) => std::process::exit(agentix_server::stdio_relay::run(args.collect())),
         Some(INSTALL_ROLE) => std::process::exit(install(args.collect())),
         _ => {}
     }
+}
+
+/// The role a sandbox's server starts its worker in.
+pub const WORKER_ROLE: &str = "worker";
+
+/// Whether `role`, a bundle's first argument, is one a sandbox starts the
+/// bundle in by itself (its worker, its isolation and launch steps): a
+/// binary with a command line of its own hands these to [`dispatch_with`]
+/// before parsing its arguments.
+pub fn is_sandbox_role(role: &str) -> bool {
+    [WORKER_ROLE, ISOLATE_ROLE, LAUNCH_ROLE].contains(&role)
 }
 
 /// The role that joins stdio to the server's socket, for a host that
@@ -147,6 +158,23 @@ fn serve(args: Vec<OsString>) -> i32 {
             return 2;
         }
     };
-    config.worker_command = vec![exe.into_os_string(), "worker".into()];
+    config.worker_command = vec![exe.into_os_string(), WORKER_ROLE.into()];
     agentix_server::run(config)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_roles_a_sandbox_starts_by_itself_are_told_from_commands() {
+        for role in [WORKER_ROLE, ISOLATE_ROLE, LAUNCH_ROLE] {
+            assert!(is_sandbox_role(role), "{role}");
+        }
+        // `serve` and `relay` are asked for by a host, `install` by a pod's
+        // init container; the rest are a command line's own words.
+        for other in ["serve", RELAY_ROLE, INSTALL_ROLE, "call", "", "Worker"] {
+            assert!(!is_sandbox_role(other), "{other}");
+        }
+    }
 }
