@@ -720,15 +720,20 @@ async fn creates_in_flight_fall_when_the_provider_slows_and_rise_when_it_recover
     );
 }
 
-#[tokio::test]
-async fn a_shutdown_ends_a_run_whose_outcomes_nobody_reads() {
+/// A pool of 4 sandboxes whose creates take 1 ms and start nothing.
+fn four_lanes_of_quick_starts() -> Pool {
     let provider = Timed {
         create_ms: Arc::new(std::sync::atomic::AtomicU64::new(1)),
         registry: SandboxRegistry::new(),
     };
-    let pool = Pool::new(provider, config())
+    Pool::new(provider, config())
         .max_sandboxes(4)
-        .progress(ProgressDisplay::Off);
+        .progress(ProgressDisplay::Off)
+}
+
+#[tokio::test]
+async fn a_shutdown_ends_a_run_whose_outcomes_nobody_reads() {
+    let pool = four_lanes_of_quick_starts();
     let tasks = (0..10_000).map(|i| Task::new(format!("t{i}"), i));
     let run = pool
         .run(tasks, |_, i: i64| async move {
@@ -748,13 +753,7 @@ async fn a_shutdown_ends_a_run_whose_outcomes_nobody_reads() {
 async fn giving_up_on_collect_all_stops_the_run() {
     // A `#[tokio::main]`-style caller: `collect_all` is awaited on the
     // thread that blocks on the runtime, and collects on a task of its own.
-    let provider = Timed {
-        create_ms: Arc::new(std::sync::atomic::AtomicU64::new(1)),
-        registry: SandboxRegistry::new(),
-    };
-    let pool = Pool::new(provider, config())
-        .max_sandboxes(4)
-        .progress(ProgressDisplay::Off);
+    let pool = four_lanes_of_quick_starts();
     let tasks = (0..10_000).map(|i| Task::new(format!("t{i}"), i));
     let ran = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let counted = ran.clone();
