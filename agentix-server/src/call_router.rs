@@ -495,7 +495,8 @@ mod tests {
     use bytes::Bytes;
     use tokio::sync::{mpsc, oneshot};
 
-    use crate::calls::{Outcome, Reply};
+    use crate::call_outcome::Outcome;
+    use crate::calls::Reply;
 
     /// Stands in for the server supervisor.
     struct Parent;

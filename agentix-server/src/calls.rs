@@ -21,9 +21,8 @@ use serde_bytes::ByteBuf;
 use socketioxide::socket::Sid;
 use tokio::sync::{mpsc, oneshot};
 
-/// How a unary call ends: its CBOR value, in the pieces it arrived in
-/// (`agentix_wire::part`), or an error.
-pub(crate) type Outcome = Result<Vec<Bytes>, RemoteError>;
+use crate::call_outcome::{Outcome, ResultPart};
+use crate::host_reply::HostReply;
 
 /// What a streaming call delivers, in order; `End` or `Error` comes last.
 #[derive(Debug)]
@@ -38,6 +37,8 @@ pub enum StreamEvent {
 
 /// Where a call's outcome goes.
 pub enum Reply {
+    /// A unary call from a host's socket: the router emits its outcome.
+    Host(HostReply),
     /// A unary call: one outcome.
     Unary(oneshot::Sender<Outcome>),
     /// A unary call whose result's parts are handed on as they arrive, so a
@@ -64,6 +65,7 @@ impl Reply {
     /// Ends the call with `error`.
     pub fn fail(self, error: RemoteError) {
         match self {
+            Reply::Host(host) => host.fail(error),
             Reply::Unary(tx) | Reply::Relayed { outcome: tx, .. } => {
                 let _ = tx.send(Err(error));
             }
@@ -73,21 +75,18 @@ impl Reply {
         }
     }
 
-    /// Ends the call with a worker's terminal frame for it, and the parts
-    /// of its result that came before the frame.
-    pub fn finish_with(self, frame: Frame, parts: Partial) {
+    /// Ends the call to `target` with a worker's terminal frame for it, and
+    /// the parts of its result that came before the frame.
+    pub fn finish_with(self, frame: Frame, parts: Partial, target: &str) {
         match (self, frame) {
+            (Reply::Host(host), Frame::Result { value, .. }) => {
+                host.finish(parts.finish(value.0).map_err(incomplete), target);
+            }
             (
                 Reply::Unary(tx) | Reply::Relayed { outcome: tx, .. },
                 Frame::Result { value, .. },
             ) => {
-                let value = parts.finish(value.0).map_err(|why| {
-                    RemoteError::new(
-                        ErrorKind::Protocol,
-                        format!("the worker's result arrived incomplete: {why}"),
-                    )
-                });
-                let _ = tx.send(value);
+                let _ = tx.send(parts.finish(value.0).map_err(incomplete));
             }
             (Reply::Stream { events, .. }, Frame::End { .. }) => {
                 let _ = events.send(StreamEvent::End);
@@ -105,10 +104,17 @@ impl Reply {
 
     fn window(&self) -> Option<Window> {
         match self {
-            Reply::Unary(_) | Reply::Relayed { .. } => None,
+            Reply::Host(_) | Reply::Unary(_) | Reply::Relayed { .. } => None,
             Reply::Stream { window, .. } => Some(*window),
         }
     }
+}
+
+fn incomplete(why: String) -> RemoteError {
+    RemoteError::new(
+        ErrorKind::Protocol,
+        format!("the worker's result arrived incomplete: {why}"),
+    )
 }
 
 fn frame_name(frame: &Frame) -> &'static str {
@@ -141,15 +147,6 @@ pub(crate) enum Delivery {
     /// The call is not a stream, or the worker overran its window: the
     /// call must end with a protocol error.
     Violation(String),
-}
-
-/// A part of a unary call's result on its way to the host.
-#[derive(Debug)]
-pub struct ResultPart {
-    /// The whole result's size, as the worker announced it.
-    pub total: u64,
-    /// This part.
-    pub bytes: Bytes,
 }
 
 /// What receiving a part of a result found.
@@ -318,8 +315,12 @@ impl CallTable {
                 ),
             );
         }
-        let delivered = match &call.reply {
-            Reply::Unary(_) => call.parts.push(total as usize, bytes),
+        let delivered = match &mut call.reply {
+            Reply::Host(host) if host.passes_parts() => call
+                .parts
+                .pass(total as usize, bytes)
+                .map(|bytes| host.pass(ResultPart { total, bytes })),
+            Reply::Host(_) | Reply::Unary(_) => call.parts.push(total as usize, bytes),
             Reply::Relayed { parts, .. } => call.parts.pass(total as usize, bytes).map(|bytes| {
                 // A receiver that is gone went with its host, whose
                 // disconnect ends the call.
@@ -383,25 +384,25 @@ impl CallTable {
 
     /// Removes the call with worker id `id`; `None` if it already ended.
     pub(crate) fn finish(&mut self, id: u64) -> Option<Reply> {
-        self.end(id).map(|(reply, _)| reply)
+        self.end(id).map(|call| call.reply)
     }
 
     /// Ends worker call `id` with its terminal `frame`; false if it
     /// already ended.
     pub(crate) fn finish_with(&mut self, id: u64, frame: Frame) -> bool {
         match self.end(id) {
-            Some((reply, parts)) => {
-                reply.finish_with(frame, parts);
+            Some(call) => {
+                call.reply.finish_with(frame, call.parts, &call.target);
                 true
             }
             None => false,
         }
     }
 
-    fn end(&mut self, id: u64) -> Option<(Reply, Partial)> {
+    fn end(&mut self, id: u64) -> Option<InFlight> {
         let call = self.inflight.remove(&id)?;
         self.by_origin.remove(&call.origin);
-        Some((call.reply, call.parts))
+        Some(call)
     }
 
     /// Removes the call `origin` asked for.

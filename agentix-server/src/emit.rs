@@ -1,5 +1,6 @@
 //! [`emit`]: one event to one host socket, never dropped for a full queue;
-//! [`emit_within`]: the same, giving up on a socket that stays full.
+//! [`emit_soon`]: the same from code that cannot wait; [`emit_within`]: the
+//! same, giving up on a socket that stays full.
 //!
 //! Shared by every namespace that sends to hosts (`/rpc`, `/log`, `/trace`,
 //! plugin forwarders).
@@ -26,6 +27,23 @@ pub(crate) async fn emit<T: Serialize + ?Sized>(s: &SocketRef, event: &str, data
                 return;
             }
         }
+    }
+}
+
+/// Emits `data` now, or, while the socket's send queue is full, from a task
+/// that waits as [`emit`] does: for callers that must not wait, such as an
+/// actor's handler.
+pub(crate) fn emit_soon<T: Serialize + Send + Sync + 'static>(
+    s: SocketRef,
+    event: &'static str,
+    data: T,
+) {
+    match s.emit(event, &data) {
+        Ok(()) => {}
+        Err(SendError::Socket(SocketError::InternalChannelFull)) => {
+            tokio::spawn(async move { emit(&s, event, &data).await });
+        }
+        Err(e) => tracing::debug!(socket = %s.id, event, "reply not delivered: {e}"),
     }
 }
 

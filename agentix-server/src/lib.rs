@@ -13,13 +13,16 @@
 //! - [`auth`]: the sandbox token check and the connect middleware applying it.
 //! - [`emit`]: one event to one host, waiting rather than dropping.
 //! - [`raw_event`]: an event's JSON and binary frames, undecoded.
-//! - [`calls`]: the table of calls waiting for a worker or in flight.
+//! - [`calls`]: the table of calls waiting for a worker or in flight;
+//!   [`call_outcome`]: how a unary call ends; [`host_reply`]: a unary call's
+//!   outcome emitted to its host by the router itself.
 //! - [`server_supervisor`]: the `ServerSupervisor` actor, root of the tree;
 //!   [`server_child`]: the names of the children it and its children restart.
 //! - [`supervisor`]: the `WorkerSupervisor` actor: owns the worker, restarts it.
 //! - [`call_router`]: the `CallRouter` actor: holds the calls, correlates replies.
 //! - [`call_request`]: a host's `call` event, checked and decoded.
-//! - [`rpc`]: the `/rpc` Socket.IO namespace.
+//! - [`rpc`]: the `/rpc` Socket.IO namespace; [`inline_handler`]: its
+//!   handlers that run where the event is read, with no task each.
 //! - [`forwarder`]: plugin namespaces, forwarded both ways without knowing their events.
 //! - [`channel_relay`]: the `ChannelRelay` actors, one carrying `/log` and one
 //!   `/trace` to hosts; [`relays`]: the handle the worker's pumps send through.
@@ -53,6 +56,7 @@
 //! ```
 
 mod auth;
+mod call_outcome;
 mod call_request;
 mod call_router;
 mod calls;
@@ -62,8 +66,10 @@ mod connection_writes;
 mod emit;
 mod forwarder;
 mod host_backlog;
+mod host_reply;
 mod http;
 pub mod init_process;
+mod inline_handler;
 pub mod isolation;
 mod listener;
 mod log_trace_namespaces;

@@ -91,7 +91,13 @@ impl<A: Adapter> FromMessage<A> for RawEvent {
     type Error = Infallible;
 
     fn from_message(_: Arc<Socket<A>>, v: Value, _: Option<i64>) -> Result<Self, Infallible> {
-        Ok(match v {
+        Ok(RawEvent::from(v))
+    }
+}
+
+impl From<Value> for RawEvent {
+    fn from(v: Value) -> Self {
+        match v {
             Value::Str(json, frames) => RawEvent {
                 json: Bytes::from(json),
                 frames: frames.map(Vec::from).unwrap_or_default(),
@@ -100,7 +106,7 @@ impl<A: Adapter> FromMessage<A> for RawEvent {
                 json: Bytes::new(),
                 frames: vec![bytes],
             },
-        })
+        }
     }
 }
 

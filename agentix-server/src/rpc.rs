@@ -14,7 +14,9 @@
 //! call event, which names the function they are for. Each
 //! event is handed to the
 //! `CallRouter` mailbox as soon as it is parsed, so calls, acks and
-//! cancels from one socket reach it in the order they were sent. A
+//! cancels from one socket reach it in the order they were sent; the
+//! router emits a unary call's outcome itself ([`HostReply`]), and only a
+//! stream has a task here that relays its events. A
 //! `heartbeat` event is echoed back at once, so hosts can tell a hung or
 //! unreachable server from a slow call.
 //!
@@ -25,21 +27,19 @@
 
 use actix::dev::SendError;
 use actix::Addr;
-use agentix_trace::SpanContext;
 use agentix_wire::errors::{ErrorKind, RemoteError};
-use agentix_wire::part::{split, PartTable, SPLIT_ABOVE};
+use agentix_wire::part::PartTable;
 use agentix_wire::wire::{
-    AckEvent, Attachment, CancelEvent, EndEvent, ErrorEvent, ItemsEvent, PartEvent, ResultEvent,
-    EVENT_ACK, EVENT_CALL, EVENT_CANCEL, EVENT_END, EVENT_ERROR, EVENT_HEARTBEAT, EVENT_ITEMS,
-    EVENT_PART, EVENT_PART_ACK, EVENT_RESULT, RPC_NAMESPACE,
+    AckEvent, Attachment, CancelEvent, EndEvent, ErrorEvent, ItemsEvent, PartEvent, EVENT_ACK,
+    EVENT_CALL, EVENT_CANCEL, EVENT_END, EVENT_ERROR, EVENT_HEARTBEAT, EVENT_ITEMS, EVENT_PART,
+    EVENT_PART_ACK, RPC_NAMESPACE,
 };
-use bytes::Bytes;
 use serde_json::Value;
 use socketioxide::extract::{Event, SocketRef, TryData};
-use socketioxide::handler::ConnectHandler;
+use socketioxide::handler::{ConnectHandler, Value as SioValue};
 use socketioxide::SocketIo;
 use std::sync::{Arc, Mutex};
-use tokio::sync::{mpsc, oneshot, Semaphore};
+use tokio::sync::{mpsc, Semaphore};
 
 use agentix_actors::supervision::ChildAddr;
 
@@ -48,8 +48,10 @@ use crate::call_request::CallRequest;
 use crate::call_router::{
     AckStream, CallRouter, CancelCall, HostDisconnected, StartCall, ROUTER_MAILBOX,
 };
-use crate::calls::{NewCall, Origin, Reply, ResultPart, StreamEvent};
-use crate::emit::emit;
+use crate::calls::{NewCall, Origin, Reply, StreamEvent};
+use crate::emit::{emit, emit_soon};
+use crate::host_reply::{shutting_down, too_large, HostReply};
+use crate::inline_handler::Inline;
 use crate::raw_event::RawEvent;
 
 /// Registers `/rpc` on `io`, forwarding calls to `router`; no event
@@ -87,27 +89,36 @@ fn attach(s: SocketRef, router: ChildAddr<CallRouter>, max_event_bytes: usize) {
     // reply is PART_WINDOW parts, however many large results are underway.
     let window = Arc::new(Semaphore::new(PART_WINDOW));
     let acked = window.clone();
-    s.on(EVENT_PART_ACK, move |_: SocketRef| {
-        if acked.available_permits() < PART_WINDOW {
-            acked.add_permits(1);
-        }
-        std::future::ready(())
-    });
+    s.on(
+        EVENT_PART_ACK,
+        Inline(move |_: SocketRef, _: SioValue| {
+            if acked.available_permits() < PART_WINDOW {
+                acked.add_permits(1);
+            }
+        }),
+    );
     let mine = parts.clone();
-    // Not async: a part must be kept before the next event's handler runs.
-    s.on(EVENT_PART, move |s: SocketRef, raw: RawEvent| {
-        on_part(&s, &mine, raw);
-        std::future::ready(())
-    });
+    // Inline: a part must be kept before the next event's handler runs.
+    s.on(
+        EVENT_PART,
+        Inline(move |s: SocketRef, v: SioValue| on_part(&s, &mine, RawEvent::from(v))),
+    );
     let sup = router.clone();
     let mine = parts.clone();
     let sending = window.clone();
-    s.on(EVENT_CALL, move |s: SocketRef, raw: RawEvent| {
-        let sup = sup.get();
-        let parts = mine.clone();
-        let window = sending.clone();
-        async move { on_call(s, sup, &parts, window, raw, max_event_bytes).await }
-    });
+    // Inline: a call reaches the router before the next event is read, and
+    // a unary call needs no task here (the router emits its outcome).
+    s.on(
+        EVENT_CALL,
+        Inline(move |s: SocketRef, v: SioValue| {
+            let to = Caller {
+                router: sup.get(),
+                window: &sending,
+                max: max_event_bytes,
+            };
+            on_call(s, &to, &mine, RawEvent::from(v))
+        }),
+    );
     let sup = router.clone();
     s.on(
         EVENT_CANCEL,
@@ -200,14 +211,18 @@ fn on_part(s: &SocketRef, parts: &SocketParts, raw: RawEvent) {
     }
 }
 
-async fn on_call(
-    s: SocketRef,
+/// Where a socket's calls go, and how their results come back.
+struct Caller<'a> {
     router: Addr<CallRouter>,
-    parts: &SocketParts,
-    window: Arc<Semaphore>,
-    raw: RawEvent,
+    /// The host's window of unacknowledged result parts.
+    window: &'a Arc<Semaphore>,
+    /// The message limit: no event to the host is larger.
     max: usize,
-) {
+}
+
+/// Decodes a call event and hands the call to the router; a call that
+/// cannot start is answered with its error.
+fn on_call(s: SocketRef, to: &Caller<'_>, parts: &SocketParts, raw: RawEvent) {
     let parsed = raw
         .with_payload(CallRequest::parse_text)
         .unwrap_or_else(|e| {
@@ -227,8 +242,7 @@ async fn on_call(
         Ok(request) => request,
         Err(rejected) => {
             tracing::warn!(socket = %s.id, "{}", rejected.error.message);
-            emit(&s, EVENT_ERROR, &rejected).await;
-            return;
+            return emit_soon(s, EVENT_ERROR, rejected);
         }
     };
     let origin = Origin {
@@ -243,167 +257,34 @@ async fn on_call(
                 ErrorKind::PayloadTooLarge,
                 format!("the arguments of `{target}` did not arrive whole: {why}"),
             );
-            return emit(&s, EVENT_ERROR, &ErrorEvent::new(id, error)).await;
+            return emit_soon(s, EVENT_ERROR, ErrorEvent::new(id, error));
         }
     };
-    match stream {
-        None => {
-            let window = in_parts.then_some(window);
-            let call = UnaryCall {
-                origin,
-                target,
-                args,
-                trace,
-            };
-            unary_call(&s, &router, call, window, max).await
-        }
-        Some(window) => {
-            let (events, rx) = mpsc::unbounded_channel();
-            let reply = Reply::Stream { events, window };
-            let stream_target = target.clone();
-            start_call(
-                &router,
-                NewCall {
-                    origin,
-                    target,
-                    args,
-                    trace,
-                    reply,
-                },
-            );
-            relay_stream(&s, &router, origin, &stream_target, rx, max).await;
-        }
-    }
-}
-
-/// A unary call on its way to the worker.
-struct UnaryCall {
-    origin: Origin,
-    target: String,
-    args: Vec<Bytes>,
-    trace: Option<SpanContext>,
-}
-
-/// Runs a unary call and sends its reply; a large result goes out as parts,
-/// paced by `window`, when the host asked for parts.
-async fn unary_call(
-    s: &SocketRef,
-    router: &Addr<CallRouter>,
-    call: UnaryCall,
-    window: Option<Arc<Semaphore>>,
-    max: usize,
-) {
-    let UnaryCall {
-        origin,
-        target,
-        args,
-        trace,
-    } = call;
-    let id = origin.host_id;
-    let (outcome_tx, mut outcome) = oneshot::channel();
-    // A host that sends parts reads them: the result's parts go on to it as
-    // the worker sends them, instead of all at once after the last.
-    let (reply, mut relayed) = match &window {
-        Some(_) => {
-            let (parts, rx) = mpsc::unbounded_channel();
-            let reply = Reply::Relayed {
-                parts,
-                outcome: outcome_tx,
-            };
-            (reply, Some(rx))
-        }
-        None => (Reply::Unary(outcome_tx), None),
-    };
-    start_call(
-        router,
-        NewCall {
+    let Some(window) = stream else {
+        // A host that sends parts reads them: the result's parts go on to
+        // it as the worker sends them, instead of all at once after the last.
+        let parts_window = in_parts.then(|| to.window.clone());
+        let reply = Reply::Host(HostReply::new(s, id, parts_window, to.max));
+        let call = NewCall {
             origin,
-            target: target.clone(),
+            target,
             args,
             trace,
             reply,
-        },
-    );
-    let outcome = match (&mut relayed, &window) {
-        (Some(parts), Some(window)) => loop {
-            tokio::select! {
-                biased;
-                Some(part) = parts.recv() => {
-                    if !send_part(s, window, id, part).await {
-                        return; // the host is gone
-                    }
-                }
-                outcome = &mut outcome => break outcome,
-            }
-        },
-        _ => outcome.await,
+        };
+        return start_call(&to.router, call);
     };
-    let outcome = outcome.unwrap_or_else(|_| Err(shutting_down()));
-    // The router sent every part before the outcome; after an error the
-    // host drops the parts it has, so the rest are not sent.
-    if let (Some(parts), Some(window), Ok(_)) = (&mut relayed, &window, &outcome) {
-        while let Ok(part) = parts.try_recv() {
-            if !send_part(s, window, id, part).await {
-                return;
-            }
-        }
-    }
-    match outcome {
-        Ok(mut pieces) => {
-            let total: usize = pieces.iter().map(Bytes::len).sum();
-            if let Some(error) = too_large("the result", &target, total, max) {
-                return emit(s, EVENT_ERROR, &ErrorEvent::new(id, error)).await;
-            }
-            let Some(window) = window else {
-                // One event; Socket.IO attachments carry it in 1 MiB frames.
-                let value = Attachment::new(agentix_wire::part::join(pieces));
-                return emit(s, EVENT_RESULT, &ResultEvent { id, value }).await;
-            };
-            if pieces.len() == 1 && total > SPLIT_ABOVE {
-                pieces = split(pieces.pop().expect("one piece"));
-            }
-            let value = Attachment::new(pieces.pop().unwrap_or_default());
-            let total = total as u64;
-            // One event per part: replies to other calls go out between them.
-            for bytes in pieces {
-                if !send_part(s, &window, id, ResultPart { total, bytes }).await {
-                    return;
-                }
-            }
-            emit(s, EVENT_RESULT, &ResultEvent { id, value }).await
-        }
-        Err(error) => emit(s, EVENT_ERROR, &ErrorEvent::new(id, error)).await,
-    }
-}
-
-/// Sends one part of call `id`'s result once the host's window has room;
-/// false when the host is gone.
-async fn send_part(s: &SocketRef, window: &Semaphore, id: u64, part: ResultPart) -> bool {
-    match window.acquire().await {
-        // Given back by the host's ack.
-        Ok(permit) => permit.forget(),
-        Err(_) => return false,
-    }
-    let ResultPart { total, bytes } = part;
-    let bytes = Attachment::new(bytes);
-    emit(s, EVENT_PART, &PartEvent { id, total, bytes }).await;
-    true
-}
-
-/// A `PayloadTooLarge` error if `len` bytes of `what` from `target` are
-/// past the `max`-byte message limit: sent as is, the host could not read
-/// them and would drop the whole connection.
-fn too_large(what: &str, target: &str, len: usize, max: usize) -> Option<RemoteError> {
-    (len > max).then(|| {
-        RemoteError::new(
-            ErrorKind::PayloadTooLarge,
-            format!("{what} of `{target}` is {len} bytes, past the {max}-byte message limit"),
-        )
-        .with_details(
-            "send large data in pieces (smaller stream items, or several calls), \
-             or raise the limit (`max_message_bytes` in SandboxConfig)",
-        )
-    })
+    let (events, rx) = mpsc::unbounded_channel();
+    let call = NewCall {
+        origin,
+        target: target.clone(),
+        args,
+        trace,
+        reply: Reply::Stream { events, window },
+    };
+    start_call(&to.router, call);
+    let (router, max) = (to.router.clone(), to.max);
+    tokio::spawn(async move { relay_stream(&s, &router, origin, &target, rx, max).await });
 }
 
 /// Emits a streaming call's events in order until its end or error.
@@ -466,8 +347,4 @@ fn start_call(router: &Addr<CallRouter>, call: NewCall) {
         )),
         Err(SendError::Closed(StartCall(call))) => call.reply.fail(shutting_down()),
     }
-}
-
-fn shutting_down() -> RemoteError {
-    RemoteError::new(ErrorKind::ServerExited, "the server is shutting down")
 }

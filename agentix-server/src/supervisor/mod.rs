@@ -684,8 +684,9 @@ mod tests {
     use tokio::sync::oneshot;
 
     use super::*;
+    use crate::call_outcome::Outcome;
     use crate::call_router::StartCall;
-    use crate::calls::{NewCall, Origin, Outcome, Reply};
+    use crate::calls::{NewCall, Origin, Reply};
     use crate::channel_relay::{ChannelRelay, SideChannelKind};
     use crate::relay_credits::RelayCredits;
 
