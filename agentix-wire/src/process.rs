@@ -124,7 +124,8 @@ pub fn signal_pid(pid: u32, signal: libc::c_int) {
 /// buffers up to [`HEAP_BUFFERS_UP_TO`] come from the heap. Memory freed
 /// there would stay resident, so a thread hands it back (`malloc_trim`) once
 /// no large buffer was used for a second ([`note_large_buffer`]) and more
-/// than [`IDLE_FREE_LIMIT`] sits free; trimming while messages flow would
+/// than [`IDLE_FREE_LIMIT`] sits free (checked once after the start and
+/// once after each flow of large buffers); trimming while messages flow would
 /// bring the page faults back. One arena per thread would multiply all this;
 /// two are allowed. The server and worker call this at start.
 ///
@@ -144,15 +145,25 @@ pub fn tune_allocator() {
         .name("agentix-trim".into())
         .spawn(|| {
             let mut seen = LARGE_BUFFERS.load(Ordering::Relaxed);
+            // Counted up to here when last checked; `None`: the start's own
+            // garbage is checked once.
+            let mut checked: Option<u64> = None;
             loop {
                 std::thread::sleep(std::time::Duration::from_secs(1));
                 let now = LARGE_BUFFERS.load(Ordering::Relaxed);
                 let quiet = now == seen;
                 seen = now;
+                // Checked once per flow, not every idle second: the check
+                // walks every free chunk, and in a fleet of busy sandboxes
+                // doing so each second was 2% of the machine's CPU.
+                if !quiet || checked == Some(now) {
+                    continue;
+                }
+                checked = Some(now);
                 // SAFETY: both only inspect or release the allocator's free
                 // memory.
                 unsafe {
-                    if quiet && libc::mallinfo2().fordblks > IDLE_FREE_LIMIT {
+                    if libc::mallinfo2().fordblks > IDLE_FREE_LIMIT {
                         libc::malloc_trim(0);
                     }
                 }
