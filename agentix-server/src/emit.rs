@@ -41,7 +41,12 @@ pub(crate) fn emit_soon<T: Serialize + Send + Sync + 'static>(
     match s.emit(event, &data) {
         Ok(()) => {}
         Err(SendError::Socket(SocketError::InternalChannelFull)) => {
-            tokio::spawn(async move { emit(&s, event, &data).await });
+            match tokio::runtime::Handle::try_current() {
+                Ok(runtime) => drop(runtime.spawn(async move { emit(&s, event, &data).await })),
+                // Only from a router dropped as the server's runtime goes,
+                // when its hosts' connections go too; a spawn would panic.
+                Err(_) => tracing::debug!(socket = %s.id, event, "reply not delivered: no runtime"),
+            }
         }
         Err(e) => tracing::debug!(socket = %s.id, event, "reply not delivered: {e}"),
     }
