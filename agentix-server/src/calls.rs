@@ -39,12 +39,14 @@ pub enum StreamEvent {
 pub enum Reply {
     /// A unary call from a host's socket: the router emits its outcome.
     Host(HostReply),
-    /// A unary call: one outcome.
+    /// A unary call whose outcome goes to a oneshot: how the tests of the
+    /// table and the router observe outcomes.
     Unary(oneshot::Sender<Outcome>),
     /// A unary call whose result's parts are handed on as they arrive, so a
     /// large result flows to the host while the worker is still sending it;
     /// the outcome then holds only the last piece. Unbounded, but the
     /// message limit the table enforces on a result bounds what it holds.
+    /// A `Host` reply that reads parts becomes one at its first part.
     Relayed {
         /// Where the parts go, in order.
         parts: mpsc::UnboundedSender<ResultPart>,
@@ -315,11 +317,20 @@ impl CallTable {
                 ),
             );
         }
-        let delivered = match &mut call.reply {
-            Reply::Host(host) if host.passes_parts() => call
-                .parts
-                .pass(total as usize, bytes)
-                .map(|bytes| host.pass(ResultPart { total, bytes })),
+        if matches!(&call.reply, Reply::Host(host) if host.passes_parts()) {
+            // Its parts flow from here on: the outcome waits behind them.
+            let mut taken = self.inflight.remove(&id).expect("found above");
+            taken.reply = match taken.reply {
+                Reply::Host(host) => match host.relay() {
+                    Ok((parts, outcome)) => Reply::Relayed { parts, outcome },
+                    Err(host) => Reply::Host(host),
+                },
+                other => other,
+            };
+            self.inflight.insert(id, taken);
+        }
+        let call = self.inflight.get_mut(&id).expect("found above");
+        let delivered = match &call.reply {
             Reply::Host(_) | Reply::Unary(_) => call.parts.push(total as usize, bytes),
             Reply::Relayed { parts, .. } => call.parts.pass(total as usize, bytes).map(|bytes| {
                 // A receiver that is gone went with its host, whose

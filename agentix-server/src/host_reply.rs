@@ -5,7 +5,9 @@
 //! moment the worker's frame arrives: no task waits on the call, and no
 //! channel carries its outcome. Only what must wait gets a task of its
 //! own: a result in parts (each part waits for room in the host's part
-//! window), and an event the socket's full queue cannot take yet.
+//! window; at its first part the call table turns the reply into a
+//! `Reply::Relayed` feeding that task), and an event the socket's full
+//! queue cannot take yet.
 
 use std::sync::Arc;
 
@@ -21,6 +23,9 @@ use tokio::sync::{mpsc, oneshot, Semaphore};
 use crate::call_outcome::{Outcome, ResultPart};
 use crate::emit::{emit, emit_soon};
 
+/// Where a relayed result's parts go, in order, and then its outcome.
+pub(crate) type PartRelay = (mpsc::UnboundedSender<ResultPart>, oneshot::Sender<Outcome>);
+
 /// A unary call's reply to the host socket that started it.
 pub struct HostReply {
     socket: SocketRef,
@@ -31,15 +36,6 @@ pub struct HostReply {
     window: Option<Arc<Semaphore>>,
     /// The message limit: no event to the host is larger.
     max: usize,
-    /// The task sending the result's parts, once the first arrived.
-    relay: Option<Relay>,
-}
-
-/// Where the parts of a result go once they flow: to the task that sends
-/// them, then the outcome, in order.
-struct Relay {
-    parts: mpsc::UnboundedSender<ResultPart>,
-    outcome: oneshot::Sender<Outcome>,
 }
 
 impl HostReply {
@@ -56,7 +52,6 @@ impl HostReply {
             id,
             window,
             max,
-            relay: None,
         }
     }
 
@@ -66,39 +61,32 @@ impl HostReply {
         self.window.is_some()
     }
 
-    /// Sends a part of the result on to the host, after the parts before it.
-    pub(crate) fn pass(&mut self, part: ResultPart) {
-        let relay = self.relay.get_or_insert_with(|| {
-            let (parts, rx) = mpsc::unbounded_channel();
-            let (outcome, outcome_rx) = oneshot::channel();
-            let to = Destination {
-                socket: self.socket.clone(),
-                id: self.id,
-                window: self.window.clone().expect("passes parts"),
-            };
-            tokio::spawn(to.relay(rx, outcome_rx));
-            Relay { parts, outcome }
-        });
-        // A task that is gone went with its host, whose disconnect ends the
-        // call.
-        let _ = relay.parts.send(part);
+    /// Starts the task that sends the result's parts to the host as they
+    /// come, then the outcome: where to send each part, in order, and then
+    /// the outcome (which holds only the last piece). A host that does not
+    /// read parts gets no such task: the reply comes back as it was.
+    pub(crate) fn relay(self) -> Result<PartRelay, HostReply> {
+        let Some(window) = self.window.clone() else {
+            return Err(self);
+        };
+        let (parts, parts_rx) = mpsc::unbounded_channel();
+        let (outcome, outcome_rx) = oneshot::channel();
+        let to = Destination {
+            socket: self.socket,
+            id: self.id,
+            window,
+        };
+        tokio::spawn(to.relay(parts_rx, outcome_rx));
+        Ok((parts, outcome))
     }
 
     /// Ends the call with `error`.
     pub(crate) fn fail(self, error: RemoteError) {
-        match self.relay {
-            Some(relay) => drop(relay.outcome.send(Err(error))),
-            None => emit_soon(self.socket, EVENT_ERROR, ErrorEvent::new(self.id, error)),
-        }
+        emit_soon(self.socket, EVENT_ERROR, ErrorEvent::new(self.id, error))
     }
 
-    /// Ends the call to `target` with `outcome`.
+    /// Ends the call to `target` with `outcome`, all of its result.
     pub(crate) fn finish(self, outcome: Outcome, target: &str) {
-        if let Some(relay) = self.relay {
-            // Every part was within the limit, checked as it came.
-            let _ = relay.outcome.send(outcome);
-            return;
-        }
         let id = self.id;
         let s = self.socket;
         let pieces = match outcome.and_then(|p| checked(p, target, self.max)) {
