@@ -317,16 +317,16 @@ impl CallTable {
                 ),
             );
         }
-        if matches!(&call.reply, Reply::Host(host) if host.passes_parts()) {
-            // Its parts flow from here on: the outcome waits behind them.
+        if matches!(call.reply, Reply::Host(_)) {
+            // A host that reads parts gets each from here on, and the outcome
+            // after them; for one that does not, the parts are kept here.
             let mut taken = self.inflight.remove(&id).expect("found above");
-            taken.reply = match taken.reply {
-                Reply::Host(host) => match host.relay() {
+            if let Reply::Host(host) = taken.reply {
+                taken.reply = match host.relay() {
                     Ok((parts, outcome)) => Reply::Relayed { parts, outcome },
                     Err(host) => Reply::Host(host),
-                },
-                other => other,
-            };
+                };
+            }
             self.inflight.insert(id, taken);
         }
         let call = self.inflight.get_mut(&id).expect("found above");

@@ -55,12 +55,6 @@ impl HostReply {
         }
     }
 
-    /// Whether parts of the result go on to the host as they arrive
-    /// (otherwise they are kept and joined with the last piece).
-    pub(crate) fn passes_parts(&self) -> bool {
-        self.window.is_some()
-    }
-
     /// Starts the task that sends the result's parts to the host as they
     /// come, then the outcome: where to send each part, in order, and then
     /// the outcome (which holds only the last piece). A host that does not
