@@ -163,9 +163,9 @@ impl Destination {
         self.send_pieces(pieces).await;
     }
 
-    /// Sends the last pieces of a result, checked against the message
-    /// limit: all but the last as parts (one piece past the part size is
-    /// split first), then the result event.
+    /// Sends the last pieces of a result (its caller checked them against
+    /// the message limit): all but the last as parts (one piece past the
+    /// part size is split first), then the result event.
     async fn send_pieces(self, mut pieces: Vec<Bytes>) {
         if pieces.len() == 1 && pieces[0].len() > SPLIT_ABOVE {
             pieces = split(pieces.pop().expect("one piece"));
