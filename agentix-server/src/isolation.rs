@@ -21,6 +21,9 @@
 //! shuts down gracefully, and the launcher then exits as the server did and
 //! removes the directories it was told to.
 //!
+//! The new root is staged on a memory filesystem where the machine has one
+//! ([`crate::staging_root`]).
+//!
 //! The namespaces and mounts are built by `hakoniwa`, a maintained crate
 //! doing `unshare`, id maps, `pivot_root` and the read-only remounts the way
 //! bubblewrap does, rather than by syscalls written here.
@@ -32,6 +35,8 @@ use agentix_wire::isolation_spec::{IsolationSpec, ISOLATION_REFUSED_EXIT};
 use hakoniwa::{Container, MountOptions, Namespace, Rlimit, Runctl};
 use nix::sys::signal::{self, SigSet, Signal};
 use nix::unistd::Pid;
+
+use crate::staging_root::StagingRoot;
 
 /// The running binary, which the server's step runs again as the server:
 /// no path of the host's needs to exist inside.
@@ -62,7 +67,11 @@ pub fn run(args: Vec<OsString>) -> i32 {
         eprintln!("agentix isolate: cannot block stop signals: {e}");
         return 1;
     }
-    let container = container_for(&spec);
+    let mut container = container_for(&spec);
+    let staging = StagingRoot::on_memory_fs(&spec.hostname);
+    if let Some(root) = &staging {
+        container.rootdir(root.path());
+    }
     let host_network = spec.host_network;
     // SAFETY: this process is single-threaded here (the bundle's entry
     // point, before any runtime starts), so the forked child may allocate.
@@ -89,6 +98,9 @@ pub fn run(args: Vec<OsString>) -> i32 {
                 1
             }
         };
+        if let Some(root) = staging {
+            root.remove();
+        }
         // A refusal leaves the directories, its log among them, for the
         // host to read why before it removes them.
         if code != ISOLATION_REFUSED_EXIT {

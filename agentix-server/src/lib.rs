@@ -83,6 +83,7 @@ mod serve;
 mod server;
 pub mod server_child;
 pub mod server_supervisor;
+mod staging_root;
 mod stall_limit;
 mod state_archive;
 pub mod stdio_relay;

@@ -132,7 +132,7 @@ async fn a_container_contains_a_fork_bomb_its_orphans_a_memory_hog_and_a_full_tm
 }
 
 #[tokio::test]
-async fn a_deleted_local_sandbox_leaves_no_process_directory_or_cgroup() {
+async fn a_deleted_local_sandbox_leaves_no_process_directory_staging_root_or_cgroup() {
     let sb = sandbox().await;
     let dir = sb.local_dir().unwrap().to_owned();
     let processes = local_server_pids(&sb);
@@ -142,7 +142,30 @@ async fn a_deleted_local_sandbox_leaves_no_process_directory_or_cgroup() {
         "the worker ({worker}) is numbered inside the sandbox"
     );
     let name = dir.file_name().unwrap().to_owned();
+    // Its root was staged on the memory filesystem, named after it.
+    let staged = || -> Vec<std::path::PathBuf> {
+        let prefix = format!("{}-root-", name.to_string_lossy());
+        std::fs::read_dir("/dev/shm")
+            .map(|entries| {
+                entries
+                    .flatten()
+                    .filter(|e| e.file_name().to_string_lossy().starts_with(&prefix))
+                    .map(|e| e.path())
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let roots = staged();
+    assert!(
+        roots.len() == 1 && roots[0].is_dir(),
+        "one staging root in /dev/shm while it runs: {roots:?}"
+    );
     sb.delete().await;
+    assert_eq!(
+        staged(),
+        Vec::<std::path::PathBuf>::new(),
+        "staging roots outlived delete"
+    );
     for pid in processes {
         assert!(
             !agentix::process::is_alive(pid),
