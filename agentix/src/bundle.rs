@@ -81,7 +81,15 @@ fn dispatch_args(worker_setup: fn(), args: Vec<OsString>) {
             std::process::exit(serve(rest))
         }
         Some(WORKER_ROLE) => std::process::exit(agentix_worker::worker::run_with(worker_setup)),
-        Some(ISOLATE_ROLE) => std::process::exit(agentix_server::isolation::run(args.collect())),
+        Some(ISOLATE_ROLE) => {
+            // The sandbox's first process runs the role after `--` itself.
+            let run_role = move |command: Vec<OsString>| {
+                dispatch_args(worker_setup, command);
+                eprintln!("agentix isolate: no bundle role after `--`");
+                2
+            };
+            std::process::exit(agentix_server::isolation::run(args.collect(), run_role))
+        }
         Some(RELAY_ROLE) => std::process::exit(agentix_server::stdio_relay::run(args.collect())),
         Some(INSTALL_ROLE) => std::process::exit(install(args.collect())),
         _ => {}
