@@ -3,8 +3,8 @@
 //!
 //! Additive increase, multiplicative decrease, on what each create shows: a
 //! provider error halves the limit, a create much slower than the fastest
-//! seen cuts it by a fifth, any other adds one, up to the pool's
-//! `max_starting`. A Docker engine under load answers slower long before it
+//! seen (and slower than [`QUICK`] in itself) cuts it by a fifth, any other
+//! adds one, up to the pool's `max_starting`. A Docker engine under load answers slower long before it
 //! fails, so the pool backs off before the errors start, and comes back as
 //! soon as creates are fast again. No fixed sleep anywhere. The fastest
 //! create seen drifts up by 1% a create, so a provider that is slower for
@@ -17,6 +17,15 @@ use tokio::sync::Notify;
 
 /// A create slower than this many times the fastest seen counts as slow.
 const SLOW: f64 = 1.5;
+/// A create this quick is never slow, however much quicker the fastest
+/// was: a provider that answers within a quarter second is not overloaded.
+/// Local creates (a few milliseconds alone) on a machine busy with
+/// hundreds of sandboxes vary by more than [`SLOW`] around their fastest,
+/// and judged by that alone the limit sat at 1–4 with half the CPU idle:
+/// 1,000 local sandboxes took 1.17 times as long through a pool as all at
+/// once. A Docker create takes about 170 ms, so its slowing down is still
+/// seen.
+const QUICK: Duration = Duration::from_millis(250);
 /// How far a slow create cuts the limit.
 const SLOW_CUT: f64 = 0.8;
 /// How far a failed create cuts it.
@@ -101,7 +110,7 @@ impl StartThrottle {
         state.fastest = Some(fastest);
         state.limit = if failed {
             (state.limit * ERROR_CUT).max(1.0)
-        } else if took.as_secs_f64() > fastest.as_secs_f64() * SLOW {
+        } else if took > QUICK && took.as_secs_f64() > fastest.as_secs_f64() * SLOW {
             (state.limit * SLOW_CUT).max(1.0)
         } else {
             (state.limit + 1.0).min(self.max as f64)
@@ -139,15 +148,29 @@ mod tests {
     #[tokio::test]
     async fn the_limit_falls_when_creates_slow_down_and_rises_when_they_recover() {
         let throttle = StartThrottle::new(32);
-        creates(&throttle, 50, 10, false).await;
+        creates(&throttle, 50, 200, false).await;
         assert_eq!(throttle.limit(), 32);
-        creates(&throttle, 10, 20, false).await;
+        creates(&throttle, 10, 400, false).await;
         let slowed = throttle.limit();
         assert!(slowed <= 4, "twice as slow, the limit is {slowed}");
-        creates(&throttle, 40, 10, false).await;
+        creates(&throttle, 40, 200, false).await;
         assert_eq!(throttle.limit(), 32, "recovered");
-        creates(&throttle, 3, 10, true).await;
+        creates(&throttle, 3, 200, true).await;
         assert_eq!(throttle.limit(), 4, "halved by each failure");
+    }
+
+    #[tokio::test]
+    async fn quick_creates_never_cut_the_limit_however_they_vary() {
+        let throttle = StartThrottle::new(32);
+        creates(&throttle, 20, 5, false).await;
+        // Ten to fifty times the fastest, all under a quarter second.
+        for ms in [50, 240, 120, 200, 90, 249].repeat(5) {
+            creates(&throttle, 1, ms, false).await;
+        }
+        assert_eq!(throttle.limit(), 32);
+        // Past it, slowing down counts again.
+        creates(&throttle, 5, 1000, false).await;
+        assert!(throttle.limit() < 32, "the limit is {}", throttle.limit());
     }
 
     #[tokio::test]

@@ -667,7 +667,8 @@ impl Provider for Timed {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn creates_in_flight_fall_when_the_provider_slows_and_rise_when_it_recovers() {
-    let create_ms = Arc::new(std::sync::atomic::AtomicU64::new(20));
+    // Past the throttle's quarter second, below which no create is slow.
+    let create_ms = Arc::new(std::sync::atomic::AtomicU64::new(300));
     let provider = Timed {
         create_ms: create_ms.clone(),
         registry: SandboxRegistry::new(),
@@ -698,10 +699,10 @@ async fn creates_in_flight_fall_when_the_provider_slows_and_rise_when_it_recover
     };
     let steady = sample(Duration::from_secs(1)).await;
     let steady_mean = steady.iter().sum::<u64>() as f64 / steady.len() as f64;
-    create_ms.store(40, Ordering::SeqCst);
-    let slowed = sample(Duration::from_millis(600)).await;
-    create_ms.store(20, Ordering::SeqCst);
-    let recovered = sample(Duration::from_secs(2)).await;
+    create_ms.store(600, Ordering::SeqCst);
+    let slowed = sample(Duration::from_millis(1500)).await;
+    create_ms.store(300, Ordering::SeqCst);
+    let recovered = sample(Duration::from_secs(4)).await;
     pool.shutdown().await;
     reader.await.unwrap();
     assert!(
