@@ -110,9 +110,7 @@ mod tests {
 
     #[test]
     fn a_disk_or_virtual_filesystem_is_not_staged_on() {
-        // /proc is no tmpfs on any Linux machine, and nothing may be made
-        // there: a refusal that came from a failed create would not pass
-        // the first check.
+        // /proc is never a tmpfs, so the refusal is the filesystem check's.
         assert!(statfs(Path::new("/proc")).unwrap().filesystem_type() != TMPFS_MAGIC);
         assert!(StagingRoot::in_dir(Path::new("/proc"), "agentix-0123").is_none());
     }
