@@ -10,7 +10,10 @@
 //! `SandboxConfig::limits`). `Isolation::None` is the plain process tree,
 //! for trusted code only.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+
+/// The memory filesystem isolated sandboxes' roots are staged on.
+const STAGING_FS: &str = "/dev/shm";
 
 /// How a local sandbox is kept apart from the host and other sandboxes.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -83,4 +86,14 @@ impl NamespaceIsolation {
         self.host_network = true;
         self
     }
+}
+
+/// Where the launcher of the sandbox whose directory is `dir` stages its
+/// root, named after that directory (when `/dev/shm` is a tmpfs it may
+/// write; see `agentix_server::isolation`). The launcher removes it after
+/// the sandbox; the host removes it too, for a launcher that was killed
+/// first, and so does a reap of a dead host's sandbox.
+pub(crate) fn staging_root_of(dir: &Path) -> Option<PathBuf> {
+    let name = dir.file_name()?.to_str()?;
+    Some(Path::new(STAGING_FS).join(format!("{name}-root")))
 }

@@ -218,6 +218,9 @@ fn reap_one(marker: &SandboxMarker, markers: &MarkerDir) -> bool {
         }
         std::thread::sleep(Duration::from_millis(10));
     };
+    if let Some(root) = crate::isolation::staging_root_of(&marker.dir) {
+        remove_staging_root(&root, &marker.id);
+    }
     let dir_gone = match std::fs::remove_dir_all(&marker.dir) {
         Ok(()) => true,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => true,
@@ -240,6 +243,21 @@ fn reap_one(marker: &SandboxMarker, markers: &MarkerDir) -> bool {
             tracing::warn!(sandbox = %marker.id, %error, "cannot remove a reaped sandbox's marker");
             false
         }
+    }
+}
+
+/// Removes the staging root `root` of the sandbox `id` if it is there (a
+/// killed launcher's); one that cannot be removed is said in the log.
+fn remove_staging_root(root: &Path, id: &str) {
+    match std::fs::remove_dir_all(root) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(error) => tracing::warn!(
+            sandbox = %id,
+            root = %root.display(),
+            %error,
+            "a sandbox's staging root cannot be removed"
+        ),
     }
 }
 
@@ -357,6 +375,9 @@ impl LocalProvider {
             death_signal: libc::SIGTERM,
         };
         cmd.arg(LAUNCH_ROLE).args(launch.to_args()).arg("--");
+        let staging_root = isolation
+            .as_ref()
+            .and_then(|_| crate::isolation::staging_root_of(&dir));
         if let Some(settings) = &isolation {
             let limits = &config.limits;
             let spec = IsolationSpec {
@@ -370,6 +391,7 @@ impl LocalProvider {
                 processes: limits.processes.filter(|_| cgroup.is_none()),
                 memory_bytes: limits.memory_bytes.filter(|_| cgroup.is_none()),
                 remove_after: vec![dir.clone()],
+                staging_root: staging_root.clone(),
             };
             cmd.arg(ISOLATE_ROLE).args(spec.to_args()).arg("--");
         }
@@ -469,6 +491,7 @@ impl LocalProvider {
             base,
             cgroup,
             forward: None,
+            staging_root,
             markers: self.markers.clone(),
             id: marker.id.clone(),
         };
@@ -615,6 +638,8 @@ struct LocalResources {
     base: PathBuf,
     cgroup: Option<SandboxCgroup>,
     forward: Option<PortForward>,
+    /// Where its launcher stages its root, when isolated.
+    staging_root: Option<PathBuf>,
     markers: MarkerDir,
     id: String,
 }
@@ -648,7 +673,12 @@ impl SandboxResources for LocalResources {
         // stopping and waits for the same exit.
         let removing = cgroup.clone();
         let (markers, id) = (self.markers.clone(), self.id.clone());
+        let staging_root = self.staging_root.clone();
         self.server.terminate(STOP_GRACE, move || {
+            // Its launcher removed it, unless it was killed first.
+            if let Some(root) = &staging_root {
+                remove_staging_root(root, &id);
+            }
             // The marker goes with the directory: one that stays keeps it,
             // for a later reap.
             remove_dir_reporting(&dir, move || {

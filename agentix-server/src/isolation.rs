@@ -70,7 +70,7 @@ pub fn run(
         return 1;
     }
     let mut container = container_for(&spec);
-    let staging = StagingRoot::on_memory_fs(&spec.hostname);
+    let staging = spec.staging_root.as_deref().and_then(StagingRoot::make);
     if let Some(root) = &staging {
         container.rootdir(root.path());
     }

@@ -9,17 +9,17 @@
 //! the machine has one this user may write; otherwise the namespaces crate
 //! stages it in the temp directory as before.
 //!
-//! The directory is private to the launcher's user (mode 0700, a random
-//! name, under the sticky `/dev/shm`), and the sandbox never sees it: once
-//! it has pivoted into its new root, the host's filesystem is unmounted
-//! from its view.
+//! The host names the directory (`IsolationSpec::staging_root`), so that it
+//! can remove it itself when the launcher was killed before it could. It is
+//! private to the launcher's user: made fresh with mode 0700 under the
+//! sticky `/dev/shm` (a name that exists already, whoever made it, is not
+//! used), and the sandbox never sees it: once it has pivoted into its new
+//! root, the host's filesystem is unmounted from its view.
 
+use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 
 use nix::sys::statfs::{statfs, TMPFS_MAGIC};
-
-/// The memory filesystem a root is staged on, when it is one.
-const MEMORY_FS: &str = "/dev/shm";
 
 /// A sandbox's staging root on a memory filesystem; [`StagingRoot::remove`]
 /// takes it away once the sandbox has exited.
@@ -29,36 +29,21 @@ pub(crate) struct StagingRoot {
 }
 
 impl StagingRoot {
-    /// A fresh staging root on the memory filesystem for the sandbox
-    /// `name` (its hostname, which its directory is named after too, so an
-    /// operator can tell whose it is), or `None` when there is no memory
-    /// filesystem to write (the caller then lets the namespaces crate
-    /// choose).
-    pub(crate) fn on_memory_fs(name: &str) -> Option<StagingRoot> {
-        Self::in_dir(Path::new(MEMORY_FS), name)
-    }
-
-    /// A fresh staging root in `parent` if `parent` is a memory filesystem
-    /// this process may write.
-    fn in_dir(parent: &Path, name: &str) -> Option<StagingRoot> {
+    /// Makes the directory `dir` the host named, or `None` when its parent
+    /// is not a memory filesystem this process may write or `dir` exists
+    /// already (the caller then lets the namespaces crate choose).
+    pub(crate) fn make(dir: &Path) -> Option<StagingRoot> {
+        let parent = dir.parent()?;
         let fs = statfs(parent).ok()?;
         if fs.filesystem_type() != TMPFS_MAGIC {
             return None;
         }
-        // A name that is not one path component is not used.
-        let name = if name.is_empty() || name.contains('/') || name.starts_with('.') {
-            "agentix"
-        } else {
-            name
-        };
-        let dir = tempfile::Builder::new()
-            .prefix(&format!("{name}-root-"))
-            .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o700))
-            .tempdir_in(parent)
-            .ok()?;
-        // Kept past this value: the launcher exits by `process::exit`,
-        // which runs no destructor, so removal is explicit.
-        Some(StagingRoot { dir: dir.keep() })
+        // Fails on any name that exists, a link included: never one that
+        // someone else made.
+        std::fs::DirBuilder::new().mode(0o700).create(dir).ok()?;
+        Some(StagingRoot {
+            dir: dir.to_owned(),
+        })
     }
 
     /// The directory.
@@ -77,41 +62,52 @@ impl StagingRoot {
 mod tests {
     use super::*;
 
+    /// A name under /dev/shm that no other test uses.
+    fn shm_name(test: &str) -> PathBuf {
+        PathBuf::from(format!(
+            "/dev/shm/agentix-test-{}-{test}-root",
+            std::process::id()
+        ))
+    }
+
     #[test]
     fn a_root_is_staged_privately_on_a_memory_fs_and_removed() {
-        let root = StagingRoot::on_memory_fs("agentix-0123")
+        let dir = shm_name("private");
+        let root = StagingRoot::make(&dir)
             .expect("a Linux machine of this project's kind has a writable tmpfs at /dev/shm");
-        let path = root.path().to_path_buf();
-        assert_eq!(path.parent(), Some(Path::new(MEMORY_FS)));
-        let file_name = path.file_name().unwrap().to_str().unwrap();
-        assert!(file_name.starts_with("agentix-0123-root-"), "{file_name}");
-        let mode = std::fs::metadata(&path).unwrap();
+        assert_eq!(root.path(), dir);
+        let mode = std::fs::symlink_metadata(&dir).unwrap();
         assert!(mode.is_dir());
         assert_eq!(
             std::os::unix::fs::PermissionsExt::mode(&mode.permissions()) & 0o777,
             0o700
         );
-        std::fs::create_dir_all(path.join("tmp/agentix-x")).unwrap();
+        std::fs::create_dir_all(dir.join("tmp/agentix-x")).unwrap();
         root.remove();
-        assert!(!path.exists());
+        assert!(!dir.exists());
     }
 
     #[test]
-    fn a_name_that_is_not_one_component_is_not_used() {
-        for name in ["../escape", "", ".hidden", "a/b"] {
-            let root = StagingRoot::on_memory_fs(name).expect("a writable /dev/shm");
-            let path = root.path().to_path_buf();
-            assert_eq!(path.parent(), Some(Path::new(MEMORY_FS)), "{name:?}");
-            let file_name = path.file_name().unwrap().to_str().unwrap();
-            assert!(file_name.starts_with("agentix-root-"), "{file_name}");
-            root.remove();
-        }
+    fn a_name_that_exists_is_not_used_and_left_as_it_was() {
+        let taken = shm_name("taken");
+        std::fs::create_dir(&taken).unwrap();
+        std::fs::write(taken.join("theirs"), b"kept").unwrap();
+        assert!(StagingRoot::make(&taken).is_none());
+        assert_eq!(std::fs::read(taken.join("theirs")).unwrap(), b"kept");
+        std::fs::remove_dir_all(&taken).unwrap();
+
+        let link = shm_name("link");
+        std::os::unix::fs::symlink("/tmp", &link).unwrap();
+        assert!(StagingRoot::make(&link).is_none());
+        assert!(std::fs::symlink_metadata(&link).unwrap().is_symlink());
+        std::fs::remove_file(&link).unwrap();
     }
 
     #[test]
     fn a_disk_or_virtual_filesystem_is_not_staged_on() {
         // /proc is never a tmpfs, so the refusal is the filesystem check's.
         assert!(statfs(Path::new("/proc")).unwrap().filesystem_type() != TMPFS_MAGIC);
-        assert!(StagingRoot::in_dir(Path::new("/proc"), "agentix-0123").is_none());
+        assert!(StagingRoot::make(Path::new("/proc/agentix-0123-root")).is_none());
+        assert!(StagingRoot::make(Path::new("/")).is_none());
     }
 }

@@ -37,6 +37,12 @@ pub struct IsolationSpec {
     pub memory_bytes: Option<u64>,
     /// Directories the launcher removes once the sandbox has exited.
     pub remove_after: Vec<PathBuf>,
+    /// Where the launcher stages the sandbox's root when it can: a
+    /// directory it makes, on a memory filesystem, and removes after. The
+    /// host names it, so that it can remove it when the launcher could not
+    /// (the launcher killed); without it, or where it cannot be made, the
+    /// root is staged in the temp directory.
+    pub staging_root: Option<PathBuf>,
 }
 
 impl IsolationSpec {
@@ -55,6 +61,9 @@ impl IsolationSpec {
         }
         for dir in &self.remove_after {
             flag("--remove-after", dir.as_os_str());
+        }
+        if let Some(dir) = &self.staging_root {
+            flag("--staging-root", dir.as_os_str());
         }
         flag("--hostname", OsStr::new(&self.hostname));
         flag("--tmp-bytes", OsStr::new(&self.tmp_bytes.to_string()));
@@ -82,6 +91,7 @@ impl IsolationSpec {
                 "--writable" => spec.writable.push(flag.value().into()),
                 "--read-only" => spec.read_only.push(flag.value().into()),
                 "--remove-after" => spec.remove_after.push(flag.value().into()),
+                "--staging-root" => spec.staging_root = Some(flag.value().into()),
                 "--hostname" => spec.hostname = flag.value().to_string_lossy().into_owned(),
                 "--tmp-bytes" => spec.tmp_bytes = flag.number()?,
                 "--processes" => spec.processes = Some(flag.number()?),
@@ -109,6 +119,7 @@ mod tests {
             processes: Some(512),
             memory_bytes: None,
             remove_after: vec!["/tmp/agentix-1".into()],
+            staging_root: Some("/dev/shm/agentix-1-root".into()),
         };
         let mut args = spec.to_args();
         args.extend(["--".into(), "serve".into(), "--port".into()]);

@@ -44,6 +44,13 @@ fn local_server_pids(sb: &agentix::Sandbox) -> Vec<u32> {
     pids
 }
 
+/// Where a local sandbox's root is staged, named after its directory (on
+/// the memory filesystem, which every machine of this project's kind has).
+fn staging_root(dir: &std::path::Path) -> std::path::PathBuf {
+    let name = dir.file_name().unwrap().to_string_lossy();
+    std::path::Path::new("/dev/shm").join(format!("{name}-root"))
+}
+
 #[tokio::test]
 async fn a_local_sandbox_keeps_its_code_from_the_hosts_files_environment_network_and_kernel() {
     attempts::set_host_secret();
@@ -142,30 +149,10 @@ async fn a_deleted_local_sandbox_leaves_no_process_directory_staging_root_or_cgr
         "the worker ({worker}) is numbered inside the sandbox"
     );
     let name = dir.file_name().unwrap().to_owned();
-    // Its root was staged on the memory filesystem, named after it.
-    let staged = || -> Vec<std::path::PathBuf> {
-        let prefix = format!("{}-root-", name.to_string_lossy());
-        std::fs::read_dir("/dev/shm")
-            .map(|entries| {
-                entries
-                    .flatten()
-                    .filter(|e| e.file_name().to_string_lossy().starts_with(&prefix))
-                    .map(|e| e.path())
-                    .collect()
-            })
-            .unwrap_or_default()
-    };
-    let roots = staged();
-    assert!(
-        roots.len() == 1 && roots[0].is_dir(),
-        "one staging root in /dev/shm while it runs: {roots:?}"
-    );
+    let root = staging_root(&dir);
+    assert!(root.is_dir(), "{} staged while it runs", root.display());
     sb.delete().await;
-    assert_eq!(
-        staged(),
-        Vec::<std::path::PathBuf>::new(),
-        "staging roots outlived delete"
-    );
+    assert!(!root.exists(), "{} outlived delete", root.display());
     for pid in processes {
         assert!(
             !agentix::process::is_alive(pid),
@@ -178,6 +165,37 @@ async fn a_deleted_local_sandbox_leaves_no_process_directory_staging_root_or_cgr
             .join(controller)
             .join(&name);
         assert!(!cgroup.exists(), "{} outlived delete", cgroup.display());
+    }
+}
+
+#[tokio::test]
+async fn a_sandbox_whose_launcher_was_killed_leaves_no_staging_root_directory_or_process_after_delete(
+) {
+    let sb = sandbox().await;
+    let dir = sb.local_dir().unwrap().to_owned();
+    let root = staging_root(&dir);
+    let processes = local_server_pids(&sb);
+    assert!(root.is_dir(), "{} staged while it runs", root.display());
+    // The launcher is what removes the root when the sandbox ends; killed,
+    // it cannot.
+    let launcher = processes[0];
+    assert_eq!(unsafe { libc::kill(launcher as i32, libc::SIGKILL) }, 0);
+    let gone_by = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while agentix::process::is_alive(launcher) && std::time::Instant::now() < gone_by {
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert!(
+        !agentix::process::is_alive(launcher),
+        "the launcher survived SIGKILL"
+    );
+    sb.delete().await;
+    assert!(!root.exists(), "{} outlived delete", root.display());
+    assert!(!dir.exists(), "{} outlived delete", dir.display());
+    for pid in processes {
+        assert!(
+            !agentix::process::is_alive(pid),
+            "process {pid} outlived delete"
+        );
     }
 }
 

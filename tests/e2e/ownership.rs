@@ -55,8 +55,14 @@ async fn started_markers(
     }
 }
 
+/// Where the launcher of the sandbox with directory `dir` stages its root.
+fn staging_root(dir: &Path) -> PathBuf {
+    let name = dir.file_name().unwrap().to_string_lossy();
+    Path::new("/dev/shm").join(format!("{name}-root"))
+}
+
 /// Nothing of the sandbox `marker` names is left: no process, no
-/// directory, no cgroup.
+/// directory, no staging root, no cgroup.
 fn assert_gone(marker: &SandboxMarker) {
     assert!(
         !process_running(marker.pid, marker.pid_start),
@@ -65,6 +71,8 @@ fn assert_gone(marker: &SandboxMarker) {
         marker.pid
     );
     assert!(!marker.dir.exists(), "{} is left", marker.dir.display());
+    let root = staging_root(&marker.dir);
+    assert!(!root.exists(), "{} is left", root.display());
     for cgroup in &marker.cgroup {
         assert!(!cgroup.exists(), "{} is left", cgroup.display());
     }
@@ -142,6 +150,9 @@ async fn reap_kills_what_a_dead_owner_left_running_and_leaves_an_unreadable_owne
     let markers = MarkerDir::new(&dir);
     let sandbox_dir = dir.with_extension("sandbox");
     std::fs::create_dir_all(sandbox_dir.join("deep")).unwrap();
+    // As a launcher killed before it could remove it leaves it.
+    let root = staging_root(&sandbox_dir);
+    std::fs::create_dir_all(root.join("proc")).unwrap();
     let mut left_running = {
         use std::os::unix::process::CommandExt;
         std::process::Command::new("sleep")
@@ -180,6 +191,7 @@ async fn reap_kills_what_a_dead_owner_left_running_and_leaves_an_unreadable_owne
     use std::os::unix::process::ExitStatusExt;
     assert_eq!(status.signal(), Some(libc::SIGKILL), "{status}");
     assert!(!sandbox_dir.exists());
+    assert!(!root.exists(), "{} is left", root.display());
     let left: Vec<String> = markers.list().unwrap().into_iter().map(|m| m.id).collect();
     assert_eq!(left, ["local-unknown"]);
     std::fs::remove_dir_all(&dir).unwrap();
