@@ -7,7 +7,7 @@
 //! directory, which was 11% of all the machine's CPU over 300 isolated
 //! starts. So the root is staged on a memory filesystem (`/dev/shm`) when
 //! the machine has one this user may write; otherwise the namespaces crate
-//! stages it in the temp directory as before.
+//! stages it in the temp directory.
 //!
 //! The host names the directory (`IsolationSpec::staging_root`), so that it
 //! can remove it itself when the launcher was killed before it could. It is

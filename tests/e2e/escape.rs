@@ -179,7 +179,7 @@ async fn a_sandbox_whose_launcher_was_killed_leaves_no_staging_root_directory_or
     // The launcher is what removes the root when the sandbox ends; killed,
     // it cannot.
     let launcher = processes[0];
-    assert_eq!(unsafe { libc::kill(launcher as i32, libc::SIGKILL) }, 0);
+    agentix::process::signal_pid(launcher, libc::SIGKILL);
     let gone_by = std::time::Instant::now() + std::time::Duration::from_secs(10);
     while agentix::process::is_alive(launcher) && std::time::Instant::now() < gone_by {
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
