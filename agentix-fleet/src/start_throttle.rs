@@ -6,9 +6,9 @@
 //! seen (and slower than [`QUICK`] in itself) cuts it by a fifth, any other
 //! adds one, up to the pool's `max_starting`. A Docker engine under load
 //! answers slower long before it fails, so the pool backs off before the
-//! errors start, and comes back as soon as creates are fast again. No fixed sleep anywhere. The fastest
-//! create seen drifts up by 1% a create, so a provider that is slower for
-//! good becomes the new normal.
+//! errors start, and comes back as soon as creates are fast again. No fixed
+//! sleep anywhere. The fastest create seen drifts up by 1% a create, so a
+//! provider that is slower for good becomes the new normal.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -23,8 +23,8 @@ const SLOW: f64 = 1.5;
 /// hundreds of sandboxes vary by more than [`SLOW`] around their fastest,
 /// and judged by that alone the limit sat at 1–4 with half the CPU idle:
 /// 1,000 local sandboxes took 1.11 times as long through a pool as all at
-/// once (median of 3 runs). A Docker create takes about 170 ms, so its slowing down is still
-/// seen.
+/// once (median of 3 runs). A Docker create takes about 170 ms, so its
+/// slowing down is still seen.
 const QUICK: Duration = Duration::from_millis(250);
 /// How far a slow create cuts the limit.
 const SLOW_CUT: f64 = 0.8;

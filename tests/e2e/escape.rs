@@ -44,13 +44,6 @@ fn local_server_pids(sb: &agentix::Sandbox) -> Vec<u32> {
     pids
 }
 
-/// Where a local sandbox's root is staged, named after its directory (on
-/// the memory filesystem, which every machine of this project's kind has).
-fn staging_root(dir: &std::path::Path) -> std::path::PathBuf {
-    let name = dir.file_name().unwrap().to_string_lossy();
-    std::path::Path::new("/dev/shm").join(format!("{name}-root"))
-}
-
 #[tokio::test]
 async fn a_local_sandbox_keeps_its_code_from_the_hosts_files_environment_network_and_kernel() {
     attempts::set_host_secret();
@@ -149,7 +142,7 @@ async fn a_deleted_local_sandbox_leaves_no_process_directory_staging_root_or_cgr
         "the worker ({worker}) is numbered inside the sandbox"
     );
     let name = dir.file_name().unwrap().to_owned();
-    let root = staging_root(&dir);
+    let root = support::staging_root(&dir);
     assert!(root.is_dir(), "{} staged while it runs", root.display());
     sb.delete().await;
     assert!(!root.exists(), "{} outlived delete", root.display());
@@ -173,7 +166,7 @@ async fn a_sandbox_whose_launcher_was_killed_leaves_no_staging_root_directory_or
 ) {
     let sb = sandbox().await;
     let dir = sb.local_dir().unwrap().to_owned();
-    let root = staging_root(&dir);
+    let root = support::staging_root(&dir);
     let processes = local_server_pids(&sb);
     assert!(root.is_dir(), "{} staged while it runs", root.display());
     // The launcher is what removes the root when the sandbox ends; killed,

@@ -55,12 +55,6 @@ async fn started_markers(
     }
 }
 
-/// Where the launcher of the sandbox with directory `dir` stages its root.
-fn staging_root(dir: &Path) -> PathBuf {
-    let name = dir.file_name().unwrap().to_string_lossy();
-    Path::new("/dev/shm").join(format!("{name}-root"))
-}
-
 /// Nothing of the sandbox `marker` names is left: no process, no
 /// directory, no staging root, no cgroup.
 fn assert_gone(marker: &SandboxMarker) {
@@ -71,7 +65,7 @@ fn assert_gone(marker: &SandboxMarker) {
         marker.pid
     );
     assert!(!marker.dir.exists(), "{} is left", marker.dir.display());
-    let root = staging_root(&marker.dir);
+    let root = support::staging_root(&marker.dir);
     assert!(!root.exists(), "{} is left", root.display());
     for cgroup in &marker.cgroup {
         assert!(!cgroup.exists(), "{} is left", cgroup.display());
@@ -151,7 +145,7 @@ async fn reap_kills_what_a_dead_owner_left_running_and_leaves_an_unreadable_owne
     let sandbox_dir = dir.with_extension("sandbox");
     std::fs::create_dir_all(sandbox_dir.join("deep")).unwrap();
     // As a launcher killed before it could remove it leaves it.
-    let root = staging_root(&sandbox_dir);
+    let root = support::staging_root(&sandbox_dir);
     std::fs::create_dir_all(root.join("proc")).unwrap();
     let mut left_running = {
         use std::os::unix::process::CommandExt;

@@ -138,6 +138,14 @@ where
     }
 }
 
+/// Where the launcher of the local sandbox with directory `dir` stages its
+/// root: on the memory filesystem, named after the directory (every
+/// machine of this project's kind has a writable tmpfs at /dev/shm).
+pub(crate) fn staging_root(dir: &std::path::Path) -> std::path::PathBuf {
+    let name = dir.file_name().unwrap().to_string_lossy();
+    std::path::Path::new("/dev/shm").join(format!("{name}-root"))
+}
+
 /// A fresh empty directory for files a test's remote calls write.
 pub(crate) fn scratch_dir(name: &str) -> std::path::PathBuf {
     let dir = std::env::temp_dir().join(format!(
