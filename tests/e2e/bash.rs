@@ -442,6 +442,78 @@ async fn warm_shells_run_commands_exactly_like_fresh_ones_and_die_with_the_worke
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// The children of `parent` that are zombies: exited, never reaped.
+fn zombie_children(parent: u32) -> Vec<u32> {
+    let mut pids = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        let Some((_, rest)) = stat.rsplit_once(')') else {
+            continue;
+        };
+        let mut fields = rest.split_whitespace();
+        let state = fields.next();
+        let ppid = fields.next().and_then(|p| p.parse().ok());
+        if state == Some("Z") && ppid == Some(parent) {
+            pids.push(pid);
+        }
+    }
+    pids
+}
+
+#[tokio::test]
+async fn warm_shells_end_every_way_a_fresh_shell_does_and_leave_no_zombie() {
+    let sb = support::plain_sandbox().await;
+    let worker = worker_pid_from_health(&sb).await;
+    // Ways a command ends that a warm shell's own script (a `read`, an
+    // `eval`, and whatever follows it) could change.
+    let scripts = [
+        "echo hi",
+        "false",
+        "echo out; echo err >&2; (exit 3)",
+        "echo $((6 * 7)); (exit 255)",
+        "exit 7",
+        "trap 'echo bye' EXIT; echo hi",
+        "trap 'echo bye >&2; exit 4' EXIT; true",
+        "trap - EXIT; echo reset",
+        "set -e; false; echo never",
+        "kill -TERM $$",
+        "exec echo replaced",
+        "sleep 0.3 & echo started",
+        "exec() { echo fake; }; printf() { echo fake; }; read() { echo fake; }; echo real",
+    ];
+    run(&sb, "true", BashOptions::new()).await;
+    for round in 0..3 {
+        for script in scripts {
+            // A shell is pooled, so the default run takes a warm one.
+            wait_until("a warm shell", Duration::from_secs(10), || {
+                !bash_children(worker).is_empty()
+            })
+            .await;
+            let warm = run(&sb, script, BashOptions::new()).await;
+            let fresh = run(&sb, script, BashOptions::new().shell("bash")).await;
+            let what = format!("round {round}: `{script}`");
+            assert_eq!(warm.stdout_lossy(), fresh.stdout_lossy(), "{what}");
+            assert_eq!(warm.stderr_lossy(), fresh.stderr_lossy(), "{what}");
+            assert_eq!(
+                (warm.exit_code, warm.signal),
+                (fresh.exit_code, fresh.signal),
+                "{what}"
+            );
+        }
+    }
+    // Every shell, warm or fresh, is reaped once it has exited.
+    wait_until("no zombie shells", Duration::from_secs(10), || {
+        zombie_children(worker).is_empty()
+    })
+    .await;
+    sb.delete().await;
+}
+
 #[tokio::test]
 async fn output_too_large_for_one_message_is_a_clear_error() {
     let mut config = agentix::SandboxConfig::new(support::bundle_path());
