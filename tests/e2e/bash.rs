@@ -358,9 +358,9 @@ async fn many_commands_at_once_each_get_their_own_output() {
     futures_util::future::join_all(runs).await;
 }
 
-/// The pids of the `bash` processes whose parent is `parent`.
-fn bash_children(parent: u32) -> Vec<u32> {
-    let mut pids = Vec::new();
+/// The children of `parent`: pid, name and state (`R`, `S`, `Z`, ...).
+fn children(parent: u32) -> Vec<(u32, String, String)> {
+    let mut found = Vec::new();
     for entry in std::fs::read_dir("/proc").unwrap().flatten() {
         let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
             continue;
@@ -369,15 +369,25 @@ fn bash_children(parent: u32) -> Vec<u32> {
             continue;
         };
         // "pid (comm) state ppid ...": the name is in parentheses.
-        let Some((head, rest)) = stat.rsplit_once(')') else {
+        let (Some((head, rest)), Some(open)) = (stat.rsplit_once(')'), stat.find('(')) else {
             continue;
         };
-        let ppid = rest.split_whitespace().nth(1).and_then(|p| p.parse().ok());
-        if head.ends_with("(bash") && ppid == Some(parent) {
-            pids.push(pid);
+        let mut fields = rest.split_whitespace();
+        let state = fields.next().unwrap_or_default().to_owned();
+        let ppid = fields.next().and_then(|p| p.parse().ok());
+        if ppid == Some(parent) {
+            found.push((pid, head[open + 1..].to_owned(), state));
         }
     }
-    pids
+    found
+}
+
+/// The pids of the `bash` processes whose parent is `parent`.
+fn bash_children(parent: u32) -> Vec<u32> {
+    let bash = children(parent)
+        .into_iter()
+        .filter(|(_, name, _)| name == "bash");
+    bash.map(|(pid, ..)| pid).collect()
 }
 
 #[tokio::test]
@@ -444,25 +454,10 @@ async fn warm_shells_run_commands_exactly_like_fresh_ones_and_die_with_the_worke
 
 /// The children of `parent` that are zombies: exited, never reaped.
 fn zombie_children(parent: u32) -> Vec<u32> {
-    let mut pids = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-            continue;
-        };
-        let Some((_, rest)) = stat.rsplit_once(')') else {
-            continue;
-        };
-        let mut fields = rest.split_whitespace();
-        let state = fields.next();
-        let ppid = fields.next().and_then(|p| p.parse().ok());
-        if state == Some("Z") && ppid == Some(parent) {
-            pids.push(pid);
-        }
-    }
-    pids
+    let zombies = children(parent)
+        .into_iter()
+        .filter(|(.., state)| state == "Z");
+    zombies.map(|(pid, ..)| pid).collect()
 }
 
 #[tokio::test]
