@@ -382,11 +382,12 @@ fn children(parent: u32) -> Vec<(u32, String, String)> {
     found
 }
 
-/// The pids of the `bash` processes whose parent is `parent`.
+/// The pids of the live `bash` processes whose parent is `parent` (an
+/// exited one not yet reaped is no shell).
 fn bash_children(parent: u32) -> Vec<u32> {
     let bash = children(parent)
         .into_iter()
-        .filter(|(_, name, _)| name == "bash");
+        .filter(|(_, name, state)| name == "bash" && state != "Z");
     bash.map(|(pid, ..)| pid).collect()
 }
 
